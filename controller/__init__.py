@@ -1,0 +1,1 @@
+"""One controller node of the kfed quorum: Raft replica + HTTP API."""

@@ -1,0 +1,1 @@
+"""The metadata log: records, codec, the immutable image, pure apply and commands, and the Raft shell."""

@@ -1,0 +1,1 @@
+"""kfed spark_pipeline."""
