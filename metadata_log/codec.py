@@ -1,0 +1,159 @@
+"""The one codec of the metadata log: records <-> msgpack, and records <-> JSON-ready dicts.
+
+Wire form of a record: ``[type, version, field0, field1, ...]`` in declaration order. Positional fields
+keep 1M-partition snapshots small; compatibility comes from the append-only field rule: a reader fills
+missing trailing fields from their defaults and ignores trailing fields it does not know yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import msgpack
+
+from .records import RECORD_TYPES, GroupGenerationStarted, GroupMember, Record
+
+WIRE_VERSION: Final = 0
+
+MAX_DECODE_BYTES: Final = 64 * 1024 * 1024
+"""Largest msgpack blob decode() accepts (a 1M-partition snapshot is ~40 MB)."""
+
+
+class CodecError(ValueError):
+    """Bytes or values that are not a valid encoding of records."""
+
+
+_BY_TAG: Final[dict[str, type[Record]]] = {cls.TYPE: cls for cls in RECORD_TYPES}
+_FIELDS: Final[dict[type[Record], tuple[str, ...]]] = {
+    cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in RECORD_TYPES
+}
+_REQUIRED: Final[dict[type[Record], int]] = {
+    cls: sum(
+        1
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
+    for cls in RECORD_TYPES
+}
+
+
+def record_to_wire(record: Record) -> list[Any]:
+    """The positional list form of one record (before msgpack)."""
+    cls = type(record)
+    values: list[Any] = [cls.TYPE, WIRE_VERSION]
+    if isinstance(record, GroupGenerationStarted):
+        members = [[m.member_id, [list(tp) for tp in m.assignment]] for m in record.members]
+        values += [record.group, record.generation, members]
+        return values
+    for name in _FIELDS[cls]:
+        values.append(getattr(record, name))
+    return values
+
+
+def record_from_wire(value: Any) -> Record:
+    """Inverse of ``record_to_wire``; raises ``CodecError`` on anything malformed."""
+    if not isinstance(value, list | tuple) or len(value) < 2:
+        raise CodecError(f"a record must be a list [type, version, fields...], got {type(value).__name__}")
+    tag, _version, *fields = value
+    cls = _BY_TAG.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise CodecError(f"unknown record type {tag!r}")
+    names = _FIELDS[cls]
+    if len(fields) < _REQUIRED[cls]:
+        raise CodecError(f"{tag} needs at least {_REQUIRED[cls]} fields, got {len(fields)}")
+    fields = list(fields[: len(names)])  # trailing fields from a newer writer are ignored
+    try:
+        if cls is GroupGenerationStarted:
+            group, generation, members = fields
+            return GroupGenerationStarted(
+                group=group,
+                generation=generation,
+                members=tuple(GroupMember(member_id=m[0], assignment=tuple((t, p) for t, p in m[1])) for m in members),
+            )
+        record = cls(*fields)
+    except (TypeError, ValueError, IndexError) as e:
+        raise CodecError(f"malformed {tag}: {e}") from e
+    _check_types(record)
+    return record
+
+
+def _check_types(record: Record) -> None:
+    """Reject values whose Python type disagrees with the annotation (msgpack is untyped)."""
+    for f in dataclasses.fields(record):
+        v = getattr(record, f.name)
+        ann = str(f.type)
+        if ann == "str" and not isinstance(v, str):
+            raise CodecError(f"{record.TYPE}.{f.name} must be a string")
+        if ann == "int" and (not isinstance(v, int) or isinstance(v, bool)):
+            raise CodecError(f"{record.TYPE}.{f.name} must be an integer")
+        if ann in ("str | None",) and v is not None and not isinstance(v, str):
+            raise CodecError(f"{record.TYPE}.{f.name} must be a string or null")
+        if ann in ("int | None",) and v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+            raise CodecError(f"{record.TYPE}.{f.name} must be an integer or null")
+
+
+def encode(records: Iterable[Record]) -> bytes:
+    """msgpack bytes of a sequence of records."""
+    return msgpack.packb([record_to_wire(r) for r in records], use_bin_type=True)
+
+
+def decode(data: bytes) -> list[Record]:
+    """Records from ``encode`` output; ``CodecError`` on malformed or oversize input."""
+    return [record_from_wire(v) for v in unpack(data)]
+
+
+def pack(value: Any) -> bytes:
+    """msgpack with the settings used everywhere in kfed."""
+    return msgpack.packb(value, use_bin_type=True)
+
+
+def unpack(data: bytes) -> Any:
+    """msgpack decode with bounded sizes; ``CodecError`` for anything malformed."""
+    if len(data) > MAX_DECODE_BYTES:
+        raise CodecError(f"payload of {len(data)} bytes exceeds {MAX_DECODE_BYTES}")
+    try:
+        return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
+    except (msgpack.UnpackException, ValueError, TypeError) as e:
+        raise CodecError(f"malformed msgpack: {e}") from e
+
+
+def record_to_dict(record: Record) -> dict[str, Any]:
+    """JSON-ready field mapping of one record (the ``data`` of a log entry)."""
+    if isinstance(record, GroupGenerationStarted):
+        return {
+            "group": record.group,
+            "generation": record.generation,
+            "members": [
+                {"member_id": m.member_id, "assignment": [list(tp) for tp in m.assignment]} for m in record.members
+            ],
+        }
+    return {name: getattr(record, name) for name in _FIELDS[type(record)]}
+
+
+def record_from_dict(type_tag: str, data: Mapping[str, Any]) -> Record:
+    """Inverse of ``record_to_dict`` (used by HTTP followers reading the JSON form)."""
+    cls = _BY_TAG.get(type_tag)
+    if cls is None:
+        raise CodecError(f"unknown record type {type_tag!r}")
+    if cls is GroupGenerationStarted:
+        members = [[m["member_id"], m["assignment"]] for m in data.get("members", ())]
+        return record_from_wire([type_tag, WIRE_VERSION, data.get("group"), data.get("generation"), members])
+    names = _FIELDS[cls]
+    missing = [n for n in names[: _REQUIRED[cls]] if n not in data]
+    if missing:
+        raise CodecError(f"{type_tag} is missing {', '.join(missing)}")
+    record = cls(**{n: data[n] for n in names if n in data})
+    _check_types(record)
+    return record
+
+
+def entries_from_wire(values: Sequence[Any]) -> list[tuple[int, Record]]:
+    """(offset, record) pairs from the msgpack form of ``/v1/log`` records."""
+    out = []
+    for v in values:
+        if not isinstance(v, dict):
+            raise CodecError("a log entry must be a map with offset, type, data")
+        out.append((int(v["offset"]), record_from_dict(v["type"], v["data"])))
+    return out

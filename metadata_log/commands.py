@@ -1,0 +1,261 @@
+"""Pure commands: validate a request against an image and return the records that carry it out.
+
+A command never mutates anything; the controller proposes ``Result.records`` and replies with
+``Result.reply`` once they are committed. Validation here gives the caller a precise 4xx; ``apply``
+re-checks every record at commit time, so two writers validated against the same image cannot both win.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from .errors import Conflict, InvalidRequest, NotFound
+from .image import (
+    CLUSTER_TRANSITIONS,
+    PARTITION_TRANSITIONS,
+    InvalidRecord,
+    MetadataImage,
+    apply,
+)
+from .records import (
+    CLUSTER_STATES,
+    PARTITION_STATES,
+    ClusterRegistered,
+    ClusterState,
+    ClusterStateChanged,
+    PartitionsAdded,
+    PartitionState,
+    PartitionStateChanged,
+    Record,
+    TopicCreated,
+    TopicDeleted,
+)
+from .views import cluster_view, topic_view
+
+MAX_PARTITIONS_PER_REQUEST: Final = 100_000
+"""Most logical partitions one request may create (keeps one Raft command a few MB at most)."""
+
+MAX_NAME_CHARS: Final = 249  # Kafka's topic name limit, applied to every name
+_NAME_RE: Final = re.compile(r"^[A-Za-z0-9._-]+$")
+_ENDPOINT_RE: Final = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    records: tuple[Record, ...]
+    reply: dict[str, Any] = field(default_factory=dict)
+
+
+def check_name(value: Any, field_name: str) -> str:
+    """A cluster, region or topic name: 1-249 of ``[A-Za-z0-9._-]`` (Kafka's rule), not '.' or '..'."""
+    if not isinstance(value, str) or not value:
+        raise InvalidRequest(field_name, f"{field_name} must be a non-empty string")
+    if len(value) > MAX_NAME_CHARS:
+        raise InvalidRequest(field_name, f"{field_name} is longer than {MAX_NAME_CHARS} characters")
+    if not _NAME_RE.match(value) or value in (".", ".."):
+        raise InvalidRequest(field_name, f"{field_name} {value!r} may only contain letters, digits, '.', '_', '-'")
+    return value
+
+
+def check_bootstrap(value: Any, field_name: str = "bootstrap_servers") -> str:
+    """A comma-separated list of host:port endpoints."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequest(field_name, f"{field_name} must be a non-empty 'host:port[,host:port...]' list")
+    for endpoint in value.split(","):
+        endpoint = endpoint.strip()
+        if not _ENDPOINT_RE.match(endpoint) or not 0 < int(endpoint.rsplit(":", 1)[1]) < 65536:
+            raise InvalidRequest(field_name, f"{endpoint!r} in {field_name} is not host:port")
+    return value
+
+
+def _apply_checked(image: MetadataImage, records: Sequence[Record]) -> MetadataImage:
+    """The image after ``records``; a record that does not apply is a bug in the command itself."""
+    try:
+        return apply(image, records)
+    except InvalidRecord as e:  # pragma: no cover - commands validate before producing records
+        raise AssertionError(f"command produced a record that does not apply: {e}") from e
+
+
+def register_cluster(image: MetadataImage, cluster_id: str, region: str, bootstrap_servers: str) -> Result:
+    """Register a physical cluster in a region; re-registering the same cluster is a no-op."""
+    check_name(cluster_id, "cluster_id")
+    check_name(region, "region")
+    check_bootstrap(bootstrap_servers)
+    existing = image.clusters.get(cluster_id)
+    if existing is not None:
+        if existing.region != region:
+            raise Conflict(
+                f"cluster {cluster_id!r} is already registered in region {existing.region!r}",
+                field="region",
+            )
+        if existing.state == "decommissioned":
+            raise Conflict(f"cluster {cluster_id!r} is decommissioned; register it under a new id")
+        if existing.bootstrap_servers == bootstrap_servers:
+            return Result((), cluster_view(image, existing))
+    records = (ClusterRegistered(cluster_id, region, bootstrap_servers),)
+    after = _apply_checked(image, records)
+    return Result(records, cluster_view(after, after.clusters[cluster_id]))
+
+
+def change_cluster_state(image: MetadataImage, cluster_id: str, state: str) -> Result:
+    """Move a cluster along its admin-state path (active <-> read_only -> draining -> decommissioned)."""
+    cluster = image.clusters.get(cluster_id)
+    if cluster is None:
+        raise NotFound(f"cluster {cluster_id!r} is not registered")
+    if state not in CLUSTER_STATES:
+        raise InvalidRequest("state", f"state must be one of {', '.join(CLUSTER_STATES)}")
+    target: ClusterState = state  # narrowed by the membership check above
+    if target == cluster.state:
+        return Result((), cluster_view(image, cluster))
+    if target not in CLUSTER_TRANSITIONS[cluster.state]:
+        allowed: list[str] = sorted(CLUSTER_TRANSITIONS[cluster.state]) or ["none"]
+        raise Conflict(
+            f"cluster {cluster_id!r} cannot go from {cluster.state} to {target} (allowed: {', '.join(allowed)})",
+            field="state",
+        )
+    records = (ClusterStateChanged(cluster_id, target),)
+    after = _apply_checked(image, records)
+    return Result(records, cluster_view(after, after.clusters[cluster_id]))
+
+
+def placement_clusters(image: MetadataImage, region: str) -> list[str]:
+    """Clusters that take new partitions of a region's topics: active, not fenced, in id order."""
+    return sorted(
+        c.cluster_id for c in image.clusters.values() if c.region == region and c.state == "active" and not c.fenced
+    )
+
+
+def create_topic(
+    image: MetadataImage,
+    name: str,
+    region: str,
+    partitions_per_cluster: int,
+    topic_id: str,
+    physical_topic: str | None = None,
+    retention_ms: int | None = None,
+) -> Result:
+    """A logical topic with ``partitions_per_cluster`` partitions on each placement cluster of its region.
+
+    Logical ids are numbered cluster by cluster in cluster-id order; physical partitions are 0..N-1 of
+    a physical topic named like the logical one unless ``physical_topic`` says otherwise.
+    """
+    check_name(name, "name")
+    check_name(region, "region")
+    physical = check_name(physical_topic, "physical_topic") if physical_topic is not None else name
+    _check_count(partitions_per_cluster, "partitions_per_cluster")
+    if retention_ms is not None and (not isinstance(retention_ms, int) or retention_ms <= 0):
+        raise InvalidRequest("retention_ms", "retention_ms must be a positive integer or null")
+    if name in image.topics:
+        raise Conflict(f"topic {name!r} already exists", field="name")
+    clusters = placement_clusters(image, region)
+    if not clusters:
+        raise Conflict(f"region {region!r} has no active, unfenced cluster to place partitions on", field="region")
+    total = partitions_per_cluster * len(clusters)
+    if total > MAX_PARTITIONS_PER_REQUEST:
+        raise InvalidRequest(
+            "partitions_per_cluster",
+            f"{total} partitions ({len(clusters)} clusters x {partitions_per_cluster}) exceed "
+            f"{MAX_PARTITIONS_PER_REQUEST} per request",
+        )
+    records: list[Record] = [TopicCreated(topic_id, name, region, retention_ms)]
+    logical = 0
+    for cluster_id in clusters:
+        for physical_partition in range(partitions_per_cluster):
+            records.append(PartitionsAdded(name, logical, cluster_id, physical, physical_partition))
+            logical += 1
+    after = _apply_checked(image, records)
+    return Result(tuple(records), topic_view(after, after.topics[name]))
+
+
+def add_partitions(
+    image: MetadataImage,
+    topic: str,
+    cluster_id: str,
+    count: int,
+    physical_topic: str | None = None,
+) -> Result:
+    """``count`` new logical partitions on ``cluster_id`` (scale-up: no data moves).
+
+    The physical partitions continue after the highest one this topic already uses in that physical
+    topic on that cluster; a cluster new to the topic starts at 0.
+    """
+    image_topic = image.topics.get(topic)
+    if image_topic is None:
+        raise NotFound(f"topic {topic!r} does not exist")
+    check_name(cluster_id, "cluster_id")
+    _check_count(count, "count")
+    physical = check_name(physical_topic, "physical_topic") if physical_topic is not None else topic
+    cluster = image.clusters.get(cluster_id)
+    if cluster is None:
+        raise NotFound(f"cluster {cluster_id!r} is not registered", field="cluster_id")
+    if cluster.region != image_topic.region:
+        raise Conflict(
+            f"cluster {cluster_id!r} is in region {cluster.region!r}; topic {topic!r} lives in {image_topic.region!r}",
+            field="cluster_id",
+        )
+    if cluster.state != "active":
+        raise Conflict(
+            f"cluster {cluster_id!r} is {cluster.state}; new partitions need an active cluster", field="cluster_id"
+        )
+    if len(image_topic.partitions) + count > MAX_PARTITIONS_PER_REQUEST * 10:
+        raise InvalidRequest("count", "topic would exceed 1,000,000 logical partitions")
+    used = [
+        p.physical_partition
+        for p in image_topic.partitions
+        if p.cluster_id == cluster_id and p.physical_topic == physical
+    ]
+    first_physical = max(used) + 1 if used else 0
+    first_logical = len(image_topic.partitions)
+    records: tuple[Record, ...] = tuple(
+        PartitionsAdded(topic, first_logical + i, cluster_id, physical, first_physical + i) for i in range(count)
+    )
+    after = _apply_checked(image, records)
+    return Result(records, topic_view(after, after.topics[topic]))
+
+
+def change_partition_state(image: MetadataImage, topic: str, partition: int, state: str) -> Result:
+    """Move one logical partition along writable <-> read_only -> removed."""
+    image_topic = image.topics.get(topic)
+    if image_topic is None:
+        raise NotFound(f"topic {topic!r} does not exist")
+    if not isinstance(partition, int) or not 0 <= partition < len(image_topic.partitions):
+        raise NotFound(f"topic {topic!r} has no partition {partition}", field="partition")
+    if state not in PARTITION_STATES:
+        raise InvalidRequest("state", f"state must be one of {', '.join(PARTITION_STATES)}")
+    target: PartitionState = state  # narrowed by the membership check above
+    current = image_topic.partitions[partition]
+    if current.state == target:
+        return Result((), topic_view(image, image_topic))
+    if target not in PARTITION_TRANSITIONS[current.state]:
+        allowed: list[str] = sorted(PARTITION_TRANSITIONS[current.state]) or ["none"]
+        raise Conflict(
+            f"partition {topic}/{partition} cannot go from {current.state} to {target} (allowed: {', '.join(allowed)})",
+            field="state",
+        )
+    if target != "writable":
+        writable_left = sum(1 for p in image_topic.partitions if p.state == "writable" and p.partition != partition)
+        if writable_left == 0:
+            raise Conflict(f"topic {topic!r} must keep at least one writable partition", field="state")
+    records = (PartitionStateChanged(topic, partition, target),)
+    after = _apply_checked(image, records)
+    return Result(records, topic_view(after, after.topics[topic]))
+
+
+def delete_topic(image: MetadataImage, name: str) -> Result:
+    """Delete a logical topic (its physical topics are removed by the agents)."""
+    if name not in image.topics:
+        raise NotFound(f"topic {name!r} does not exist")
+    return Result((TopicDeleted(name),), {"name": name, "deleted": True})
+
+
+def _check_count(value: Any, field_name: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidRequest(field_name, f"{field_name} must be a positive integer")
+    if value > MAX_PARTITIONS_PER_REQUEST:
+        raise InvalidRequest(field_name, f"{field_name} must be at most {MAX_PARTITIONS_PER_REQUEST}")
+
+
+IdFactory = Callable[[], str]

@@ -1,0 +1,152 @@
+"""Record types of the metadata log (v0 of the contract in DESIGN.md).
+
+Every record is a frozen dataclass with a ``TYPE`` tag. The wire form (see ``codec.py``) is positional,
+so a field is only ever *appended*, with a default; a type is never renamed, renumbered or retyped.
+Each class says in its comment what changed in each version.
+
+Granularity follows Kafka's metadata log: one record per logical partition (``PartitionsAdded`` carries
+one partition; the plural name is the v0 contract), so a record stays small and bounded whatever the
+size of the request that produced it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Final, Literal
+
+ClusterState = Literal["active", "read_only", "draining", "decommissioned"]
+PartitionState = Literal["writable", "read_only", "removed"]
+
+CLUSTER_STATES: Final[tuple[ClusterState, ...]] = ("active", "read_only", "draining", "decommissioned")
+PARTITION_STATES: Final[tuple[PartitionState, ...]] = ("writable", "read_only", "removed")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRegistered:  # v0: initial. Re-registering an existing id updates its bootstrap servers.
+    TYPE: ClassVar[str] = "ClusterRegistered"
+    cluster_id: str
+    region: str
+    bootstrap_servers: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStateChanged:  # v0: initial
+    TYPE: ClassVar[str] = "ClusterStateChanged"
+    cluster_id: str
+    state: ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFenced:  # v0: initial. `at_ms` is the proposer's wall clock (apply never reads a clock).
+    TYPE: ClassVar[str] = "ClusterFenced"
+    cluster_id: str
+    reason: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterUnfenced:  # v0: initial
+    TYPE: ClassVar[str] = "ClusterUnfenced"
+    cluster_id: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PhysicalPartitionsReported:  # v0: initial. One physical partition whose leader or presence changed.
+    TYPE: ClassVar[str] = "PhysicalPartitionsReported"
+    cluster_id: str
+    physical_topic: str
+    physical_partition: int
+    leader: str | None  # "host:port", or None when the partition has no leader / is missing
+
+
+@dataclass(frozen=True, slots=True)
+class TopicCreated:  # v0: initial. Its partitions follow as PartitionsAdded records in the same batch.
+    TYPE: ClassVar[str] = "TopicCreated"
+    topic_id: str
+    name: str
+    region: str
+    retention_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionsAdded:  # v0: initial. One logical partition; ids are dense per topic and never reused.
+    TYPE: ClassVar[str] = "PartitionsAdded"
+    topic: str
+    partition: int
+    cluster_id: str
+    physical_topic: str
+    physical_partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStateChanged:  # v0: initial
+    TYPE: ClassVar[str] = "PartitionStateChanged"
+    topic: str
+    partition: int
+    state: PartitionState
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDeleted:  # v0: initial
+    TYPE: ClassVar[str] = "TopicDeleted"
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCoordinatorAssigned:  # v0: initial
+    TYPE: ClassVar[str] = "GroupCoordinatorAssigned"
+    group: str
+    coordinator_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMember:
+    """One member of a generation and the logical partitions it owns (not a record: a field value)."""
+
+    member_id: str
+    assignment: tuple[tuple[str, int], ...]  # (topic, logical partition)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupGenerationStarted:  # v0: initial
+    TYPE: ClassVar[str] = "GroupGenerationStarted"
+    group: str
+    generation: int
+    members: tuple[GroupMember, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NoOp:  # v0: initial. Written to move the log forward (e.g. a leader proving it can commit).
+    TYPE: ClassVar[str] = "NoOp"
+
+
+Record = (
+    ClusterRegistered
+    | ClusterStateChanged
+    | ClusterFenced
+    | ClusterUnfenced
+    | PhysicalPartitionsReported
+    | TopicCreated
+    | PartitionsAdded
+    | PartitionStateChanged
+    | TopicDeleted
+    | GroupCoordinatorAssigned
+    | GroupGenerationStarted
+    | NoOp
+)
+
+RECORD_TYPES: Final[tuple[type[Record], ...]] = (
+    ClusterRegistered,
+    ClusterStateChanged,
+    ClusterFenced,
+    ClusterUnfenced,
+    PhysicalPartitionsReported,
+    TopicCreated,
+    PartitionsAdded,
+    PartitionStateChanged,
+    TopicDeleted,
+    GroupCoordinatorAssigned,
+    GroupGenerationStarted,
+    NoOp,
+)

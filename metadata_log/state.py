@@ -1,0 +1,200 @@
+"""The replicated state machine: image + idempotency keys, advanced by one command at a time.
+
+A Raft *command* carries a group of *proposals* (group commit); each proposal is the records of one
+client write plus its idempotency key. Each proposal is applied atomically and gets consecutive
+offsets; a proposal that does not apply is rejected without touching the state. ``apply_command``
+never raises (an exception inside a pysyncobj replicated method stops the whole cluster), and it is
+deterministic: every node computes the same outcomes.
+
+This module does not import pysyncobj; ``raft.py`` is the thin shell around it.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .codec import CodecError, pack, record_from_wire, record_to_wire, unpack
+from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_to_records, snapshot_image
+from .records import Record
+
+log = logging.getLogger(__name__)
+
+COMMAND_VERSION: Final = 1
+MAX_IDEMPOTENCY_KEYS: Final = 100_000
+"""Keys remembered in the replicated state; the oldest is forgotten first (deterministic on every node)."""
+MAX_IDEMPOTENCY_KEY_CHARS: Final = 255
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """The records of one client write; applied all or nothing."""
+
+    records: tuple[Record, ...]
+    idempotency_key: str | None = None
+    fingerprint: str | None = None  # hash of the request, to refuse a key reused for another request
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to one proposal. ``status``: committed, duplicate, rejected, key_reused."""
+
+    status: str
+    first_offset: int = -1  # offsets of its records (committed / duplicate); -1 when it has none
+    last_offset: int = -1
+    detail: str = ""
+
+
+Publisher = Callable[[Sequence[tuple[int, Record]], MetadataImage], None]
+"""Called after each command that committed records: (offset, record) pairs and the new image.
+Called with no records when the state was replaced by a dump (at start, or a snapshot from the leader)."""
+
+
+def encode_command(proposals: Sequence[Proposal]) -> bytes:
+    return pack(
+        [
+            COMMAND_VERSION,
+            [[p.idempotency_key, p.fingerprint, [record_to_wire(r) for r in p.records]] for p in proposals],
+        ]
+    )
+
+
+def decode_command(data: bytes) -> list[Proposal]:
+    value = unpack(data)
+    if not isinstance(value, list) or len(value) != 2 or value[0] != COMMAND_VERSION:
+        raise CodecError("not a kfed command")
+    out = []
+    for key, fingerprint, records in value[1]:
+        out.append(Proposal(tuple(record_from_wire(r) for r in records), key, fingerprint))
+    return out
+
+
+class LogState:
+    """Image plus idempotency keys. Mutated only by ``apply_command`` (on the Raft thread)."""
+
+    def __init__(self, publisher: Publisher | None = None) -> None:
+        self.image: MetadataImage = EMPTY_IMAGE
+        self._keys: OrderedDict[str, tuple[str | None, Outcome]] = OrderedDict()
+        self._publisher = publisher
+
+    def set_publisher(self, publisher: Publisher | None) -> None:
+        self._publisher = publisher
+
+    def outcome_for_key(self, key: str) -> tuple[str | None, Outcome] | None:
+        """(fingerprint, outcome) of a committed write with this idempotency key, if remembered."""
+        return self._keys.get(key)
+
+    def apply_command(self, data: bytes) -> list[Outcome]:
+        """Apply one Raft command; returns one outcome per proposal. Never raises."""
+        try:
+            proposals = decode_command(data)
+        except (CodecError, TypeError, ValueError) as e:
+            log.error("undecodable command of %d bytes ignored: %s", len(data), e)
+            return [Outcome("rejected", detail=f"undecodable command: {e}")]
+        outcomes: list[Outcome] = []
+        published: list[tuple[int, Record]] = []
+        for proposal in proposals:
+            try:
+                outcome = self._apply_proposal(proposal, published)
+            except Exception as e:  # a bug in apply must not stop the quorum: reject, loudly
+                log.exception("proposal rejected by an unexpected error")
+                outcome = Outcome("rejected", detail=f"internal error: {type(e).__name__}: {e}")
+            outcomes.append(outcome)
+        if published and self._publisher is not None:
+            try:
+                self._publisher(published, self.image)
+            except Exception:
+                log.exception("publisher failed")
+        return outcomes
+
+    def _apply_proposal(self, proposal: Proposal, published: list[tuple[int, Record]]) -> Outcome:
+        key = proposal.idempotency_key
+        if key is not None:
+            seen = self._keys.get(key)
+            if seen is not None:
+                fingerprint, first = seen
+                if fingerprint != proposal.fingerprint:
+                    return Outcome("key_reused", detail="Idempotency-Key was used for a different request")
+                return Outcome("duplicate", first.first_offset, first.last_offset, first.detail)
+        base = self.image
+        try:
+            after = apply(base, proposal.records)
+        except InvalidRecord as e:
+            return Outcome("rejected", detail=str(e))
+        self.image = after
+        first_offset = base.offset + 1
+        for i, record in enumerate(proposal.records):
+            published.append((first_offset + i, record))
+        outcome = Outcome(
+            "committed", first_offset if proposal.records else -1, after.offset if proposal.records else -1
+        )
+        if key is not None:
+            self._keys[key] = (proposal.fingerprint, outcome)
+            while len(self._keys) > MAX_IDEMPOTENCY_KEYS:
+                self._keys.popitem(last=False)
+        return outcome
+
+    # -- durable form -----------------------------------------------------------------------------
+    def dump(self, raft_internal: Any) -> bytes:
+        """The whole state as framed msgpack (records, not pickle), with ``raft_internal`` alongside."""
+        body = pack(
+            {
+                "offset": self.image.offset,
+                "records": [record_to_wire(r) for r in image_to_records(self.image)],
+                "keys": [
+                    [k, fp, o.status, o.first_offset, o.last_offset, o.detail] for k, (fp, o) in self._keys.items()
+                ],
+                "raft": raft_internal,
+            }
+        )
+        return frame(body)
+
+    def load(self, data: bytes) -> Any:
+        """Restore from ``dump`` output; returns its ``raft_internal``. ``CorruptState`` if damaged."""
+        body = unframe(data)
+        try:
+            value = unpack(body)
+            records = [record_from_wire(r) for r in value["records"]]
+            image = snapshot_image(records, int(value["offset"]))
+            keys: OrderedDict[str, tuple[str | None, Outcome]] = OrderedDict()
+            for k, fp, status, first, last, detail in value["keys"]:
+                keys[k] = (fp, Outcome(status, first, last, detail))
+        except (CodecError, InvalidRecord, KeyError, TypeError, ValueError) as e:
+            raise CorruptState(f"state dump does not decode: {e}") from e
+        self.image = image
+        self._keys = keys
+        if self._publisher is not None:
+            self._publisher([], image)  # no records: readers restart from this image
+        return value["raft"]
+
+
+class CorruptState(Exception):
+    """A dump or snapshot file that is truncated or damaged; never served."""
+
+
+_MAGIC: Final = b"KFEDSNP1"
+_HEADER: Final = struct.Struct("<8sQI")  # magic, body length, crc32 of body
+
+
+def frame(body: bytes) -> bytes:
+    """Length + CRC framing so a truncated or corrupted file is detected, not half-loaded."""
+    return _HEADER.pack(_MAGIC, len(body), zlib.crc32(body)) + body
+
+
+def unframe(data: bytes) -> bytes:
+    if len(data) < _HEADER.size:
+        raise CorruptState(f"file of {len(data)} bytes is shorter than its header")
+    magic, length, crc = _HEADER.unpack_from(data)
+    if magic != _MAGIC:
+        raise CorruptState("not a kfed state file (bad magic)")
+    body = data[_HEADER.size :]
+    if len(body) != length:
+        raise CorruptState(f"truncated: header says {length} bytes, file has {len(body)}")
+    if zlib.crc32(body) != crc:
+        raise CorruptState("checksum mismatch: the file is corrupted")
+    return body

@@ -1,0 +1,54 @@
+"""JSON-ready views of an image: the merged metadata of ``GET /v1/metadata`` and the admin replies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .image import ClusterImage, MetadataImage, PartitionImage, TopicImage, is_writable
+
+
+def cluster_view(image: MetadataImage, cluster: ClusterImage) -> dict[str, Any]:
+    del image  # kept for symmetry with the other views: a cluster's view depends only on itself
+    return {
+        "cluster_id": cluster.cluster_id,
+        "region": cluster.region,
+        "bootstrap_servers": cluster.bootstrap_servers,
+        "state": cluster.state,
+        "fenced": cluster.fenced,
+        "fenced_reason": cluster.fenced_reason,
+        "fenced_since_ms": cluster.fenced_since_ms,
+    }
+
+
+def partition_view(image: MetadataImage, p: PartitionImage) -> dict[str, Any]:
+    cluster = image.clusters.get(p.cluster_id)
+    leader = cluster.leaders.get((p.physical_topic, p.physical_partition)) if cluster else None
+    return {
+        "partition": p.partition,
+        "cluster_id": p.cluster_id,
+        "physical_topic": p.physical_topic,
+        "physical_partition": p.physical_partition,
+        "state": p.state,
+        "leader": leader,
+        "writable": is_writable(image, p),
+    }
+
+
+def topic_view(image: MetadataImage, topic: TopicImage) -> dict[str, Any]:
+    return {
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "region": topic.region,
+        "retention_ms": topic.retention_ms,
+        "partitions": [partition_view(image, p) for p in topic.partitions],
+    }
+
+
+def metadata_view(image: MetadataImage, topic: str | None = None) -> dict[str, Any]:
+    """Merged metadata at ``image.offset``; with ``topic``, only that topic (and every cluster)."""
+    topics = image.topics.values() if topic is None else [t for t in (image.topics.get(topic),) if t]
+    return {
+        "offset": image.offset,
+        "clusters": [cluster_view(image, c) for c in sorted(image.clusters.values(), key=lambda c: c.cluster_id)],
+        "topics": [topic_view(image, t) for t in sorted(topics, key=lambda t: t.name)],
+    }
