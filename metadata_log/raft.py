@@ -1,0 +1,328 @@
+"""The Raft shell: one pysyncobj node around ``LogState``. The only module that imports pysyncobj.
+
+What this layer adds to pysyncobj, each for a measured reason (see shared/PYSYNCOBJ.md):
+- exactly one replicated method, taking bytes; it never raises (``LogState.apply_command``);
+- its own msgpack full-dump serializer (records, not pickle), length+CRC framed and fsynced, with the
+  directory fsynced before pysyncobj truncates the journal; a damaged dump stops the node at start
+  with a clear error instead of pysyncobj's silent empty start;
+- an optionally fsynced journal (pysyncobj's mmap journal never syncs: power loss could lose
+  acknowledged entries);
+- a bridge from the Raft thread to asyncio (``propose`` returns an awaitable; callbacks never block);
+- a guard against self-inflicted elections: a node that stalled in its own apply or dump gets a fresh
+  election timeout instead of deposing a healthy leader (pysyncobj has no pre-vote).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import pysyncobj.syncobj as _pso
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.config import SERIALIZER_STATE
+from pysyncobj.journal import FileJournal, MemoryJournal
+from pysyncobj.node import TCPNode
+
+from .errors import OutcomeUnknown, Unavailable
+from .state import CorruptState, LogState, Outcome, Proposal, encode_command
+
+log = logging.getLogger(__name__)
+
+STALL_GUARD_MS: Final = 50
+"""A local apply or dump longer than this resets the node's election deadline (see module doc)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RaftSettings:
+    """Every pysyncobj option we set, explicitly (the defaults give 100 ms commits and lose state)."""
+
+    election_timeout_ms_min: int = 300
+    election_timeout_ms_max: int = 900
+    heartbeat_ms: int = 50  # appendEntriesPeriod; must stay below election_timeout_ms_min / 3
+    compaction_min_entries: int = 100_000  # default 5,000 re-dumps a big image far too often
+    compaction_min_s: int = 600
+    journal_fsync: bool = True  # msync the journal after every append before it is acknowledged
+    password: str | None = None  # encrypts + authenticates Raft traffic (needs `cryptography`)
+    command_queue_size: int = 10_000
+
+    def conf(self, data_dir: Path, state: LogState, node: RaftNode) -> SyncObjConf:
+        return SyncObjConf(
+            # Entries leave at once instead of on the next heartbeat (100 ms commits otherwise);
+            # we batch records per command ourselves (group commit in the controller).
+            appendEntriesUseBatch=False,
+            appendEntriesPeriod=self.heartbeat_ms / 1000,
+            raftMinTimeout=self.election_timeout_ms_min / 1000,
+            raftMaxTimeout=self.election_timeout_ms_max / 1000,
+            # Reconnect to a peer that was down within half a second (default 5 s delays a restarted
+            # node's return, and a node started before its peers, by that long).
+            connectionRetryTime=0.5,
+            # Fail fast without a leader: the HTTP edge answers 503 + Retry-After instead of queueing.
+            commandsWaitLeader=False,
+            commandsQueueSize=self.command_queue_size,
+            # Journal *and* full dump: a journal alone comes back empty after a compaction + restart.
+            journalFile=str(data_dir / "raft.journal"),
+            fullDumpFile=str(data_dir / "raft.dump"),
+            serializer=node._serialize,
+            deserializer=node._deserialize,
+            serializeChecker=node._check_serializing,
+            logCompactionMinEntries=self.compaction_min_entries,
+            logCompactionMinTime=self.compaction_min_s,
+            logCompactionSplit=True,  # nodes compact at different times, never all at once
+            dynamicMembershipChange=False,
+            password=self.password,
+            onStateChanged=node._on_state_changed,
+        )
+
+
+class _FsyncJournal(FileJournal):  # type: ignore[misc]  # pysyncobj is untyped
+    """pysyncobj's file journal, made durable: every append is on disk before it is acknowledged."""
+
+    def __init__(self, path: str) -> None:
+        self._bulk = False
+        super().__init__(path)
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        super().add(command, idx, term)
+        if not self._bulk:
+            self.flush()
+
+    def deleteEntriesTo(self, entryTo: int) -> None:  # rewrites the journal: sync once, not per entry
+        self._bulk = True
+        try:
+            super().deleteEntriesTo(entryTo)
+        finally:
+            self._bulk = False
+        self.flush()
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:
+        super().deleteEntriesFrom(entryFrom)
+        self.flush()
+
+    def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:
+        super().setCurrentTerm(term, votedForNodeId)  # Raft: term + vote durable before any vote is sent
+        _fsync_path(self._FileJournal__metaStorer.getPath())
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_journal_fsync = threading.local()
+
+
+def _create_journal(journal_file: str | None) -> Any:
+    if journal_file is None:
+        return MemoryJournal()
+    return _FsyncJournal(journal_file) if getattr(_journal_fsync, "on", False) else FileJournal(journal_file)
+
+
+# SyncObj builds its journal through this module-level name; route it through ours.
+_pso.createJournal = _create_journal
+
+
+@dataclass(frozen=True, slots=True)
+class RaftStatus:
+    role: str  # leader / follower / candidate
+    term: int
+    leader_raft: str | None  # "host:port" of the leader as this node sees it
+    commit_index: int
+    last_applied: int
+
+
+class RaftNode:
+    """One voter of the metadata quorum. Construct it in the main thread (pysyncobj's tick thread dies
+    with the thread that built it), one per process, and never fork afterwards."""
+
+    def __init__(
+        self,
+        self_raft: str,
+        peers_raft: Sequence[str],
+        data_dir: Path,
+        state: LogState,
+        settings: RaftSettings | None = None,
+    ) -> None:
+        self.state = state
+        self.settings = settings or RaftSettings()
+        self.data_dir = data_dir
+        self.self_raft = self_raft
+        self._dump_written = False
+        self._dump_failed = False
+        self._role = "follower"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._loaded_raft_internal = self._validate_dump(data_dir / "raft.dump")
+        _journal_fsync.on = self.settings.journal_fsync
+        try:
+            self._syncobj = _Replica(
+                self_raft, list(peers_raft), self.settings.conf(data_dir, state, self), state, self
+            )
+        finally:
+            _journal_fsync.on = False
+
+    # -- durable state ----------------------------------------------------------------------------
+    def _validate_dump(self, path: Path) -> Any:
+        """Load and check the dump before pysyncobj does (it swallows errors and starts empty)."""
+        if not path.exists():
+            return None
+        data = path.read_bytes()
+        try:
+            internal = self.state.load(data)
+        except CorruptState as e:
+            raise CorruptState(f"{path}: {e}. Refusing to start; restore the file or wipe the data dir.") from e
+        log.info("loaded dump %s at offset %d (%d bytes)", path, self.state.image.offset, len(data))
+        return internal
+
+    def _serialize(self, file_name: str, internal: Any) -> None:
+        """pysyncobj's custom serializer, on the Raft thread: our state + its (entries, cluster)."""
+        started = time.monotonic()
+        last_entry, prev_entry, cluster = internal
+        raft_internal = {
+            "last": list(last_entry),
+            "prev": list(prev_entry),
+            "cluster": sorted(n.address for n in cluster),
+        }
+        try:
+            data = self.state.dump(raft_internal)
+            with open(file_name, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except Exception:
+            self._dump_failed = True
+            raise
+        self._dump_written = True
+        self._after_stall(started, "dump")
+        log.info("dump of %d bytes at offset %d", len(data), self.state.image.offset)
+
+    def _check_serializing(self) -> int:
+        """Called by pysyncobj before it truncates the journal: make the dump's rename durable first."""
+        if self._dump_failed:
+            self._dump_failed = False
+            return SERIALIZER_STATE.FAILED  # type: ignore[no-any-return]
+        if self._dump_written:
+            self._dump_written = False
+            _fsync_path(str(self.data_dir))
+            return SERIALIZER_STATE.SUCCESS  # type: ignore[no-any-return]
+        return SERIALIZER_STATE.NOT_SERIALIZING  # type: ignore[no-any-return]
+
+    def _deserialize(self, file_name: str) -> tuple[Any, Any, Any]:
+        """pysyncobj's custom deserializer: the state was loaded (and checked) before start."""
+        internal = self._loaded_raft_internal
+        if internal is None:  # a dump received from the leader (InstallSnapshot) since start
+            internal = self.state.load(Path(file_name).read_bytes())
+        self._loaded_raft_internal = None
+        last, prev = internal["last"], internal["prev"]
+        cluster = {TCPNode(a) for a in internal["cluster"]}
+        return (tuple(last), tuple(prev), cluster)
+
+    def _after_stall(self, started: float, what: str) -> None:
+        """Never raises: it runs inside the replicated method."""
+        elapsed_ms = (time.monotonic() - started) * 1000
+        syncobj = getattr(self, "_syncobj", None)  # None while SyncObj.__init__ is still running
+        if elapsed_ms <= STALL_GUARD_MS or syncobj is None:
+            return
+        s = self.settings
+        timeout = random.uniform(s.election_timeout_ms_min, s.election_timeout_ms_max) / 1000
+        # Name-mangled private of SyncObj 0.3.17 (pinned); tests/unit/test_raft.py checks it exists.
+        syncobj._SyncObj__raftElectionDeadline = time.monotonic() + timeout
+        log.info("%s took %.0f ms; election deadline reset", what, elapsed_ms)
+
+    def _on_state_changed(self, old: int, new: int) -> None:
+        self._role = {0: "follower", 1: "candidate", 2: "leader"}.get(new, "unknown")
+        log.info("raft role -> %s", self._role)
+
+    # -- proposing --------------------------------------------------------------------------------
+    def propose(self, proposals: Sequence[Proposal]) -> asyncio.Future[list[Outcome]]:
+        """Replicate one command carrying ``proposals``; the future resolves on the calling loop.
+
+        Raises (through the future) ``Unavailable`` when the command certainly did not commit and
+        ``OutcomeUnknown`` when it may have. Callers add their own timeout.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Outcome]] = loop.create_future()
+        data = encode_command(proposals)
+
+        def done(result: Any, error: int) -> None:  # on the Raft thread: never block here
+            loop.call_soon_threadsafe(_settle, future, result, error)
+
+        self._syncobj.apply_command(data, callback=done)
+        return future
+
+    # -- status -----------------------------------------------------------------------------------
+    def status(self) -> RaftStatus:
+        s = self._syncobj
+        leader = s._getLeader()
+        return RaftStatus(
+            role=self._role,
+            term=int(s.raftCurrentTerm),
+            leader_raft=leader.address if leader is not None else None,
+            commit_index=int(s.raftCommitIndex),
+            last_applied=int(s.raftLastApplied),
+        )
+
+    def alive(self) -> bool:
+        """The tick thread runs (it dies with the thread that built the node)."""
+        return bool(self._syncobj.tick_thread_alive())
+
+    def caught_up(self) -> bool:
+        """pysyncobj's readiness: the node has applied everything the leader had committed when it met it."""
+        return bool(self._syncobj.isReady())
+
+    def is_leader(self) -> bool:
+        return bool(self._syncobj._isLeader())
+
+    def force_compaction(self) -> None:
+        self._syncobj.forceLogCompaction()
+
+    def close(self) -> None:
+        self._syncobj.destroy()
+
+
+def _settle(future: asyncio.Future[list[Outcome]], result: Any, error: int) -> None:
+    if future.done():
+        return
+    if error == FAIL_REASON.SUCCESS:
+        future.set_result(result)
+    elif error in (
+        FAIL_REASON.MISSING_LEADER,
+        FAIL_REASON.NOT_LEADER,
+        FAIL_REASON.QUEUE_FULL,
+        FAIL_REASON.REQUEST_DENIED,
+    ):
+        future.set_exception(Unavailable(f"not committed: {_FAIL_NAMES.get(error, error)}", retry_after_s=0.5))
+    else:  # DISCARDED, LEADER_CHANGED, UNKNOWN_OUTCOME: the entry may still commit
+        future.set_exception(
+            OutcomeUnknown(
+                f"commit outcome unknown ({_FAIL_NAMES.get(error, error)}); retry with the same Idempotency-Key"
+            )
+        )
+
+
+_FAIL_NAMES: Final = {v: k for k, v in vars(FAIL_REASON).items() if isinstance(v, int)}
+
+
+class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
+    """The pysyncobj object. Its single replicated method is the whole state machine."""
+
+    def __init__(self, self_raft: str, peers: list[str], conf: SyncObjConf, state: LogState, node: RaftNode) -> None:
+        self._kfed_state = state
+        self._kfed_node = node
+        super().__init__(self_raft, peers, conf)
+
+    @replicated  # type: ignore[untyped-decorator]  # pysyncobj is untyped
+    def apply_command(self, data: bytes) -> list[Outcome]:
+        started = time.monotonic()
+        outcomes = self._kfed_state.apply_command(data)
+        self._kfed_node._after_stall(started, "apply")
+        return outcomes
