@@ -1,0 +1,486 @@
+"""The HTTP API of one controller node (FastAPI). Routes parse, delegate to the service, and encode.
+
+JSON by default, msgpack with ``Accept: application/msgpack``; errors are problem+json (``problems.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, Final
+
+import httpx
+import orjson
+from fastapi import APIRouter, Body, FastAPI, Header, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response, StreamingResponse
+
+from metadata_log import commands
+from metadata_log.codec import pack
+from metadata_log.errors import Gone, InvalidRequest, NotFound, OutcomeUnknown, PayloadTooLarge, Unavailable
+from metadata_log.image import MetadataImage
+from metadata_log.views import cluster_view, metadata_view, topic_view
+
+from . import metrics, problems
+from .service import ControllerService, WriteReply, check_idempotency_key, fingerprint
+
+MSGPACK: Final = "application/msgpack"
+MAX_REQUEST_BYTES: Final = 1024 * 1024
+LOG_LIMIT_DEFAULT: Final = 1000
+LOG_LIMIT_MAX: Final = 10_000
+WAIT_MS_MAX: Final = 30_000
+MIN_OFFSET_WAIT_S: Final = 5.0
+SSE_KEEPALIVE_S: Final = 15.0
+SSE_MAX_SUBSCRIBERS: Final = 2000
+FORWARDED_HEADER: Final = "X-Kfed-Forwarded-By"
+
+
+IdemKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Retry-safe write key: a retry with the same key returns the "
+        "first outcome and commits nothing new.",
+    ),
+]
+
+
+# -- request bodies (unknown fields are refused) ---------------------------------------------------
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RegisterCluster(_Strict):
+    cluster_id: str = Field(description="Unique id of the physical cluster, e.g. 'c1'.")
+    region: str = Field(description="Federation group the cluster serves; topics of a region spread over its clusters.")
+    bootstrap_servers: str = Field(description="Kafka bootstrap list, 'host:port[,host:port...]'.")
+
+
+class ChangeState(_Strict):
+    state: str = Field(description="Target state.")
+
+
+class CreateTopic(_Strict):
+    name: str = Field(description="Logical topic name.")
+    region: str = Field(description="Region whose active clusters take the partitions.")
+    partitions_per_cluster: int = Field(description="Logical partitions placed on each active cluster.")
+    physical_topic: str | None = Field(None, description="Physical topic name; defaults to the logical name.")
+    retention_ms: int | None = Field(None, description="Retention of the data (used by drain decisions).")
+
+
+class AddPartitions(_Strict):
+    cluster_id: str = Field(description="Cluster that takes the new partitions.")
+    count: int = Field(description="How many logical partitions to add.")
+    physical_topic: str | None = Field(None, description="Physical topic name; defaults to the logical name.")
+
+
+# -- encoding --------------------------------------------------------------------------------------
+def wants_msgpack(request: Request) -> bool:
+    return MSGPACK in request.headers.get("accept", "")
+
+
+def respond(request: Request, body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    if wants_msgpack(request):
+        return Response(pack(body), status_code=status, media_type=MSGPACK, headers=headers)
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+def write_response(request: Request, reply: WriteReply, status: int = 200) -> Response:
+    body = {**reply.body, "offset": reply.offset}
+    headers = {"Idempotent-Replayed": "true"} if reply.replayed else None
+    return respond(request, body, status, headers)
+
+
+def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
+    app = FastAPI(
+        title="kfed controller",
+        version="1",
+        summary="Federated Kafka metadata: a Raft-replicated event log, merged metadata and admin writes.",
+        lifespan=lifespan,
+    )
+    problems.install(app)
+    latency = metrics.RequestLatency()
+    forwarder = httpx.AsyncClient(timeout=httpx.Timeout(service.commit_timeout_s + 2, connect=1.0))
+    sse_subscribers = 0
+
+    @app.middleware("http")
+    async def _measure_and_limit(request: Request, call_next: Callable[[Request], Any]) -> Response:
+        started = time.perf_counter()
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_REQUEST_BYTES):
+            response = problems.kfed_error_response(
+                PayloadTooLarge(f"request body exceeds {MAX_REQUEST_BYTES} bytes", limit_bytes=MAX_REQUEST_BYTES)
+            )
+        else:
+            response = await call_next(request)
+        route = request.scope.get("route")
+        latency.observe(
+            request.method, getattr(route, "path", "unmatched"), response.status_code, time.perf_counter() - started
+        )
+        return response
+
+    async def forward_to_leader(request: Request) -> Response | None:
+        """A write on a follower is sent on to the leader; returns None when this node leads."""
+        if service.is_leader():
+            return None
+        if request.headers.get(FORWARDED_HEADER):
+            raise Unavailable("leadership moved while the write was forwarded", retry_after_s=0.2)
+        leader = service.leader()
+        if leader is None:
+            raise Unavailable("no leader elected yet", retry_after_s=1.0)
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() in ("content-type", "accept", "idempotency-key", "authorization")
+        }
+        headers[FORWARDED_HEADER] = str(service.node_id)
+        url = leader.http + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        try:
+            upstream = await forwarder.request(request.method, url, content=await request.body(), headers=headers)
+        except httpx.TimeoutException:
+            raise OutcomeUnknown("the leader did not answer in time; retry with the same Idempotency-Key") from None
+        except httpx.TransportError as e:
+            raise Unavailable(f"leader {leader.id} unreachable: {type(e).__name__}", retry_after_s=0.5) from None
+        passthrough = {
+            k: v
+            for k, v in upstream.headers.items()
+            if k.lower() in ("content-type", "retry-after", "idempotent-replayed")
+        }
+        return Response(upstream.content, status_code=upstream.status_code, headers=passthrough)
+
+    async def do_write(
+        request: Request,
+        key: str | None,
+        command: Callable[[MetadataImage], commands.Result],
+        render: Callable[[MetadataImage], dict[str, Any]],
+        status: int = 200,
+    ) -> Response:
+        forwarded = await forward_to_leader(request)
+        if forwarded is not None:
+            return forwarded
+        key = check_idempotency_key(key)
+        fp = fingerprint(request.method, request.url.path, await request.body())
+        reply = await service.write(command, render, key, fp)
+        return write_response(request, reply, status)
+
+    v1 = APIRouter(prefix="/v1")
+
+    # -- reads -------------------------------------------------------------------------------------
+    @v1.get("/node", summary="This node's own Raft status")
+    async def node(request: Request) -> Response:
+        return respond(request, node_status())
+
+    def node_status() -> dict[str, Any]:
+        status = service.raft.status()
+        leader = service.leader()
+        return {
+            "id": service.node_id,
+            "role": status.role,
+            "term": status.term,
+            "leader_id": leader.id if leader else None,
+            "applied_offset": service.read_model.image.offset,
+            "high_watermark": service.read_model.high_watermark,
+        }
+
+    @v1.get("/quorum", summary="Voters, their roles and applied offsets, and the leader")
+    async def quorum(request: Request) -> Response:
+        me = node_status()
+
+        async def ask(voter_http: str) -> dict[str, Any] | None:
+            try:
+                r = await forwarder.get(voter_http + "/v1/node", timeout=0.5)
+                return r.json() if r.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                return None
+
+        others = [v for v in service.quorum.voters if v.id != service.node_id]
+        answers = await asyncio.gather(*(ask(v.http) for v in others))
+        by_id = {service.node_id: me} | {v.id: a for v, a in zip(others, answers, strict=True) if a}
+        voters = []
+        for v in service.quorum.voters:
+            seen = by_id.get(v.id)
+            voters.append(
+                {
+                    "id": v.id,
+                    "raft": v.raft,
+                    "http": v.http,
+                    "role": seen["role"] if seen else "unreachable",
+                    "term": seen["term"] if seen else None,
+                    "applied_offset": seen["applied_offset"] if seen else None,
+                }
+            )
+        high_watermark = max(s["high_watermark"] for s in by_id.values())
+        return respond(
+            request,
+            {"leader_id": me["leader_id"], "term": me["term"], "voters": voters, "high_watermark": high_watermark},
+        )
+
+    @v1.get("/metadata", summary="Merged metadata (clusters and logical topics) at this node's offset")
+    async def metadata(
+        request: Request,
+        topic: Annotated[str | None, Query(description="Only this logical topic.")] = None,
+        min_offset: Annotated[int | None, Query(ge=-1, description="Wait until this offset is applied.")] = None,
+    ) -> Response:
+        image = await service.image_at_least(min_offset, MIN_OFFSET_WAIT_S)
+        if topic is not None and topic not in image.topics:
+            raise NotFound(f"topic {topic!r} does not exist", offset=image.offset)
+        return respond(request, metadata_view(image, topic))
+
+    @v1.get("/clusters", summary="Registered clusters")
+    async def list_clusters(request: Request) -> Response:
+        image = service.read_model.image
+        clusters = [cluster_view(image, c) for _, c in sorted(image.clusters.items())]
+        return respond(request, {"offset": image.offset, "clusters": clusters})
+
+    @v1.get("/clusters/{cluster_id}", summary="One cluster")
+    async def get_cluster(request: Request, cluster_id: str) -> Response:
+        image = service.read_model.image
+        cluster = image.clusters.get(cluster_id)
+        if cluster is None:
+            raise NotFound(f"cluster {cluster_id!r} is not registered")
+        return respond(request, {**cluster_view(image, cluster), "offset": image.offset})
+
+    @v1.get("/topics/{name}", summary="One logical topic with its partitions")
+    async def get_topic(request: Request, name: str) -> Response:
+        image = service.read_model.image
+        topic = image.topics.get(name)
+        if topic is None:
+            raise NotFound(f"topic {name!r} does not exist")
+        return respond(request, {**topic_view(image, topic), "offset": image.offset})
+
+    @v1.get("/log", summary="Records from an offset (long-poll with wait_ms); 410 below the retention window")
+    async def read_log(
+        request: Request,
+        offset: Annotated[int, Query(ge=0, description="First offset wanted.")],
+        limit: Annotated[int, Query(ge=1, le=LOG_LIMIT_MAX, description="Most records returned.")] = LOG_LIMIT_DEFAULT,
+        wait_ms: Annotated[
+            int, Query(ge=0, le=WAIT_MS_MAX, description="Wait this long when there is nothing yet.")
+        ] = 0,
+    ) -> Response:
+        rm = service.read_model
+        rm.read(offset, 1)  # 410 now, before waiting, when below the window
+        if wait_ms and rm.high_watermark <= offset:
+            await rm.wait_beyond(offset, wait_ms / 1000)
+        page = rm.read(offset, limit)
+        if wants_msgpack(request):
+            body = pack(
+                {
+                    "records": [e.as_dict() for e in page.entries],
+                    "next_offset": page.next_offset,
+                    "high_watermark": page.high_watermark,
+                    "log_start_offset": page.log_start_offset,
+                }
+            )
+            return Response(body, media_type=MSGPACK)
+        body = (
+            b'{"records":['
+            + b",".join(e.json for e in page.entries)
+            + b"],"
+            + orjson.dumps(
+                {
+                    "next_offset": page.next_offset,
+                    "high_watermark": page.high_watermark,
+                    "log_start_offset": page.log_start_offset,
+                }
+            )[1:]
+        )
+        return Response(body, media_type="application/json")
+
+    @v1.get("/log/stream", summary="Server-Sent Events, one per record, id = offset; resume with Last-Event-ID")
+    async def stream_log(
+        request: Request,
+        offset: Annotated[int | None, Query(ge=0, description="First offset wanted (default: the next one).")] = None,
+        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    ) -> Response:
+        nonlocal sse_subscribers
+        rm = service.read_model
+        if last_event_id is not None:
+            if not last_event_id.strip().lstrip("-").isdigit():
+                raise InvalidRequest("Last-Event-ID", "Last-Event-ID must be the offset of the last event seen")
+            start = int(last_event_id) + 1
+        else:
+            start = offset if offset is not None else rm.high_watermark
+        rm.read(start, 1)  # 410 before the stream starts
+        if sse_subscribers >= SSE_MAX_SUBSCRIBERS:
+            raise Unavailable(f"this node serves at most {SSE_MAX_SUBSCRIBERS} streams", retry_after_s=5)
+        sse_subscribers += 1
+
+        async def events() -> AsyncIterator[bytes]:
+            nonlocal sse_subscribers
+            position = start
+            try:
+                yield b"retry: 1000\n\n"
+                while True:
+                    try:
+                        page = rm.read(position, LOG_LIMIT_DEFAULT)
+                    except Gone as e:  # the reader fell below the window: tell it, then end
+                        yield b"event: gone\ndata: " + orjson.dumps({"detail": e.detail, **e.extra}) + b"\n\n"
+                        return
+                    if page.entries:
+                        yield b"".join(
+                            b"id: %d\nevent: record\ndata: %s\n\n" % (e.offset, e.json) for e in page.entries
+                        )
+                        position = page.next_offset
+                        continue
+                    if not await rm.wait_beyond(position, SSE_KEEPALIVE_S):
+                        yield b": keepalive\n\n"
+            finally:
+                sse_subscribers -= 1
+
+        return StreamingResponse(
+            events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
+
+    @v1.get("/snapshot", summary="The image at offset S written as records; continue reading the log at S+1")
+    async def snapshot(request: Request) -> Response:
+        snap = (
+            await asyncio.to_thread(service.read_model.snapshot)
+            if service.read_model.image.partition_count() > 50_000
+            else service.read_model.snapshot()
+        )
+        if wants_msgpack(request):
+            data = await asyncio.to_thread(lambda: snap.msgpack)
+            return Response(data, media_type=MSGPACK)
+        data = await asyncio.to_thread(lambda: snap.json)
+        return Response(data, media_type="application/json")
+
+    # -- cluster admin -----------------------------------------------------------------------------
+    @v1.post("/clusters", status_code=201, summary="Register a physical cluster (idempotent)")
+    async def register_cluster(request: Request, body: RegisterCluster, key: IdemKey = None) -> Response:
+        return await do_write(
+            request,
+            key,
+            lambda image: commands.register_cluster(image, body.cluster_id, body.region, body.bootstrap_servers),
+            lambda image: _render_cluster(image, body.cluster_id),
+            status=201,
+        )
+
+    @v1.put("/clusters/{cluster_id}/state", summary="Change a cluster's admin state")
+    async def change_cluster_state(
+        request: Request,
+        cluster_id: str,
+        body: Annotated[ChangeState, Body(openapi_examples={"read_only": {"value": {"state": "read_only"}}})],
+        key: IdemKey = None,
+    ) -> Response:
+        return await do_write(
+            request,
+            key,
+            lambda image: commands.change_cluster_state(image, cluster_id, body.state),
+            lambda image: _render_cluster(image, cluster_id),
+        )
+
+    # -- topic admin -------------------------------------------------------------------------------
+    @v1.post("/topics", status_code=201, summary="Create a logical topic over its region's active clusters")
+    async def create_topic(request: Request, body: CreateTopic, key: IdemKey = None) -> Response:
+        topic_id = str(uuid.uuid4())
+        return await do_write(
+            request,
+            key,
+            lambda image: commands.create_topic(
+                image,
+                body.name,
+                body.region,
+                body.partitions_per_cluster,
+                topic_id,
+                body.physical_topic,
+                body.retention_ms,
+            ),
+            lambda image: _render_topic(image, body.name),
+            status=201,
+        )
+
+    @v1.post("/topics/{name}/partitions", summary="Add logical partitions on one cluster (scale up)")
+    async def add_partitions(request: Request, name: str, body: AddPartitions, key: IdemKey = None) -> Response:
+        return await do_write(
+            request,
+            key,
+            lambda image: commands.add_partitions(image, name, body.cluster_id, body.count, body.physical_topic),
+            lambda image: _render_topic(image, name),
+        )
+
+    @v1.put("/topics/{name}/partitions/{partition}/state", summary="Change one logical partition's state")
+    async def change_partition_state(
+        request: Request, name: str, partition: int, body: ChangeState, key: IdemKey = None
+    ) -> Response:
+        return await do_write(
+            request,
+            key,
+            lambda image: commands.change_partition_state(image, name, partition, body.state),
+            lambda image: _render_topic(image, name),
+        )
+
+    @v1.delete("/topics/{name}", summary="Delete a logical topic")
+    async def delete_topic(request: Request, name: str, key: IdemKey = None) -> Response:
+        return await do_write(
+            request,
+            key,
+            lambda image: commands.delete_topic(image, name),
+            lambda image: {"name": name, "deleted": name not in image.topics},
+        )
+
+    app.include_router(v1)
+
+    # -- operations --------------------------------------------------------------------------------
+    @app.get("/healthz", summary="The process and its Raft thread are alive")
+    async def healthz() -> Response:
+        if not service.raft.alive():
+            return problems.problem(503, "Unhealthy", "the Raft thread is not running")
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    @app.get("/readyz", summary="This node knows a leader and has caught up with the log")
+    async def readyz() -> Response:
+        leader = service.leader()
+        if leader is None:
+            return problems.problem(503, "Not ready", "no leader known yet", {"Retry-After": "1"})
+        if not service.raft.caught_up():
+            return problems.problem(503, "Not ready", "still applying the log", {"Retry-After": "1"})
+        return Response(orjson.dumps({"status": "ready", "leader_id": leader.id}), media_type="application/json")
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    async def prometheus() -> Response:
+        status = service.raft.status()
+        rm = service.read_model
+        lines = []
+        for role in ("leader", "follower", "candidate"):
+            lines += metrics.gauge(
+                "kfed_raft_role",
+                "1 for this node's current Raft role.",
+                1 if status.role == role else 0,
+                f'role="{role}"',
+            )
+        lines += metrics.gauge("kfed_raft_term", "Current Raft term.", status.term)
+        lines += metrics.gauge("kfed_applied_offset", "Offset of the last applied record.", rm.image.offset)
+        lines += metrics.gauge("kfed_high_watermark", "Offset the next committed record will get.", rm.high_watermark)
+        lines += metrics.gauge("kfed_log_start_offset", "First offset in the in-memory window.", rm.log_start_offset)
+        lines += metrics.gauge("kfed_partitions", "Logical partitions in the image.", rm.image.partition_count())
+        lines += metrics.counter(
+            "kfed_raft_commands_total", "Raft commands proposed by this node.", service.committer.commands
+        )
+        lines += metrics.counter(
+            "kfed_write_proposals_total", "Client writes proposed by this node.", service.committer.proposals
+        )
+        lines += metrics.gauge("kfed_sse_subscribers", "Open log streams.", sse_subscribers)
+        lines += latency.render()
+        return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> Response:
+        return Response(
+            orjson.dumps({"service": "kfed controller", "node_id": service.node_id, "docs": "/docs"}),
+            media_type="application/json",
+        )
+
+    app.state.forwarder = forwarder
+    return app
+
+
+def _render_cluster(image: MetadataImage, cluster_id: str) -> dict[str, Any]:
+    cluster = image.clusters.get(cluster_id)
+    return cluster_view(image, cluster) if cluster else {"cluster_id": cluster_id}
+
+
+def _render_topic(image: MetadataImage, name: str) -> dict[str, Any]:
+    topic = image.topics.get(name)
+    return topic_view(image, topic) if topic else {"name": name}

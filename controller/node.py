@@ -1,0 +1,85 @@
+"""One controller node: a Raft replica and the HTTP API on one asyncio loop in the main thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import uvicorn
+from fastapi import FastAPI
+
+from metadata_log.image import MetadataImage
+from metadata_log.raft import RaftNode, RaftSettings
+from metadata_log.records import Record
+from metadata_log.state import LogState
+
+from .app import build_app
+from .config import QuorumConfig
+from .readmodel import DEFAULT_RETENTION_RECORDS, ReadModel
+from .service import ControllerService
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSettings:
+    retention_records: int = DEFAULT_RETENTION_RECORDS
+    commit_timeout_s: float = 5.0
+    raft: RaftSettings = field(default_factory=RaftSettings)
+
+
+def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeSettings) -> None:
+    """Run until SIGTERM/SIGINT. pysyncobj must be built in this (main, long-lived) thread."""
+    me = quorum.voter(node_id)
+    peers = [v.raft for v in quorum.voters if v.id != node_id]
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+
+    read_model = ReadModel(settings.retention_records)
+    state = LogState()
+
+    def publish(records: Sequence[tuple[int, Record]], image: MetadataImage) -> None:
+        # On the Raft thread: hand over to the loop, in order, never blocking.
+        loop.call_soon_threadsafe(read_model.publish, records, image)
+
+    state.set_publisher(publish)
+    raft = RaftNode(me.raft, peers, data_dir, state, settings.raft)
+    service = ControllerService(node_id, quorum, raft, state, read_model, settings.commit_timeout_s)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service.committer.start()
+        log.info("node %d serving %s (raft %s, data %s)", node_id, me.http, me.raft, data_dir)
+        yield
+        await service.committer.stop()
+        await app.state.forwarder.aclose()
+
+    app = build_app(service, lifespan)
+    host, port = _host_port(me.http)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        loop="none",
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=2,
+    )
+    server = uvicorn.Server(config)
+    try:
+        loop.run_until_complete(server.serve())
+    finally:
+        raft.close()
+        loop.close()
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parsed = urlparse(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return parsed.hostname or "127.0.0.1", port

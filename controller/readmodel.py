@@ -1,0 +1,163 @@
+"""The node's read model on the asyncio loop: the latest image and the retention window of the log.
+
+``LogState`` publishes each committed command from the Raft thread; ``ReadModel.publish`` runs on the
+loop (via ``call_soon_threadsafe``), encodes each record once (JSON and, lazily, msgpack) and wakes the
+long-poll and SSE tailers. Because the Raft thread hands over the publish before it completes the
+write's future, a write's reply is never sent before its records are readable here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+from metadata_log.codec import pack, record_to_dict
+from metadata_log.errors import Gone
+from metadata_log.image import EMPTY_IMAGE, MetadataImage, image_to_records
+from metadata_log.records import Record
+
+DEFAULT_RETENTION_RECORDS: Final = 100_000
+
+
+class Entry:
+    """One committed record with its encodings, made once and shared by every reader."""
+
+    __slots__ = ("_msgpack", "json", "offset", "record")
+
+    def __init__(self, offset: int, record: Record) -> None:
+        self.offset = offset
+        self.record = record
+        self.json = orjson.dumps({"offset": offset, "type": record.TYPE, "data": record_to_dict(record)})
+        self._msgpack: bytes | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"offset": self.offset, "type": self.record.TYPE, "data": record_to_dict(self.record)}
+
+    @property
+    def msgpack(self) -> bytes:
+        if self._msgpack is None:
+            self._msgpack = pack(self.as_dict())
+        return self._msgpack
+
+
+@dataclass(frozen=True, slots=True)
+class LogPage:
+    entries: Sequence[Entry]
+    next_offset: int
+    high_watermark: int
+    log_start_offset: int
+
+
+class Snapshot:
+    """The image at ``offset`` as records; each encoding is made once, on first use."""
+
+    __slots__ = ("_json", "_msgpack", "offset", "records")
+
+    def __init__(self, offset: int, records: Sequence[Record]) -> None:
+        self.offset = offset
+        self.records = records
+        self._json: bytes | None = None
+        self._msgpack: bytes | None = None
+
+    def _body(self) -> dict[str, Any]:
+        return {"offset": self.offset, "records": [{"type": r.TYPE, "data": record_to_dict(r)} for r in self.records]}
+
+    @property
+    def json(self) -> bytes:
+        if self._json is None:
+            self._json = orjson.dumps(self._body())
+        return self._json
+
+    @property
+    def msgpack(self) -> bytes:
+        if self._msgpack is None:
+            self._msgpack = pack(self._body())
+        return self._msgpack
+
+
+class ReadModel:
+    """Image + window of the last ``retention_records`` records (kept between N and 1.25 N)."""
+
+    def __init__(self, retention_records: int = DEFAULT_RETENTION_RECORDS) -> None:
+        if retention_records < 1:
+            raise ValueError("retention_records must be >= 1")
+        self.retention_records = retention_records
+        self.image: MetadataImage = EMPTY_IMAGE
+        self._entries: list[Entry] = []
+        self._start = 0  # offset of self._entries[0]
+        self._changed = asyncio.Event()
+        self._snapshot: Snapshot | None = None
+
+    def reset(self, image: MetadataImage) -> None:
+        """Start from an image loaded from disk: the window begins right after it."""
+        self.image = image
+        self._entries = []
+        self._start = image.offset + 1
+        self._snapshot = None
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    # -- writer side (loop thread) ----------------------------------------------------------------
+    def publish(self, records: Sequence[tuple[int, Record]], image: MetadataImage) -> None:
+        if not records:
+            self.reset(image)
+            return
+        first = records[0][0]
+        if first != self.high_watermark:
+            # Never a silent skip: a gap means this model missed a publish (a bug), or was reset.
+            raise AssertionError(f"read model at {self.high_watermark} got records from {first}")
+        self._entries.extend(Entry(o, r) for o, r in records)
+        self.image = image
+        overshoot = len(self._entries) - self.retention_records
+        if overshoot > self.retention_records // 4:
+            del self._entries[:overshoot]
+            self._start += overshoot
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    # -- reader side ------------------------------------------------------------------------------
+    @property
+    def high_watermark(self) -> int:
+        """Offset the next committed record will get (= last applied offset + 1)."""
+        return self.image.offset + 1
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._start
+
+    def read(self, offset: int, limit: int) -> LogPage:
+        if offset < self._start:
+            raise Gone(
+                f"offset {offset} is below the retention window (log_start_offset {self._start}); "
+                f"load GET /v1/snapshot and continue after its offset",
+                log_start_offset=self._start,
+                snapshot_offset=self.image.offset,
+            )
+        i = offset - self._start
+        entries = self._entries[i : i + limit]
+        next_offset = entries[-1].offset + 1 if entries else max(offset, self._start)
+        return LogPage(entries, next_offset, self.high_watermark, self._start)
+
+    async def wait_beyond(self, offset: int, timeout_s: float) -> bool:
+        """Wait until a record with ``offset`` exists; False on timeout."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.high_watermark <= offset:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return False
+        return True
+
+    def snapshot(self) -> Snapshot:
+        """The current image as records (cached per offset: building it for 1M partitions takes seconds)."""
+        snap = self._snapshot
+        if snap is None or snap.offset != self.image.offset:
+            snap = self._snapshot = Snapshot(self.image.offset, image_to_records(self.image))
+        return snap

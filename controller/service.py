@@ -1,0 +1,219 @@
+"""The controller's service layer: writes (group commit, idempotency, leader forwarding) and reads.
+
+Routes parse and delegate here; nothing in this module knows about HTTP statuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from metadata_log.commands import Result
+from metadata_log.errors import Conflict, InvalidRequest, OutcomeUnknown, Unavailable
+from metadata_log.image import MetadataImage
+from metadata_log.raft import RaftNode
+from metadata_log.state import MAX_IDEMPOTENCY_KEY_CHARS, LogState, Outcome, Proposal
+
+from .config import QuorumConfig, Voter
+from .readmodel import ReadModel
+
+log = logging.getLogger(__name__)
+
+MAX_RECORDS_PER_COMMAND: Final = 20_000
+"""Group commit stops adding proposals to a Raft command past this many records."""
+MAX_INFLIGHT_COMMANDS: Final = 4
+"""Raft commands in flight at once; writers arriving meanwhile are grouped into the next one."""
+MAX_PENDING_WRITES: Final = 10_000
+"""Writes waiting for a Raft command; beyond this a write is refused with 503 (back-pressure)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteReply:
+    body: dict[str, Any]
+    offset: int  # last committed offset of this write (or the image offset when it changed nothing)
+    replayed: bool = False  # an Idempotency-Key retry answered from the first outcome
+
+
+@dataclass(slots=True)
+class _Pending:
+    proposal: Proposal
+    future: asyncio.Future[Outcome] = field(repr=False)
+
+
+class GroupCommitter:
+    """Turns concurrent writes into few Raft commands: at most ``MAX_INFLIGHT_COMMANDS`` in flight,
+    and everything that queued up meanwhile goes into the next one."""
+
+    def __init__(self, raft: RaftNode) -> None:
+        self._raft = raft
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue(MAX_PENDING_WRITES)
+        self._slots = asyncio.Semaphore(MAX_INFLIGHT_COMMANDS)
+        self._task: asyncio.Task[None] | None = None
+        self.commands = 0
+        self.proposals = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def submit(self, proposal: Proposal) -> Outcome:
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        try:
+            self._queue.put_nowait(_Pending(proposal, future))
+        except asyncio.QueueFull:
+            raise Unavailable("too many writes waiting to commit", retry_after_s=1.0) from None
+        return await future
+
+    async def _run(self) -> None:
+        while True:
+            first = await self._queue.get()
+            await self._slots.acquire()
+            batch = [first]
+            records = len(first.proposal.records)
+            while not self._queue.empty() and records < MAX_RECORDS_PER_COMMAND:
+                item = self._queue.get_nowait()
+                batch.append(item)
+                records += len(item.proposal.records)
+            batch = [p for p in batch if not p.future.done()]  # callers that gave up (timeout)
+            if not batch:
+                self._slots.release()
+                continue
+            self.commands += 1
+            self.proposals += len(batch)
+            try:
+                command = self._raft.propose([p.proposal for p in batch])
+            except Exception as e:  # e.g. the Raft queue refused it
+                self._slots.release()
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(Unavailable(f"could not propose: {e}"))
+                continue
+            command.add_done_callback(functools.partial(self._settle, batch=batch))
+
+    def _settle(self, command: asyncio.Future[list[Outcome]], *, batch: list[_Pending]) -> None:
+        self._slots.release()
+        error = command.exception()
+        for i, p in enumerate(batch):
+            if p.future.done():
+                continue
+            if error is not None:
+                p.future.set_exception(error)
+            else:
+                p.future.set_result(command.result()[i])
+
+
+def fingerprint(method: str, path: str, body: bytes) -> str:
+    """What an Idempotency-Key is bound to: the same key with another request is refused (422)."""
+    return hashlib.sha256(method.encode() + b" " + path.encode() + b"\n" + body).hexdigest()[:32]
+
+
+def check_idempotency_key(key: str | None) -> str | None:
+    if key is None:
+        return None
+    if not key or len(key) > MAX_IDEMPOTENCY_KEY_CHARS or not key.isprintable():
+        raise InvalidRequest(
+            "Idempotency-Key", f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} printable characters"
+        )
+    return key
+
+
+class ControllerService:
+    """One node's view: its Raft replica, its read model, and who the leader is."""
+
+    def __init__(
+        self,
+        node_id: int,
+        quorum: QuorumConfig,
+        raft: RaftNode,
+        state: LogState,
+        read_model: ReadModel,
+        commit_timeout_s: float = 5.0,
+    ) -> None:
+        self.node_id = node_id
+        self.quorum = quorum
+        self.raft = raft
+        self.state = state
+        self.read_model = read_model
+        self.commit_timeout_s = commit_timeout_s
+        self.committer = GroupCommitter(raft)
+        self.started_at = time.time()
+
+    # -- leadership ------------------------------------------------------------------------------
+    def leader(self) -> Voter | None:
+        status = self.raft.status()
+        if status.role == "leader":
+            return self.quorum.voter(self.node_id)
+        return self.quorum.by_raft(status.leader_raft) if status.leader_raft else None
+
+    def is_leader(self) -> bool:
+        return self.raft.status().role == "leader"
+
+    # -- writes ----------------------------------------------------------------------------------
+    async def write(
+        self,
+        command: Callable[[MetadataImage], Result],
+        render: Callable[[MetadataImage], dict[str, Any]],
+        idempotency_key: str | None,
+        request_fingerprint: str,
+    ) -> WriteReply:
+        """Validate ``command`` against the latest image, commit its records, reply when committed.
+
+        ``render`` rebuilds the reply body from an image, for a retry answered from the first outcome.
+        """
+        if not self.is_leader():
+            raise Unavailable("this node is not the leader", retry_after_s=0.2)
+        if idempotency_key is not None:
+            replay = self._replay(idempotency_key, request_fingerprint, render)
+            if replay is not None:
+                return replay
+        result = command(self.state.image)
+        if not result.records:
+            return WriteReply(result.reply, self.state.image.offset)
+        proposal = Proposal(result.records, idempotency_key, request_fingerprint if idempotency_key else None)
+        try:
+            outcome = await asyncio.wait_for(self.committer.submit(proposal), self.commit_timeout_s)
+        except TimeoutError:
+            raise OutcomeUnknown(
+                f"not committed within {self.commit_timeout_s:g} s; the write may still commit. "
+                "Retry with the same Idempotency-Key."
+            ) from None
+        if outcome.status == "committed":
+            return WriteReply(result.reply, outcome.last_offset)
+        if outcome.status == "duplicate":
+            return WriteReply(render(self.state.image), outcome.last_offset, replayed=True)
+        if outcome.status == "key_reused":
+            raise InvalidRequest("Idempotency-Key", outcome.detail)
+        raise Conflict(f"the write lost a race with another write: {outcome.detail}")
+
+    def _replay(
+        self, key: str, request_fingerprint: str, render: Callable[[MetadataImage], dict[str, Any]]
+    ) -> WriteReply | None:
+        seen = self.state.outcome_for_key(key)
+        if seen is None:
+            return None
+        first_fingerprint, outcome = seen
+        if first_fingerprint != request_fingerprint:
+            raise InvalidRequest("Idempotency-Key", "Idempotency-Key was used for a different request")
+        return WriteReply(render(self.state.image), outcome.last_offset, replayed=True)
+
+    # -- reads -----------------------------------------------------------------------------------
+    async def image_at_least(self, min_offset: int | None, timeout_s: float) -> MetadataImage:
+        """The read model's image, once it reflects ``min_offset`` (read-your-writes)."""
+        if min_offset is not None and self.read_model.image.offset < min_offset:
+            ok = await self.read_model.wait_beyond(min_offset, timeout_s)
+            if not ok:
+                raise Unavailable(
+                    f"this node has applied up to {self.read_model.image.offset}, not yet {min_offset}",
+                    retry_after_s=0.5,
+                    applied_offset=self.read_model.image.offset,
+                )
+        return self.read_model.image
