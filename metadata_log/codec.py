@@ -101,7 +101,10 @@ def encode(records: Iterable[Record]) -> bytes:
 
 def decode(data: bytes) -> list[Record]:
     """Records from ``encode`` output; ``CodecError`` on malformed or oversize input."""
-    return [record_from_wire(v) for v in unpack(data)]
+    values = unpack(data)
+    if not isinstance(values, list):
+        raise CodecError(f"expected a list of records, got {type(values).__name__}")
+    return [record_from_wire(v) for v in values]
 
 
 def pack(value: Any) -> bytes:

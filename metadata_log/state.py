@@ -68,8 +68,17 @@ def decode_command(data: bytes) -> list[Proposal]:
     value = unpack(data)
     if not isinstance(value, list) or len(value) != 2 or value[0] != COMMAND_VERSION:
         raise CodecError("not a kfed command")
+    if not isinstance(value[1], list):
+        raise CodecError("a command holds a list of proposals")
     out = []
-    for key, fingerprint, records in value[1]:
+    for item in value[1]:
+        if not isinstance(item, list) or len(item) != 3:
+            raise CodecError("a proposal is [idempotency_key, fingerprint, records]")
+        key, fingerprint, records = item
+        if not (key is None or isinstance(key, str)) or not (fingerprint is None or isinstance(fingerprint, str)):
+            raise CodecError("idempotency key and fingerprint must be strings or null")
+        if not isinstance(records, list):
+            raise CodecError("a proposal's records must be a list")
         out.append(Proposal(tuple(record_from_wire(r) for r in records), key, fingerprint))
     return out
 
