@@ -1,0 +1,215 @@
+"""``LogFollower``: tail a controller's log by offset over HTTP and keep a local image with the same apply.
+
+Used by broker agents, the SDK and Spark jobs. It long-polls ``GET /v1/log`` from its next offset, loads
+``GET /v1/snapshot`` when it starts from nothing or gets ``410 Gone`` (it fell below a node's retention
+window), checks that offsets are contiguous, and fails over between controller URLs. It never moves its
+image backwards: a snapshot older than what it already has (a lagging node) is ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import httpx
+
+from .codec import CodecError, record_from_dict, unpack
+from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, snapshot_image
+from .records import Record
+
+log = logging.getLogger(__name__)
+
+MSGPACK: Final = "application/msgpack"
+DEFAULT_WAIT_MS: Final = 10_000
+DEFAULT_LIMIT: Final = 5_000
+BACKOFF_MIN_S: Final = 0.05
+BACKOFF_MAX_S: Final = 2.0
+
+Listener = Callable[[MetadataImage, Sequence[tuple[int, Record]]], None]
+"""Called after every advance: the new image and the (offset, record) pairs that made it
+(empty pairs after a snapshot load)."""
+
+
+class FollowerError(Exception):
+    """No controller could be reached, or they answered something that is not the kfed log."""
+
+
+class LogFollower:
+    """Follows the metadata log of a quorum given as a bootstrap list of controller URLs."""
+
+    def __init__(
+        self,
+        controllers: Sequence[str] | str,
+        *,
+        wait_ms: int = DEFAULT_WAIT_MS,
+        limit: int = DEFAULT_LIMIT,
+        listener: Listener | None = None,
+        client: httpx.Client | None = None,
+        timeout_s: float = 5.0,
+    ) -> None:
+        urls = controllers.split(",") if isinstance(controllers, str) else list(controllers)
+        self.urls = [u.strip().rstrip("/") for u in urls if u.strip()]
+        if not self.urls:
+            raise ValueError("LogFollower needs at least one controller URL")
+        self.wait_ms = wait_ms
+        self.limit = limit
+        self.image: MetadataImage = EMPTY_IMAGE
+        self._listeners: list[Listener] = [listener] if listener else []
+        self._client = client or httpx.Client(timeout=httpx.Timeout(timeout_s + wait_ms / 1000, connect=timeout_s))
+        self._owns_client = client is None
+        self._current = 0
+        self._backoff_s = BACKOFF_MIN_S
+        self._advanced = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self.snapshots_loaded = 0
+        self.last_error: str | None = None
+
+    # -- state -------------------------------------------------------------------------------------
+    @property
+    def next_offset(self) -> int:
+        return self.image.offset + 1
+
+    @property
+    def url(self) -> str:
+        return self.urls[self._current]
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    # -- one step ----------------------------------------------------------------------------------
+    def poll(self, wait_ms: int | None = None) -> int:
+        """Fetch and apply what follows ``next_offset`` (waiting up to ``wait_ms``); returns records applied.
+
+        Network errors and 5xx move on to the next controller URL and are re-raised as ``FollowerError``
+        only when every URL failed in a row.
+        """
+        wait = self.wait_ms if wait_ms is None else wait_ms
+        failures = 0
+        while True:
+            try:
+                return self._poll_once(wait)
+            except (httpx.HTTPError, FollowerError) as e:
+                failures += 1
+                self.last_error = f"{self.url}: {type(e).__name__}: {e}"
+                log.debug("log follower: %s", self.last_error)
+                self._current = (self._current + 1) % len(self.urls)
+                if failures >= len(self.urls):
+                    raise FollowerError(f"no controller reachable ({self.last_error})") from e
+
+    def _poll_once(self, wait_ms: int) -> int:
+        if self.image.offset < 0 and self.snapshots_loaded == 0:
+            self.load_snapshot()
+        r = self._client.get(
+            f"{self.url}/v1/log",
+            params={"offset": self.next_offset, "limit": self.limit, "wait_ms": wait_ms},
+            headers={"Accept": MSGPACK},
+        )
+        if r.status_code == 410:
+            log.info("offset %d is below %s's window; loading its snapshot", self.next_offset, self.url)
+            self.load_snapshot()
+            return 0
+        if r.status_code != 200:
+            raise FollowerError(f"GET /v1/log answered {r.status_code}: {r.text[:200]}")
+        body = _unpack(r)
+        entries = []
+        expected = self.next_offset
+        for item in body["records"]:
+            offset = int(item["offset"])
+            if offset != expected:
+                raise FollowerError(f"{self.url} sent offset {offset} where {expected} was expected")
+            entries.append((offset, record_from_dict(item["type"], item["data"])))
+            expected += 1
+        if entries:
+            self._advance(entries)
+        return len(entries)
+
+    def load_snapshot(self) -> None:
+        """Replace the image by the controller's snapshot, unless that would move it backwards."""
+        r = self._client.get(f"{self.url}/v1/snapshot", headers={"Accept": MSGPACK})
+        if r.status_code != 200:
+            raise FollowerError(f"GET /v1/snapshot answered {r.status_code}: {r.text[:200]}")
+        body = _unpack(r)
+        offset = int(body["offset"])
+        if offset < self.image.offset:
+            raise FollowerError(f"{self.url} is behind this follower (snapshot {offset} < {self.image.offset})")
+        try:
+            records = [record_from_dict(item["type"], item["data"]) for item in body["records"]]
+            image = snapshot_image(records, offset)
+        except (CodecError, InvalidRecord, KeyError, TypeError) as e:
+            raise FollowerError(f"snapshot from {self.url} does not decode: {e}") from e
+        self.snapshots_loaded += 1
+        self._set_image(image, [])
+
+    def _advance(self, entries: list[tuple[int, Record]]) -> None:
+        try:
+            image = apply(self.image, [r for _, r in entries])
+        except InvalidRecord as e:  # the log never holds such records; a node serving them is broken
+            raise FollowerError(f"record from {self.url} does not apply: {e}") from e
+        self._set_image(image, entries)
+
+    def _set_image(self, image: MetadataImage, entries: list[tuple[int, Record]]) -> None:
+        with self._advanced:
+            self.image = image
+            self._advanced.notify_all()
+        for listener in self._listeners:
+            try:
+                listener(image, entries)
+            except Exception:
+                log.exception("log follower listener failed")
+
+    # -- continuous --------------------------------------------------------------------------------
+    def start(self) -> LogFollower:
+        """Follow in a daemon thread until ``stop()``; errors back off and retry forever."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="kfed-log-follower", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.poll()
+                self._backoff_s = BACKOFF_MIN_S
+            except FollowerError as e:
+                log.warning("log follower: %s; retrying in %.2f s", e, self._backoff_s)
+                self._stopping.wait(self._backoff_s)
+                self._backoff_s = min(BACKOFF_MAX_S, self._backoff_s * 2)
+
+    def wait_for(self, offset: int, timeout_s: float) -> bool:
+        """Block until the image reflects ``offset`` (True) or ``timeout_s`` passes (False)."""
+        deadline = time.monotonic() + timeout_s
+        with self._advanced:
+            while self.image.offset < offset:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._advanced.wait(remaining)
+        return True
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.wait_ms / 1000 + 6)
+            self._thread = None
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> LogFollower:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _unpack(response: httpx.Response) -> Any:
+    try:
+        body = unpack(response.content)
+    except CodecError as e:
+        raise FollowerError(f"undecodable body from {response.url}: {e}") from e
+    if not isinstance(body, dict):
+        raise FollowerError(f"unexpected body from {response.url}")
+    return body

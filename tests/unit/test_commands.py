@@ -1,0 +1,160 @@
+"""Commands validate against the image, name the bad field, and produce records that apply."""
+
+from __future__ import annotations
+
+import pytest
+
+from metadata_log import commands
+from metadata_log.errors import Conflict, InvalidRequest, NotFound
+from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
+from metadata_log.records import ClusterFenced, ClusterRegistered, ClusterStateChanged, TopicCreated
+
+
+def run(image: MetadataImage, result: commands.Result) -> MetadataImage:
+    return apply(image, result.records)
+
+
+@pytest.fixture
+def two_clusters() -> MetadataImage:
+    return apply(
+        EMPTY_IMAGE,
+        [
+            ClusterRegistered("c2", "r1", "127.0.0.1:29092"),
+            ClusterRegistered("c1", "r1", "127.0.0.1:19092"),
+            ClusterRegistered("x9", "r2", "127.0.0.1:39092"),
+        ],
+    )
+
+
+def test_create_topic_places_cluster_by_cluster_in_id_order(two_clusters: MetadataImage) -> None:
+    result = commands.create_topic(two_clusters, "U_TopicA", "r1", 4, topic_id="t-1")
+    parts = result.reply["partitions"]
+    assert [(p["partition"], p["cluster_id"], p["physical_partition"]) for p in parts] == [
+        (0, "c1", 0), (1, "c1", 1), (2, "c1", 2), (3, "c1", 3),
+        (4, "c2", 0), (5, "c2", 1), (6, "c2", 2), (7, "c2", 3),
+    ]  # fmt: skip
+    assert {p["physical_topic"] for p in parts} == {"U_TopicA"}
+    assert all(p["state"] == "writable" and p["writable"] for p in parts)
+    assert len(result.records) == 9
+    image = run(two_clusters, result)
+    assert len(image.topics["U_TopicA"].partitions) == 8
+
+
+def test_create_topic_skips_fenced_and_inactive_clusters(two_clusters: MetadataImage) -> None:
+    image = apply(two_clusters, [ClusterFenced("c1", "down", 1)])
+    parts = commands.create_topic(image, "t", "r1", 2, topic_id="i").reply["partitions"]
+    assert {p["cluster_id"] for p in parts} == {"c2"}
+    image = apply(image, [ClusterStateChanged("c2", "read_only")])
+    with pytest.raises(Conflict, match="no active, unfenced cluster") as e:
+        commands.create_topic(image, "t", "r1", 2, topic_id="i")
+    assert e.value.extra["field"] == "region"
+
+
+def test_create_topic_with_physical_name(two_clusters: MetadataImage) -> None:
+    parts = commands.create_topic(two_clusters, "t", "r1", 1, topic_id="i", physical_topic="phys").reply["partitions"]
+    assert {p["physical_topic"] for p in parts} == {"phys"}
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"name": ""}, "name"),
+        ({"name": "has space"}, "name"),
+        ({"name": "x" * 250}, "name"),
+        ({"name": ".."}, "name"),
+        ({"region": "r/1"}, "region"),
+        ({"partitions_per_cluster": 0}, "partitions_per_cluster"),
+        ({"partitions_per_cluster": True}, "partitions_per_cluster"),
+        ({"partitions_per_cluster": 60_000}, "partitions_per_cluster"),
+        ({"physical_topic": "a b"}, "physical_topic"),
+        ({"retention_ms": -1}, "retention_ms"),
+    ],
+)
+def test_create_topic_rejects_bad_fields(two_clusters: MetadataImage, kwargs: dict, field: str) -> None:
+    args = {"name": "t", "region": "r1", "partitions_per_cluster": 2, "topic_id": "i"} | kwargs
+    with pytest.raises(InvalidRequest) as e:
+        commands.create_topic(two_clusters, **args)
+    assert e.value.field == field
+
+
+def test_create_existing_topic_conflicts(two_clusters: MetadataImage) -> None:
+    image = run(two_clusters, commands.create_topic(two_clusters, "t", "r1", 1, topic_id="i"))
+    with pytest.raises(Conflict, match="already exists"):
+        commands.create_topic(image, "t", "r1", 1, topic_id="j")
+
+
+def test_register_cluster_is_idempotent_and_guards_region(two_clusters: MetadataImage) -> None:
+    assert commands.register_cluster(two_clusters, "c1", "r1", "127.0.0.1:19092").records == ()
+    moved = commands.register_cluster(two_clusters, "c1", "r1", "10.0.0.1:9092,10.0.0.2:9092")
+    assert moved.records == (ClusterRegistered("c1", "r1", "10.0.0.1:9092,10.0.0.2:9092"),)
+    with pytest.raises(Conflict, match="already registered in region"):
+        commands.register_cluster(two_clusters, "c1", "r2", "127.0.0.1:19092")
+    for bad in ("", "nohost", "h:0", "h:99999", "h:1,,h:2"):
+        with pytest.raises(InvalidRequest) as e:
+            commands.register_cluster(two_clusters, "c5", "r1", bad)
+        assert e.value.field == "bootstrap_servers"
+
+
+def test_cluster_state_paths(two_clusters: MetadataImage) -> None:
+    image = two_clusters
+    for state in ("read_only", "draining", "decommissioned"):
+        image = run(image, commands.change_cluster_state(image, "c1", state))
+    assert image.clusters["c1"].state == "decommissioned"
+    with pytest.raises(Conflict, match="cannot go from decommissioned to active"):
+        commands.change_cluster_state(image, "c1", "active")
+    with pytest.raises(Conflict, match=r"allowed: read_only"):
+        commands.change_cluster_state(two_clusters, "c2", "draining")
+    with pytest.raises(InvalidRequest):
+        commands.change_cluster_state(two_clusters, "c2", "sleeping")
+    with pytest.raises(NotFound):
+        commands.change_cluster_state(two_clusters, "nope", "read_only")
+    with pytest.raises(Conflict, match="decommissioned"):
+        commands.register_cluster(image, "c1", "r1", "127.0.0.1:19092")
+    assert commands.change_cluster_state(two_clusters, "c2", "active").records == ()
+
+
+def test_add_partitions_continues_physical_numbering(two_clusters: MetadataImage) -> None:
+    image = run(two_clusters, commands.create_topic(two_clusters, "t", "r1", 2, topic_id="i"))
+    result = commands.add_partitions(image, "t", "c2", 3)
+    new = result.reply["partitions"][4:]
+    assert [(p["partition"], p["cluster_id"], p["physical_partition"]) for p in new] == [
+        (4, "c2", 2), (5, "c2", 3), (6, "c2", 4),
+    ]  # fmt: skip
+    image = run(image, result)
+    image = apply(image, [ClusterRegistered("c3", "r1", "h:3")])
+    fresh = commands.add_partitions(image, "t", "c3", 2).reply["partitions"][7:]
+    assert [(p["partition"], p["physical_partition"]) for p in fresh] == [(7, 0), (8, 1)]
+    with pytest.raises(Conflict, match="region"):
+        commands.add_partitions(image, "t", "x9", 1)
+    with pytest.raises(NotFound):
+        commands.add_partitions(image, "nope", "c1", 1)
+    with pytest.raises(NotFound):
+        commands.add_partitions(image, "t", "c7", 1)
+
+
+def test_partition_state_paths_and_last_writable(two_clusters: MetadataImage) -> None:
+    image = run(two_clusters, commands.create_topic(two_clusters, "t", "r1", 1, topic_id="i"))
+    image = run(image, commands.change_partition_state(image, "t", 0, "read_only"))
+    with pytest.raises(Conflict, match="at least one writable"):
+        commands.change_partition_state(image, "t", 1, "read_only")
+    with pytest.raises(Conflict, match="cannot go from writable to removed"):
+        commands.change_partition_state(image, "t", 1, "removed")
+    image = run(image, commands.change_partition_state(image, "t", 0, "removed"))
+    with pytest.raises(Conflict, match="cannot go from removed"):
+        commands.change_partition_state(image, "t", 0, "writable")
+    with pytest.raises(NotFound):
+        commands.change_partition_state(image, "t", 2, "read_only")
+    with pytest.raises(InvalidRequest):
+        commands.change_partition_state(image, "t", 1, "gone")
+    assert commands.change_partition_state(image, "t", 1, "writable").records == ()
+
+
+def test_delete_topic(two_clusters: MetadataImage) -> None:
+    image = run(two_clusters, commands.create_topic(two_clusters, "t", "r1", 1, topic_id="i"))
+    image = run(image, commands.delete_topic(image, "t"))
+    assert "t" not in image.topics
+    with pytest.raises(NotFound):
+        commands.delete_topic(image, "t")
+    # a deleted name can be created again, as a new topic
+    image = apply(image, [TopicCreated("j", "t", "r1")])
+    assert image.topics["t"].topic_id == "j"

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from controller.config import ConfigError, Voter, parse_quorum, render_quorum
+from controller.readmodel import ReadModel
+from metadata_log.errors import Gone
+from metadata_log.image import EMPTY_IMAGE, apply
+from metadata_log.records import NoOp, Record
+
+
+def test_quorum_round_trip() -> None:
+    import tomllib
+
+    voters = [Voter(1, "127.0.0.1:9101", "http://127.0.0.1:8001"), Voter(2, "127.0.0.1:9102", "http://127.0.0.1:8002")]
+    assert list(parse_quorum(tomllib.loads(render_quorum(voters))).voters) == voters
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({}, "at least one"),
+        ({"voters": [{"id": 0, "raft": "h:1", "http": "http://h:2"}]}, "positive integer"),
+        ({"voters": [{"id": 1, "raft": "h", "http": "http://h:2"}]}, "host:port"),
+        ({"voters": [{"id": 1, "raft": "h:1", "http": "h:2"}]}, "http"),
+        ({"voters": [{"id": 1, "raft": "h:1", "http": "http://h:2", "x": 1}]}, "unknown keys"),
+        (
+            {
+                "voters": [
+                    {"id": 1, "raft": "h:1", "http": "http://h:2"},
+                    {"id": 1, "raft": "h:3", "http": "http://h:4"},
+                ]
+            },
+            "share the same id",
+        ),
+    ],
+)
+def test_bad_quorum_configs_name_the_problem(data: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_quorum(data)
+
+
+def publish_noops(model: ReadModel, count: int) -> None:
+    start = model.high_watermark
+    records: list[tuple[int, Record]] = [(start + i, NoOp()) for i in range(count)]
+    model.publish(records, apply(model.image, [r for _, r in records]))
+
+
+async def test_window_keeps_between_n_and_five_quarters_n() -> None:
+    model = ReadModel(retention_records=100)
+    for _ in range(50):
+        publish_noops(model, 7)
+    assert model.high_watermark == 350
+    assert 100 <= model.high_watermark - model.log_start_offset <= 125
+    page = model.read(model.log_start_offset, 10)
+    assert [e.offset for e in page.entries] == list(range(model.log_start_offset, model.log_start_offset + 10))
+    with pytest.raises(Gone) as e:
+        model.read(model.log_start_offset - 1, 10)
+    assert e.value.extra == {"log_start_offset": model.log_start_offset, "snapshot_offset": 349}
+
+
+async def test_read_past_the_end_is_empty_and_wait_wakes_on_publish() -> None:
+    model = ReadModel()
+    publish_noops(model, 3)
+    page = model.read(3, 10)
+    assert page.entries == [] and page.next_offset == 3 and page.high_watermark == 3
+    waiter = asyncio.create_task(model.wait_beyond(3, 5.0))
+    await asyncio.sleep(0)
+    publish_noops(model, 1)
+    assert await waiter is True
+    assert await model.wait_beyond(10, 0.01) is False
+
+
+async def test_a_gap_in_published_offsets_is_a_crash_not_a_skip() -> None:
+    model = ReadModel()
+    with pytest.raises(AssertionError):
+        model.publish([(5, NoOp())], apply(EMPTY_IMAGE, [NoOp()]))
+
+
+async def test_reset_starts_the_window_after_the_loaded_image() -> None:
+    model = ReadModel()
+    image = apply(EMPTY_IMAGE, [NoOp()] * 10)
+    model.publish([], image)
+    assert model.log_start_offset == 10 and model.high_watermark == 10
+    assert model.snapshot().offset == 9

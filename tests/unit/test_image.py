@@ -1,0 +1,123 @@
+"""Image algebra: apply composes, snapshots round-trip, every prefix is a valid image, bad records refused."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from metadata_log.image import (
+    EMPTY_IMAGE,
+    InvalidRecord,
+    MetadataImage,
+    apply,
+    image_to_records,
+    is_writable,
+    snapshot_image,
+)
+from metadata_log.records import (
+    ClusterFenced,
+    ClusterRegistered,
+    ClusterStateChanged,
+    ClusterUnfenced,
+    PartitionsAdded,
+    PartitionStateChanged,
+    TopicCreated,
+    TopicDeleted,
+)
+
+from .samples import ONE_OF_EACH
+
+
+def test_apply_composes() -> None:
+    for cut in range(len(ONE_OF_EACH) + 1):
+        stepwise = apply(apply(EMPTY_IMAGE, ONE_OF_EACH[:cut]), ONE_OF_EACH[cut:])
+        assert stepwise == apply(EMPTY_IMAGE, ONE_OF_EACH)
+
+
+def test_offset_counts_records() -> None:
+    assert apply(EMPTY_IMAGE, ONE_OF_EACH).offset == len(ONE_OF_EACH) - 1
+    assert apply(EMPTY_IMAGE, []).offset == -1
+
+
+def test_every_prefix_replays_and_snapshots_round_trip() -> None:
+    image = EMPTY_IMAGE
+    for record in ONE_OF_EACH:
+        image = apply(image, [record])
+        again = snapshot_image(image_to_records(image), image.offset)
+        assert again == image
+
+
+def test_snapshot_of_decommissioned_cluster_with_partitions() -> None:
+    records = [
+        ClusterRegistered("c1", "r1", "h:1"),
+        ClusterRegistered("c2", "r1", "h:2"),
+        TopicCreated("id", "t", "r1"),
+        PartitionsAdded("t", 0, "c1", "t", 0),
+        PartitionsAdded("t", 1, "c2", "t", 0),
+        PartitionStateChanged("t", 1, "read_only"),
+        PartitionStateChanged("t", 1, "removed"),
+        ClusterStateChanged("c2", "read_only"),
+        ClusterStateChanged("c2", "draining"),
+        ClusterStateChanged("c2", "decommissioned"),
+    ]
+    image = apply(EMPTY_IMAGE, records)
+    assert snapshot_image(image_to_records(image), image.offset) == image
+
+
+def test_seeds_example_placement_and_writability() -> None:
+    image = apply(EMPTY_IMAGE, ONE_OF_EACH)
+    topic = image.topics["U_TopicA"]
+    assert [p.cluster_id for p in topic.partitions] == ["c1", "c2", "c2"]
+    assert [p.state for p in topic.partitions] == ["writable", "removed", "writable"]
+    # c1 is fenced at the end of the sample log, c2 unfenced again
+    assert [is_writable(image, p) for p in topic.partitions] == [False, False, True]
+    assert image.clusters["c1"].leaders == {("U_TopicA", 0): "127.0.0.1:19092"}
+    assert "C" not in image.topics
+
+
+def test_apply_is_atomic_and_leaves_the_input_untouched() -> None:
+    base = apply(EMPTY_IMAGE, ONE_OF_EACH)
+    frozen = dataclasses.replace(base)
+    with pytest.raises(InvalidRecord):
+        apply(base, [TopicCreated("x", "X", "r1"), PartitionsAdded("X", 0, "nope", "X", 0)])
+    assert base == frozen
+    assert "X" not in base.topics
+
+
+@pytest.mark.parametrize(
+    "records, message",
+    [
+        ([ClusterStateChanged("c9", "read_only")], "not registered"),
+        ([ClusterRegistered("c1", "r2", "h:1")], "registered in region"),
+        ([ClusterStateChanged("c1", "decommissioned")], "cannot go from active"),
+        ([ClusterFenced("c1", "x", 1)], "already fenced"),
+        ([ClusterUnfenced("c2", 1)], "not fenced"),
+        ([TopicCreated("x", "U_TopicA", "r1")], "already exists"),
+        ([PartitionsAdded("U_TopicA", 5, "c1", "U_TopicA", 9)], "not the next id"),
+        ([PartitionsAdded("U_TopicA", 3, "c1", "U_TopicA", 0)], "already backs"),
+        ([PartitionsAdded("U_TopicA", 3, "c3", "U_TopicA", 0)], "region"),
+        ([PartitionsAdded("nope", 0, "c1", "nope", 0)], "does not exist"),
+        ([PartitionStateChanged("U_TopicA", 1, "writable")], "cannot go from removed"),
+        ([PartitionStateChanged("U_TopicA", 0, "removed")], "cannot go from writable"),
+        ([PartitionStateChanged("U_TopicA", 7, "read_only")], "no partition 7"),
+        ([TopicDeleted("nope")], "does not exist"),
+    ],
+)
+def test_records_that_do_not_fit_are_refused(records: list, message: str) -> None:
+    base = apply(EMPTY_IMAGE, ONE_OF_EACH)
+    with pytest.raises(InvalidRecord, match=message):
+        apply(base, records)
+
+
+def test_images_share_unchanged_maps() -> None:
+    base = apply(EMPTY_IMAGE, ONE_OF_EACH)
+    after = apply(base, [PartitionStateChanged("U_TopicA", 0, "read_only")])
+    assert after.clusters is base.clusters
+    assert after.topics["B"] is base.topics["B"]
+    assert after.topics["U_TopicA"] is not base.topics["U_TopicA"]
+
+
+def test_empty_image_is_empty() -> None:
+    assert MetadataImage(-1, {}, {}, {}) == EMPTY_IMAGE
+    assert image_to_records(EMPTY_IMAGE) == []

@@ -1,0 +1,116 @@
+"""The replicated state machine: contiguous offsets, atomic proposals, idempotency, never raising, dumps."""
+
+from __future__ import annotations
+
+import pytest
+
+from metadata_log.image import EMPTY_IMAGE, apply
+from metadata_log.records import ClusterRegistered, NoOp, PartitionsAdded, Record, TopicCreated
+from metadata_log.state import (
+    MAX_IDEMPOTENCY_KEYS,
+    CorruptState,
+    LogState,
+    Proposal,
+    encode_command,
+)
+
+from .samples import ONE_OF_EACH
+
+
+def collecting_state() -> tuple[LogState, list[tuple[int, Record]]]:
+    published: list[tuple[int, Record]] = []
+    state = LogState(lambda records, image: published.extend(records))
+    return state, published
+
+
+def test_group_of_proposals_gets_contiguous_offsets() -> None:
+    state, published = collecting_state()
+    outcomes = state.apply_command(
+        encode_command([Proposal((ClusterRegistered("c1", "r1", "h:1"),)), Proposal((NoOp(), NoOp()))])
+    )
+    assert [(o.status, o.first_offset, o.last_offset) for o in outcomes] == [("committed", 0, 0), ("committed", 1, 2)]
+    assert [o for o, _ in published] == [0, 1, 2]
+    assert state.image.offset == 2
+
+
+def test_a_rejected_proposal_changes_nothing_and_takes_no_offsets() -> None:
+    state, published = collecting_state()
+    good = Proposal((ClusterRegistered("c1", "r1", "h:1"),))
+    bad = Proposal((TopicCreated("i", "t", "r1"), PartitionsAdded("t", 0, "missing", "t", 0)))
+    after = Proposal((NoOp(),))
+    outcomes = state.apply_command(encode_command([good, bad, after]))
+    assert [o.status for o in outcomes] == ["committed", "rejected", "committed"]
+    assert "not registered" in outcomes[1].detail
+    assert "t" not in state.image.topics
+    assert [o for o, _ in published] == [0, 1]
+    assert outcomes[2].first_offset == 1
+
+
+def test_idempotency_key_commits_once_and_replays_the_first_outcome() -> None:
+    state, published = collecting_state()
+    p = Proposal((ClusterRegistered("c1", "r1", "h:1"),), idempotency_key="k", fingerprint="f")
+    first = state.apply_command(encode_command([p]))[0]
+    again = state.apply_command(encode_command([p, p]))
+    assert first.status == "committed"
+    assert [(o.status, o.last_offset) for o in again] == [("duplicate", 0), ("duplicate", 0)]
+    assert len(published) == 1
+    reused = Proposal((NoOp(),), idempotency_key="k", fingerprint="other")
+    assert state.apply_command(encode_command([reused]))[0].status == "key_reused"
+    assert state.outcome_for_key("k") == ("f", first)
+
+
+def test_idempotency_window_is_bounded_and_forgets_oldest_first() -> None:
+    state = LogState()
+    batch = [Proposal((), idempotency_key=f"k{i}", fingerprint="f") for i in range(MAX_IDEMPOTENCY_KEYS + 5)]
+    state.apply_command(encode_command(batch))
+    assert state.outcome_for_key("k0") is None
+    assert state.outcome_for_key("k4") is None
+    assert state.outcome_for_key("k5") is not None
+
+
+@pytest.mark.parametrize(
+    "data", [b"", b"\xc1", b"\x93\x01\x02\x03", encode_command([])[:-1], b"\x92\x01\x91\x93\x00\x00\x90"]
+)
+def test_garbage_commands_never_raise(data: bytes) -> None:
+    state, published = collecting_state()
+    outcomes = state.apply_command(data)
+    assert all(o.status == "rejected" for o in outcomes)
+    assert state.image == EMPTY_IMAGE
+    assert published == []
+
+
+def test_a_publisher_failure_does_not_stop_apply() -> None:
+    def boom(records: object, image: object) -> None:
+        raise RuntimeError("publisher bug")
+
+    state = LogState(boom)
+    assert state.apply_command(encode_command([Proposal((NoOp(),))]))[0].status == "committed"
+    assert state.image.offset == 0
+
+
+def test_dump_and_load_round_trip() -> None:
+    state = LogState()
+    state.apply_command(encode_command([Proposal(tuple(ONE_OF_EACH), "key-1", "fp")]))
+    data = state.dump({"last": [b"cmd", 7, 2]})
+    loaded, resets = LogState(), []
+    loaded.set_publisher(lambda records, image: resets.append((list(records), image.offset)))
+    assert loaded.load(data) == {"last": [b"cmd", 7, 2]}
+    assert loaded.image == state.image == apply(EMPTY_IMAGE, ONE_OF_EACH)
+    assert loaded.outcome_for_key("key-1") == state.outcome_for_key("key-1")
+    assert resets == [([], len(ONE_OF_EACH) - 1)]
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda d: d[:-10], "truncated"),
+        (lambda d: d[:10], "shorter than its header"),
+        (lambda d: d[:30] + bytes([d[30] ^ 0xFF]) + d[31:], "checksum"),
+        (lambda d: b"NOTKFED!" + d[8:], "bad magic"),
+    ],
+)
+def test_damaged_dumps_are_detected(damage, message: str) -> None:
+    state = LogState()
+    state.apply_command(encode_command([Proposal(tuple(ONE_OF_EACH))]))
+    with pytest.raises(CorruptState, match=message):
+        LogState().load(damage(state.dump(None)))
