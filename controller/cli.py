@@ -64,6 +64,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--election-timeout-ms-min", type=_positive_int, default=300)
     c.add_argument("--election-timeout-ms-max", type=_positive_int, default=900)
     c.add_argument(
+        "--compaction-min-entries",
+        type=_positive_int,
+        default=100_000,
+        help="Raft entries between state dumps (default 100000; each dump writes the whole image)",
+    )
+    c.add_argument(
+        "--compaction-period-s",
+        type=_positive_int,
+        default=120,
+        help="each node dumps its state at most once per period, in its own slice of it so that nodes "
+        "never dump at the same time (default 120)",
+    )
+    c.add_argument(
         "--no-journal-fsync",
         action="store_true",
         help="do not fsync the Raft journal per append (faster; a power loss of a majority can "
@@ -126,6 +139,8 @@ def _controller(args: argparse.Namespace) -> int:
             election_timeout_ms_min=args.election_timeout_ms_min,
             election_timeout_ms_max=args.election_timeout_ms_max,
             journal_fsync=not args.no_journal_fsync,
+            compaction_min_entries=args.compaction_min_entries,
+            compaction_min_s=args.compaction_period_s,
         ),
     )
     run_node(quorum, args.node_id, args.data_dir, settings)

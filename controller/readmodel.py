@@ -17,7 +17,7 @@ import orjson
 
 from metadata_log.codec import pack, record_to_dict
 from metadata_log.errors import Gone
-from metadata_log.image import EMPTY_IMAGE, MetadataImage, image_to_records
+from metadata_log.image import EMPTY_IMAGE, MetadataImage, image_to_records, image_to_wire
 from metadata_log.records import Record
 
 DEFAULT_RETENTION_RECORDS: Final = 100_000
@@ -55,27 +55,28 @@ class LogPage:
 class Snapshot:
     """The image at ``offset`` as records; each encoding is made once, on first use."""
 
-    __slots__ = ("_json", "_msgpack", "offset", "records")
+    __slots__ = ("_json", "_msgpack", "image", "offset")
 
-    def __init__(self, offset: int, records: Sequence[Record]) -> None:
-        self.offset = offset
-        self.records = records
+    def __init__(self, image: MetadataImage) -> None:
+        self.image = image
+        self.offset = image.offset
         self._json: bytes | None = None
         self._msgpack: bytes | None = None
 
-    def _body(self) -> dict[str, Any]:
-        return {"offset": self.offset, "records": [{"type": r.TYPE, "data": record_to_dict(r)} for r in self.records]}
-
     @property
     def json(self) -> bytes:
+        """Readable form: records as ``{"type", "data": {field: value}}``."""
         if self._json is None:
-            self._json = orjson.dumps(self._body())
+            records = [{"type": r.TYPE, "data": record_to_dict(r)} for r in image_to_records(self.image)]
+            self._json = orjson.dumps({"offset": self.offset, "records": records})
         return self._json
 
     @property
     def msgpack(self) -> bytes:
+        """Bulk form for machines: records in the codec's positional wire form ``[type, version, fields...]``
+        (a 1M-partition snapshot loads several times faster than from field maps)."""
         if self._msgpack is None:
-            self._msgpack = pack(self._body())
+            self._msgpack = pack({"offset": self.offset, "records": image_to_wire(self.image)})
         return self._msgpack
 
 
@@ -159,5 +160,5 @@ class ReadModel:
         """The current image as records (cached per offset: building it for 1M partitions takes seconds)."""
         snap = self._snapshot
         if snap is None or snap.offset != self.image.offset:
-            snap = self._snapshot = Snapshot(self.image.offset, image_to_records(self.image))
+            snap = self._snapshot = Snapshot(self.image)
         return snap

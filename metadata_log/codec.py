@@ -79,19 +79,40 @@ def record_from_wire(value: Any) -> Record:
     return record
 
 
+_STR: Final[tuple[type, ...]] = (str,)
+_INT: Final[tuple[type, ...]] = (int,)
+
+
+def _checks_for(cls: type[Record]) -> tuple[tuple[str, tuple[type, ...], bool], ...]:
+    """(field, accepted types, nullable) for each scalar field, from the annotations (computed once)."""
+    out = []
+    for f in dataclasses.fields(cls):
+        ann = str(f.type).replace(" ", "")
+        nullable = ann.endswith("|None")
+        base = ann.removesuffix("|None")
+        if base == "str":
+            out.append((f.name, _STR, nullable))
+        elif base == "int":
+            out.append((f.name, _INT, nullable))
+        elif base in ("ClusterState", "PartitionState"):
+            out.append((f.name, _STR, nullable))
+    return tuple(out)
+
+
+_CHECKS: Final = {cls: _checks_for(cls) for cls in RECORD_TYPES}
+
+
 def _check_types(record: Record) -> None:
     """Reject values whose Python type disagrees with the annotation (msgpack is untyped)."""
-    for f in dataclasses.fields(record):
-        v = getattr(record, f.name)
-        ann = str(f.type)
-        if ann == "str" and not isinstance(v, str):
-            raise CodecError(f"{record.TYPE}.{f.name} must be a string")
-        if ann == "int" and (not isinstance(v, int) or isinstance(v, bool)):
-            raise CodecError(f"{record.TYPE}.{f.name} must be an integer")
-        if ann in ("str | None",) and v is not None and not isinstance(v, str):
-            raise CodecError(f"{record.TYPE}.{f.name} must be a string or null")
-        if ann in ("int | None",) and v is not None and (not isinstance(v, int) or isinstance(v, bool)):
-            raise CodecError(f"{record.TYPE}.{f.name} must be an integer or null")
+    for name, types, nullable in _CHECKS[type(record)]:
+        v = getattr(record, name)
+        if v is None:
+            if nullable:
+                continue
+        elif isinstance(v, types) and not isinstance(v, bool):
+            continue
+        kind = "a string" if types is _STR else "an integer"
+        raise CodecError(f"{record.TYPE}.{name} must be {kind}{' or null' if nullable else ''}")
 
 
 def encode(records: Iterable[Record]) -> bytes:

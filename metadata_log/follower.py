@@ -17,7 +17,7 @@ from typing import Any, Final
 import httpx
 
 from .codec import CodecError, record_from_dict, unpack
-from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, snapshot_image
+from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire
 from .records import Record
 
 log = logging.getLogger(__name__)
@@ -137,9 +137,8 @@ class LogFollower:
         if offset < self.image.offset:
             raise FollowerError(f"{self.url} is behind this follower (snapshot {offset} < {self.image.offset})")
         try:
-            records = [record_from_dict(item["type"], item["data"]) for item in body["records"]]
-            image = snapshot_image(records, offset)
-        except (CodecError, InvalidRecord, KeyError, TypeError) as e:
+            image = image_from_wire(body["records"], offset)
+        except (CodecError, InvalidRecord, KeyError, TypeError, ValueError) as e:
             raise FollowerError(f"snapshot from {self.url} does not decode: {e}") from e
         self.snapshots_loaded += 1
         self._set_image(image, [])

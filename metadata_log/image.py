@@ -9,10 +9,11 @@ validated against the same image can never corrupt the log. No clock, no randomn
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Any, Final, NamedTuple
 
+from .codec import WIRE_VERSION, CodecError, record_from_wire, record_to_wire
 from .records import (
     ClusterFenced,
     ClusterRegistered,
@@ -78,8 +79,10 @@ class ClusterImage:
     leaders: Mapping[tuple[str, int], str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionImage:
+class PartitionImage(NamedTuple):
+    """One logical partition. A NamedTuple, not a dataclass: images hold up to millions of these, and
+    a tuple is built ~10x faster and is smaller than a frozen dataclass."""
+
     partition: int
     cluster_id: str
     physical_topic: str
@@ -129,7 +132,7 @@ def is_writable(image: MetadataImage, partition: PartitionImage) -> bool:
 class MetadataDelta:
     """Changes of one batch over a base image; ``replay`` records, then ``apply`` once."""
 
-    __slots__ = ("_base", "_clusters", "_count", "_groups", "_leaders", "_partitions", "_topics")
+    __slots__ = ("_base", "_clusters", "_count", "_groups", "_leaders", "_partitions", "_placements", "_topics")
 
     def __init__(self, base: MetadataImage) -> None:
         self._base = base
@@ -138,6 +141,8 @@ class MetadataDelta:
         self._groups: dict[str, GroupImage] | None = None
         self._partitions: dict[str, list[PartitionImage]] = {}  # topics whose partitions changed
         self._leaders: dict[str, dict[tuple[str, int], str]] = {}  # clusters whose leaders changed
+        # (cluster, physical topic, physical partition) already used, per topic that gained partitions
+        self._placements: dict[str, set[tuple[str, str, int]]] = {}
         self._count = 0
 
     # -- copy-on-write accessors -------------------------------------------------------------------
@@ -226,8 +231,10 @@ class MetadataDelta:
                     partitions=(),
                 )
                 self._partitions[record.name] = []
+                self._placements.pop(record.name, None)
             case PartitionsAdded():
                 self._replay_partition_added(record)
+                return  # counted by add_partition
             case PartitionStateChanged():
                 parts = self._partition_list(record.topic)
                 if not 0 <= record.partition < len(parts):
@@ -237,11 +244,12 @@ class MetadataDelta:
                     raise InvalidRecord(
                         f"partition {record.topic}/{record.partition} cannot go from {current.state} to {record.state}"
                     )
-                parts[record.partition] = replace(current, state=record.state)
+                parts[record.partition] = current._replace(state=record.state)
             case TopicDeleted():
                 self._topic(record.name)
                 del self._topic_map()[record.name]
                 self._partitions.pop(record.name, None)
+                self._placements.pop(record.name, None)
             case GroupCoordinatorAssigned():
                 groups = self._group_map()
                 group = groups.get(record.group, GroupImage(group=record.group))
@@ -279,37 +287,44 @@ class MetadataDelta:
         clusters[record.cluster_id] = replace(existing, bootstrap_servers=record.bootstrap_servers)
 
     def _replay_partition_added(self, record: PartitionsAdded) -> None:
-        topic = self._topic(record.topic)
-        cluster = self._cluster(record.cluster_id)
-        if cluster.region != topic.region:
-            raise InvalidRecord(
-                f"cluster {record.cluster_id!r} is in region {cluster.region!r}; "
-                f"topic {record.topic!r} lives in {topic.region!r}"
-            )
-        if cluster.state == "decommissioned":
-            raise InvalidRecord(f"cluster {record.cluster_id!r} is decommissioned")
-        parts = self._partition_list(record.topic)
-        if record.partition != len(parts):
-            raise InvalidRecord(f"partition {record.topic}/{record.partition} is not the next id ({len(parts)})")
-        if record.physical_partition < 0:
-            raise InvalidRecord("physical_partition must be >= 0")
-        placement = (record.cluster_id, record.physical_topic, record.physical_partition)
-        # A physical partition backs at most one logical partition. Checked per cluster+topic, which
-        # is a short scan of this topic's partitions, not of the whole image.
-        for p in parts:
-            if (p.cluster_id, p.physical_topic, p.physical_partition) == placement:
-                raise InvalidRecord(
-                    f"{record.cluster_id}/{record.physical_topic}/{record.physical_partition} "
-                    f"already backs {record.topic}/{p.partition}"
-                )
-        parts.append(
-            PartitionImage(
-                partition=record.partition,
-                cluster_id=record.cluster_id,
-                physical_topic=record.physical_topic,
-                physical_partition=record.physical_partition,
-            )
+        self.add_partitions(
+            record.topic, [(record.partition, record.cluster_id, record.physical_topic, record.physical_partition)]
         )
+
+    def add_partitions(self, topic_name: str, rows: Iterable[tuple[int, str, str, int]]) -> None:
+        """Replay of consecutive ``PartitionsAdded`` of one topic, from their fields
+        ``(partition, cluster_id, physical_topic, physical_partition)``. The bulk snapshot path calls it
+        with whole runs and no record objects; checks on the topic and each cluster are done once."""
+        topic = self._topic(topic_name)
+        parts = self._partition_list(topic_name)
+        placements = self._placements.get(topic_name)
+        if placements is None:  # a physical partition backs at most one logical partition of a topic
+            placements = {(p.cluster_id, p.physical_topic, p.physical_partition) for p in parts}
+            self._placements[topic_name] = placements
+        checked_clusters: set[str] = set()
+        for partition, cluster_id, physical_topic, physical_partition in rows:
+            if cluster_id not in checked_clusters:
+                cluster = self._cluster(cluster_id)
+                if cluster.region != topic.region:
+                    raise InvalidRecord(
+                        f"cluster {cluster_id!r} is in region {cluster.region!r}; "
+                        f"topic {topic_name!r} lives in {topic.region!r}"
+                    )
+                if cluster.state == "decommissioned":
+                    raise InvalidRecord(f"cluster {cluster_id!r} is decommissioned")
+                checked_clusters.add(cluster_id)
+            if partition != len(parts):
+                raise InvalidRecord(f"partition {topic_name}/{partition} is not the next id ({len(parts)})")
+            if physical_partition < 0:
+                raise InvalidRecord("physical_partition must be >= 0")
+            placement = (cluster_id, physical_topic, physical_partition)
+            if placement in placements:
+                raise InvalidRecord(
+                    f"{cluster_id}/{physical_topic}/{physical_partition} already backs a partition of {topic_name}"
+                )
+            placements.add(placement)
+            parts.append(PartitionImage(partition, cluster_id, physical_topic, physical_partition))
+            self._count += 1
 
     def apply(self) -> MetadataImage:
         """The image after every replayed record."""
@@ -343,37 +358,86 @@ def apply(image: MetadataImage, records: Iterable[Record]) -> MetadataImage:
     return delta.apply()
 
 
-def image_to_records(image: MetadataImage) -> list[Record]:
-    """The image written as records: ``apply(EMPTY_IMAGE, image_to_records(i))`` equals ``i`` except offset."""
-    out: list[Record] = []
+def _snapshot_rows(image: MetadataImage) -> Iterator[tuple[type[Record], tuple[Any, ...]]]:
+    """The image as (record type, field values), in an order that replays from ``EMPTY_IMAGE``."""
     # A partition cannot be added on a decommissioned cluster, so that last step of a cluster's path is
     # replayed after the topics.
-    decommissions: list[Record] = []
+    decommissioned: list[str] = []
     for c in sorted(image.clusters.values(), key=lambda c: c.cluster_id):
-        out.append(ClusterRegistered(c.cluster_id, c.region, c.bootstrap_servers))
+        yield ClusterRegistered, (c.cluster_id, c.region, c.bootstrap_servers)
         path = _CLUSTER_PATH[c.state]
         if c.state == "decommissioned":
             path = path[:-1]
-            decommissions.append(ClusterStateChanged(c.cluster_id, "decommissioned"))
-        out.extend(ClusterStateChanged(c.cluster_id, s) for s in path)
+            decommissioned.append(c.cluster_id)
+        for cluster_state in path:
+            yield ClusterStateChanged, (c.cluster_id, cluster_state)
         if c.fenced:
-            out.append(ClusterFenced(c.cluster_id, c.fenced_reason or "", c.fenced_since_ms or 0))
-        out.extend(
-            PhysicalPartitionsReported(c.cluster_id, t, p, leader) for (t, p), leader in sorted(c.leaders.items())
-        )
+            yield ClusterFenced, (c.cluster_id, c.fenced_reason or "", c.fenced_since_ms or 0)
+        for (physical_topic, physical_partition), leader in sorted(c.leaders.items()):
+            yield PhysicalPartitionsReported, (c.cluster_id, physical_topic, physical_partition, leader)
     for t in sorted(image.topics.values(), key=lambda t: t.name):
-        out.append(TopicCreated(t.topic_id, t.name, t.region, t.retention_ms))
+        yield TopicCreated, (t.topic_id, t.name, t.region, t.retention_ms)
         for p in t.partitions:
-            out.append(PartitionsAdded(t.name, p.partition, p.cluster_id, p.physical_topic, p.physical_partition))
+            yield PartitionsAdded, (t.name, p.partition, p.cluster_id, p.physical_topic, p.physical_partition)
         for p in t.partitions:
-            out.extend(PartitionStateChanged(t.name, p.partition, s) for s in _PARTITION_PATH[p.state])
-    out.extend(decommissions)
+            for partition_state in _PARTITION_PATH[p.state]:
+                yield PartitionStateChanged, (t.name, p.partition, partition_state)
+    for cluster_id in decommissioned:
+        yield ClusterStateChanged, (cluster_id, "decommissioned")
     for g in sorted(image.groups.values(), key=lambda g: g.group):
         if g.coordinator_id is not None:
-            out.append(GroupCoordinatorAssigned(g.group, g.coordinator_id))
+            yield GroupCoordinatorAssigned, (g.group, g.coordinator_id)
         if g.generation > 0:
-            out.append(GroupGenerationStarted(g.group, g.generation, g.members))
+            yield GroupGenerationStarted, (g.group, g.generation, g.members)
+
+
+def image_to_records(image: MetadataImage) -> list[Record]:
+    """The image written as records: ``apply(EMPTY_IMAGE, image_to_records(i))`` equals ``i`` except offset."""
+    return [cls(*fields) for cls, fields in _snapshot_rows(image)]
+
+
+def image_to_wire(image: MetadataImage) -> list[list[Any]]:
+    """``image_to_records`` in the codec's wire form, without building record objects (bulk path)."""
+    out: list[list[Any]] = []
+    for cls, fields in _snapshot_rows(image):
+        if cls is GroupGenerationStarted:
+            out.append(record_to_wire(cls(*fields)))
+        else:
+            out.append([cls.TYPE, WIRE_VERSION, *fields])
     return out
+
+
+def image_from_wire(rows: Iterable[Any], offset: int) -> MetadataImage:
+    """Rebuild a snapshot from wire rows: the same replay as ``apply``, but runs of ``PartitionsAdded``
+    go to the delta in bulk without record objects (a 1M-partition snapshot loads several times faster).
+    Raises ``CodecError`` or ``InvalidRecord``."""
+    delta = MetadataDelta(EMPTY_IMAGE)
+    run_topic = ""  # the topic of ``run``, a run of consecutive PartitionsAdded rows
+    run: list[tuple[int, str, str, int]] = []
+    for row in rows:
+        if isinstance(row, list) and len(row) >= 7 and row[0] == "PartitionsAdded":
+            topic, partition, cluster_id, physical_topic, physical_partition = row[2:7]
+            if not (
+                isinstance(topic, str)
+                and isinstance(cluster_id, str)
+                and isinstance(physical_topic, str)
+                and type(partition) is int
+                and type(physical_partition) is int
+            ):
+                raise CodecError(f"malformed PartitionsAdded: {row[:7]!r}")
+            if topic != run_topic and run:
+                delta.add_partitions(run_topic, run)
+                run = []
+            run_topic = topic
+            run.append((partition, cluster_id, physical_topic, physical_partition))
+            continue
+        if run:
+            delta.add_partitions(run_topic, run)
+            run = []
+        delta.replay(record_from_wire(row))
+    if run:
+        delta.add_partitions(run_topic, run)
+    return replace(delta.apply(), offset=offset)
 
 
 def snapshot_image(records: Iterable[Record], offset: int) -> MetadataImage:

@@ -2,13 +2,13 @@
 
 What this layer adds to pysyncobj, each for a measured reason (see shared/PYSYNCOBJ.md):
 - exactly one replicated method, taking bytes; it never raises (``LogState.apply_command``);
-- its own msgpack full-dump serializer (records, not pickle), length+CRC framed and fsynced, with the
-  directory fsynced before pysyncobj truncates the journal; a damaged dump stops the node at start
-  with a clear error instead of pysyncobj's silent empty start;
-- an optionally fsynced journal (pysyncobj's mmap journal never syncs: power loss could lose
-  acknowledged entries);
+- its own full dump (records in msgpack, not pickle; length+CRC framed), written off the Raft thread
+  from the immutable image, fsynced, renamed and the directory fsynced before pysyncobj truncates
+  its journal; a damaged dump stops the node at start instead of pysyncobj's silent empty start;
+- an fsynced journal (pysyncobj's mmap journal never syncs: power loss could lose acknowledged entries);
+- CheckQuorum at election scale, fast reconnects, and fail-fast proposals without a leader;
 - a bridge from the Raft thread to asyncio (``propose`` returns an awaitable; callbacks never block);
-- a guard against self-inflicted elections: a node that stalled in its own apply or dump gets a fresh
+- a guard against self-inflicted elections: a node that stalled in its own apply gets a fresh
   election timeout instead of deposing a healthy leader (pysyncobj has no pre-vote).
 """
 
@@ -20,7 +20,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -30,6 +30,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.journal import FileJournal, MemoryJournal
 from pysyncobj.node import TCPNode
+from pysyncobj.serializer import Serializer
 
 from .errors import OutcomeUnknown, Unavailable
 from .state import CorruptState, LogState, Outcome, Proposal, encode_command
@@ -48,7 +49,9 @@ class RaftSettings:
     election_timeout_ms_max: int = 900
     heartbeat_ms: int = 50  # appendEntriesPeriod; must stay below election_timeout_ms_min / 3
     compaction_min_entries: int = 100_000  # default 5,000 re-dumps a big image far too often
-    compaction_min_s: int = 600
+    # With logCompactionSplit each node may only dump in its own 30% slice of its third of this
+    # period, so a node can wait up to ~one period after crossing compaction_min_entries.
+    compaction_min_s: int = 120
     journal_fsync: bool = True  # msync the journal after every append before it is acknowledged
     password: str | None = None  # encrypts + authenticates Raft traffic (needs `cryptography`)
     command_queue_size: int = 10_000
@@ -64,15 +67,19 @@ class RaftSettings:
             # Reconnect to a peer that was down within half a second (default 5 s delays a restarted
             # node's return, and a node started before its peers, by that long).
             connectionRetryTime=0.5,
+            # CheckQuorum: a leader that heard from no majority for an election timeout steps down
+            # (default 30 s, during which an isolated leader keeps taking writes that cannot commit).
+            leaderFallbackTimeout=self.election_timeout_ms_max / 1000,
             # Fail fast without a leader: the HTTP edge answers 503 + Retry-After instead of queueing.
             commandsWaitLeader=False,
             commandsQueueSize=self.command_queue_size,
             # Journal *and* full dump: a journal alone comes back empty after a compaction + restart.
             journalFile=str(data_dir / "raft.journal"),
             fullDumpFile=str(data_dir / "raft.dump"),
-            serializer=node._serialize,
+            # Our serializer only captures the state on the Raft thread; _ThreadedDumpWriter (installed
+            # below as pysyncobj's Serializer) encodes, fsyncs and renames it on a thread of its own.
+            serializer=node._capture,
             deserializer=node._deserialize,
-            serializeChecker=node._check_serializing,
             logCompactionMinEntries=self.compaction_min_entries,
             logCompactionMinTime=self.compaction_min_s,
             logCompactionSplit=True,  # nodes compact at different times, never all at once
@@ -128,8 +135,66 @@ def _create_journal(journal_file: str | None) -> Any:
     return _FsyncJournal(journal_file) if getattr(_journal_fsync, "on", False) else FileJournal(journal_file)
 
 
-# SyncObj builds its journal through this module-level name; route it through ours.
+class _ThreadedDumpWriter(Serializer):  # type: ignore[misc]  # pysyncobj is untyped
+    """pysyncobj's full-dump Serializer, made asynchronous with a thread instead of its fork().
+
+    ``serialize`` runs on the Raft thread and only calls our capture function (an immutable image
+    reference and a copy of the keys); a writer thread encodes it, writes ``<dump>.tmp``, fsyncs it,
+    renames it over the dump and fsyncs the directory. Until then ``checkSerializing`` answers
+    SERIALIZING, so pysyncobj truncates its journal only once the new dump is durable. Encoding a
+    1M-partition image takes seconds: done on the Raft thread, it would cost the leader its leadership.
+    Reading and transmitting the dump to a lagging follower stay pysyncobj's own code.
+    """
+
+    def __init__(self, file_name: str, batch_size: int, try_use_fork: bool, capture: Any, deserializer: Any,
+                 checker: Any) -> None:  # fmt: skip
+        super().__init__(file_name, batch_size, False, capture, deserializer, checker)
+        self._file_name = file_name
+        self._capture = capture
+        self._writer: threading.Thread | None = None
+        self._written_ok = False
+        self._dump_id: Any = None
+
+    def serialize(self, data: Any, dump_id: Any) -> None:
+        if self._writer is not None:
+            return
+        started = time.monotonic()
+        encode = self._capture(data[1:])
+        log.debug("state captured for a dump in %.1f ms", (time.monotonic() - started) * 1000)
+        self._dump_id = dump_id
+        self._writer = threading.Thread(target=self._write, args=(encode,), name="kfed-dump", daemon=True)
+        self._writer.start()
+
+    def _write(self, encode: Callable[[], bytes]) -> None:
+        started = time.monotonic()
+        tmp = self._file_name + ".tmp"
+        try:
+            data = encode()
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._file_name)
+            _fsync_path(os.path.dirname(self._file_name) or ".")
+            self._written_ok = True
+            log.info("dump of %d bytes written in %.2f s", len(data), time.monotonic() - started)
+        except Exception:
+            log.exception("writing the state dump failed; the journal is kept")
+            self._written_ok = False
+
+    def checkSerializing(self) -> tuple[int, Any]:
+        if self._writer is None:
+            return SERIALIZER_STATE.NOT_SERIALIZING, None
+        if self._writer.is_alive():
+            return SERIALIZER_STATE.SERIALIZING, self._dump_id
+        self._writer = None
+        return (SERIALIZER_STATE.SUCCESS if self._written_ok else SERIALIZER_STATE.FAILED), self._dump_id
+
+
+# SyncObj builds its journal and its dump serializer through these module-level names; route them
+# through ours (pysyncobj is pinned to 0.3.17; tests/unit/test_raft.py checks the names exist).
 _pso.createJournal = _create_journal
+_pso.Serializer = _ThreadedDumpWriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +222,6 @@ class RaftNode:
         self.settings = settings or RaftSettings()
         self.data_dir = data_dir
         self.self_raft = self_raft
-        self._dump_written = False
-        self._dump_failed = False
         self._role = "follower"
         data_dir.mkdir(parents=True, exist_ok=True)
         self._loaded_raft_internal = self._validate_dump(data_dir / "raft.dump")
@@ -183,38 +246,15 @@ class RaftNode:
         log.info("loaded dump %s at offset %d (%d bytes)", path, self.state.image.offset, len(data))
         return internal
 
-    def _serialize(self, file_name: str, internal: Any) -> None:
-        """pysyncobj's custom serializer, on the Raft thread: our state + its (entries, cluster)."""
-        started = time.monotonic()
+    def _capture(self, internal: Any) -> Callable[[], bytes]:
+        """On the Raft thread: our state + pysyncobj's (last entry, previous entry, cluster), frozen."""
         last_entry, prev_entry, cluster = internal
         raft_internal = {
             "last": list(last_entry),
             "prev": list(prev_entry),
             "cluster": sorted(n.address for n in cluster),
         }
-        try:
-            data = self.state.dump(raft_internal)
-            with open(file_name, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        except Exception:
-            self._dump_failed = True
-            raise
-        self._dump_written = True
-        self._after_stall(started, "dump")
-        log.info("dump of %d bytes at offset %d", len(data), self.state.image.offset)
-
-    def _check_serializing(self) -> int:
-        """Called by pysyncobj before it truncates the journal: make the dump's rename durable first."""
-        if self._dump_failed:
-            self._dump_failed = False
-            return SERIALIZER_STATE.FAILED  # type: ignore[no-any-return]
-        if self._dump_written:
-            self._dump_written = False
-            _fsync_path(str(self.data_dir))
-            return SERIALIZER_STATE.SUCCESS  # type: ignore[no-any-return]
-        return SERIALIZER_STATE.NOT_SERIALIZING  # type: ignore[no-any-return]
+        return self.state.capture(raft_internal)
 
     def _deserialize(self, file_name: str) -> tuple[Any, Any, Any]:
         """pysyncobj's custom deserializer: the state was loaded (and checked) before start."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .codec import CodecError, pack, record_from_wire, record_to_wire, unpack
-from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_to_records, snapshot_image
+from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire, image_to_wire
 from .records import Record
 
 log = logging.getLogger(__name__)
@@ -149,27 +149,25 @@ class LogState:
         return outcome
 
     # -- durable form -----------------------------------------------------------------------------
+    def capture(self, raft_internal: Any) -> Callable[[], bytes]:
+        """Freeze the state now (cheap: the image is immutable, the keys are copied) and return a function
+        that encodes it later, off the Raft thread."""
+        image = self.image
+        keys = [[k, fp, o.status, o.first_offset, o.last_offset, o.detail] for k, (fp, o) in self._keys.items()]
+        return lambda: frame(
+            pack({"offset": image.offset, "records": image_to_wire(image), "keys": keys, "raft": raft_internal})
+        )
+
     def dump(self, raft_internal: Any) -> bytes:
         """The whole state as framed msgpack (records, not pickle), with ``raft_internal`` alongside."""
-        body = pack(
-            {
-                "offset": self.image.offset,
-                "records": [record_to_wire(r) for r in image_to_records(self.image)],
-                "keys": [
-                    [k, fp, o.status, o.first_offset, o.last_offset, o.detail] for k, (fp, o) in self._keys.items()
-                ],
-                "raft": raft_internal,
-            }
-        )
-        return frame(body)
+        return self.capture(raft_internal)()
 
     def load(self, data: bytes) -> Any:
         """Restore from ``dump`` output; returns its ``raft_internal``. ``CorruptState`` if damaged."""
         body = unframe(data)
         try:
             value = unpack(body)
-            records = [record_from_wire(r) for r in value["records"]]
-            image = snapshot_image(records, int(value["offset"]))
+            image = image_from_wire(value["records"], int(value["offset"]))
             keys: OrderedDict[str, tuple[str | None, Outcome]] = OrderedDict()
             for k, fp, status, first, last, detail in value["keys"]:
                 keys[k] = (fp, Outcome(status, first, last, detail))

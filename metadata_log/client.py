@@ -1,0 +1,133 @@
+"""``ControllerClient``: call the quorum's HTTP API from a bootstrap list of controller URLs.
+
+Every write gets one ``Idempotency-Key`` for all its attempts, so retrying after a timeout, a 503 (no
+leader yet) or a 504 (outcome unknown) can never apply twice. Errors come back as the kfed error tree.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any, Final
+
+import httpx
+
+from .errors import Conflict, Gone, InvalidRequest, KfedError, NotFound, OutcomeUnknown, Unavailable
+
+RETRYABLE_STATUSES: Final = frozenset({502, 503, 504})
+DEFAULT_DEADLINE_S: Final = 15.0
+
+
+class ControllerClient:
+    """Sync client for admin writes and reads; fails over between URLs and retries within a deadline."""
+
+    def __init__(
+        self,
+        controllers: Sequence[str] | str,
+        *,
+        deadline_s: float = DEFAULT_DEADLINE_S,
+        timeout_s: float = 10.0,
+        token: str | None = None,
+    ) -> None:
+        urls = controllers.split(",") if isinstance(controllers, str) else list(controllers)
+        self.urls = [u.strip().rstrip("/") for u in urls if u.strip()]
+        if not self.urls:
+            raise ValueError("ControllerClient needs at least one controller URL")
+        self.deadline_s = deadline_s
+        self._current = 0
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=2.0), headers=headers)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        *,
+        params: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        """The decoded JSON reply; retries retryable failures on the next URL until the deadline."""
+        headers = {}
+        if method != "GET":
+            headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
+        deadline = time.monotonic() + self.deadline_s
+        delay = 0.05
+        last: KfedError | None = None
+        while True:
+            url = self.urls[self._current]
+            try:
+                r = self._http.request(method, url + path, json=json, params=params, headers=headers)
+            except httpx.TimeoutException as e:
+                last = OutcomeUnknown(f"{url}: timed out ({type(e).__name__})")
+            except httpx.TransportError as e:
+                last = Unavailable(f"{url}: {type(e).__name__}: {e}")
+            else:
+                if r.status_code < 400:
+                    return r.json()
+                error = _error_from(r)
+                if r.status_code not in RETRYABLE_STATUSES:
+                    raise error
+                last = error
+                retry_after = r.headers.get("retry-after")
+                if retry_after and retry_after.isdigit():
+                    delay = min(float(retry_after), 1.0)
+            if time.monotonic() + delay > deadline:
+                assert last is not None
+                raise last
+            self._current = (self._current + 1) % len(self.urls)
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params=params or None)
+
+    def post(self, path: str, json: Any = None, idempotency_key: str | None = None) -> Any:
+        return self.request("POST", path, json, idempotency_key=idempotency_key)
+
+    def put(self, path: str, json: Any = None, idempotency_key: str | None = None) -> Any:
+        return self.request("PUT", path, json, idempotency_key=idempotency_key)
+
+    def delete(self, path: str, idempotency_key: str | None = None) -> Any:
+        return self.request("DELETE", path, idempotency_key=idempotency_key)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ControllerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_BY_STATUS: Final[dict[int, type[KfedError]]] = {
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    503: Unavailable,
+    504: OutcomeUnknown,
+}
+
+
+def _error_from(r: httpx.Response) -> KfedError:
+    """The kfed error for a problem+json reply (its extension members kept in ``extra``)."""
+    try:
+        body = r.json()
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    detail = str(body.get("detail") or r.text[:200] or r.reason_phrase)
+    extra = {k: v for k, v in body.items() if k not in ("type", "title", "status", "detail")}
+    extra["status"] = r.status_code
+    if r.status_code in (400, 422):
+        field = str(extra.pop("field", "body"))
+        return InvalidRequest(field, detail, **extra)
+    cls = _BY_STATUS.get(r.status_code)
+    if cls is not None:
+        return cls(detail, **extra)
+    error = KfedError(detail, **extra)
+    error.title = str(body.get("title") or "Error")
+    return error
