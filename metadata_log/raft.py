@@ -223,6 +223,10 @@ class RaftNode:
         self.data_dir = data_dir
         self.self_raft = self_raft
         self._role = "follower"
+        # Proposals not yet settled by pysyncobj, so they can be answered if leadership is lost.
+        self._pending_lock = threading.Lock()
+        self._pending: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[list[Outcome]]]] = {}
+        self._next_pending = 0
         data_dir.mkdir(parents=True, exist_ok=True)
         self._loaded_raft_internal = self._validate_dump(data_dir / "raft.dump")
         _journal_fsync.on = self.settings.journal_fsync
@@ -279,8 +283,22 @@ class RaftNode:
         log.info("%s took %.0f ms; election deadline reset", what, elapsed_ms)
 
     def _on_state_changed(self, old: int, new: int) -> None:
+        was_leader = self._role == "leader"
         self._role = {0: "follower", 1: "candidate", 2: "leader"}.get(new, "unknown")
         log.info("raft role -> %s", self._role)
+        if was_leader and self._role != "leader":
+            # pysyncobj settles a deposed leader's pending commands only when later entries apply, which
+            # without a new leader is never: answer them now (they may still commit; retries are keyed).
+            with self._pending_lock:
+                pending, self._pending = self._pending, {}
+            for loop, future in pending.values():
+                loop.call_soon_threadsafe(
+                    _fail,
+                    future,
+                    OutcomeUnknown(
+                        "leadership was lost before the commit was confirmed; retry with the same Idempotency-Key"
+                    ),
+                )
 
     # -- proposing --------------------------------------------------------------------------------
     def propose(self, proposals: Sequence[Proposal]) -> asyncio.Future[list[Outcome]]:
@@ -292,8 +310,14 @@ class RaftNode:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Outcome]] = loop.create_future()
         data = encode_command(proposals)
+        with self._pending_lock:
+            self._next_pending += 1
+            pending_id = self._next_pending
+            self._pending[pending_id] = (loop, future)
 
         def done(result: Any, error: int) -> None:  # on the Raft thread: never block here
+            with self._pending_lock:
+                self._pending.pop(pending_id, None)
             loop.call_soon_threadsafe(_settle, future, result, error)
 
         self._syncobj.apply_command(data, callback=done)
@@ -327,6 +351,11 @@ class RaftNode:
 
     def close(self) -> None:
         self._syncobj.destroy()
+
+
+def _fail(future: asyncio.Future[list[Outcome]], error: Exception) -> None:
+    if not future.done():
+        future.set_exception(error)
 
 
 def _settle(future: asyncio.Future[list[Outcome]], result: Any, error: int) -> None:

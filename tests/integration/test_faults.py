@@ -184,3 +184,40 @@ def test_unknown_outcome_retried_with_the_same_key_applies_once(make_quorum, tmp
     survivors = [v.id for v in q.voters if v.id != leader]
     registered = [r for r in log_of(q, survivors[0]) if r["type"] == "ClusterRegistered"]
     assert len(registered) == 1
+
+
+def test_commit_timeout_is_504_and_the_same_key_then_returns_the_outcome(make_quorum) -> None:
+    q = make_quorum("--commit-timeout-ms", "1")  # shorter than any commit: every write times out first
+    leader = q.url(q.leader())
+    body = {"cluster_id": "slow", "region": "r1", "bootstrap_servers": "127.0.0.1:1"}
+    key = {"Idempotency-Key": "retry-me"}
+    r = q.client.post(leader + "/v1/clusters", json=body, headers=key)
+    assert r.status_code == 504 and r.headers["content-type"] == "application/problem+json"
+    assert "Idempotency-Key" in r.json()["detail"]
+    q.wait_applied(0)  # it did commit, after the reply
+    again = q.client.post(leader + "/v1/clusters", json=body, headers=key)
+    assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
+    assert again.json()["offset"] == 0
+    assert len(log_of(q, 1)) == 1
+
+
+def test_no_leader_is_503_with_retry_after(make_quorum) -> None:
+    q = make_quorum()
+    leader = q.leader()
+    others = [v.id for v in q.voters if v.id != leader]
+    q.kill(others[0])
+    q.kill(others[1])
+    survivor = q.url(leader)
+    deadline = time.monotonic() + 10
+    while True:  # the lone leader steps down within an election timeout (CheckQuorum)
+        r = q.client.post(
+            survivor + "/v1/clusters", json={"cluster_id": "x", "region": "r1", "bootstrap_servers": "h:1"}
+        )
+        if r.status_code == 503:
+            break
+        assert time.monotonic() < deadline, f"still {r.status_code} after 10 s"
+        time.sleep(0.2)
+    assert r.headers["content-type"] == "application/problem+json"
+    assert int(r.headers["retry-after"]) >= 1
+    ready = q.client.get(survivor + "/readyz")
+    assert ready.status_code == 503
