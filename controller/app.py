@@ -104,6 +104,7 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
     latency = metrics.RequestLatency()
     forwarder = httpx.AsyncClient(timeout=httpx.Timeout(service.commit_timeout_s + 2, connect=1.0))
     sse_subscribers = 0
+    full_view = _RenderedView()
 
     @app.middleware("http")
     async def _measure_and_limit(request: Request, call_next: Callable[[Request], Any]) -> Response:
@@ -224,9 +225,12 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
         min_offset: Annotated[int | None, Query(ge=-1, description="Wait until this offset is applied.")] = None,
     ) -> Response:
         image = await service.image_at_least(min_offset, MIN_OFFSET_WAIT_S)
-        if topic is not None and topic not in image.topics:
-            raise NotFound(f"topic {topic!r} does not exist", offset=image.offset)
-        return respond(request, metadata_view(image, topic))
+        if topic is not None:
+            if topic not in image.topics:
+                raise NotFound(f"topic {topic!r} does not exist", offset=image.offset)
+            return respond(request, metadata_view(image, topic))
+        encoding = MSGPACK if wants_msgpack(request) else "application/json"
+        return Response(await full_view.get(image, encoding), media_type=encoding)
 
     @v1.get("/clusters", summary="Registered clusters")
     async def list_clusters(request: Request) -> Response:
@@ -335,16 +339,10 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
 
     @v1.get("/snapshot", summary="The image at offset S written as records; continue reading the log at S+1")
     async def snapshot(request: Request) -> Response:
-        snap = (
-            await asyncio.to_thread(service.read_model.snapshot)
-            if service.read_model.image.partition_count() > 50_000
-            else service.read_model.snapshot()
-        )
+        snap = service.read_model.snapshot()  # encodings are built once per offset, off the event loop
         if wants_msgpack(request):
-            data = await asyncio.to_thread(lambda: snap.msgpack)
-            return Response(data, media_type=MSGPACK)
-        data = await asyncio.to_thread(lambda: snap.json)
-        return Response(data, media_type="application/json")
+            return Response(await asyncio.to_thread(lambda: snap.msgpack), media_type=MSGPACK)
+        return Response(await asyncio.to_thread(lambda: snap.json), media_type="application/json")
 
     # -- cluster admin -----------------------------------------------------------------------------
     @v1.post("/clusters", status_code=201, summary="Register a physical cluster (idempotent)")
@@ -474,6 +472,32 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
 
     app.state.forwarder = forwarder
     return app
+
+
+class _RenderedView:
+    """The full merged metadata, encoded once per image offset and encoding. Big images are rendered in
+    a worker thread so that tailers on the event loop are not held up (1M partitions take seconds)."""
+
+    THREAD_ABOVE_PARTITIONS: Final = 20_000
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[int, bytes]] = {}
+
+    async def get(self, image: MetadataImage, encoding: str) -> bytes:
+        cached = self._cache.get(encoding)
+        if cached is not None and cached[0] == image.offset:
+            return cached[1]
+
+        def render() -> bytes:
+            view = metadata_view(image)
+            return pack(view) if encoding == MSGPACK else orjson.dumps(view)
+
+        if image.partition_count() > self.THREAD_ABOVE_PARTITIONS:
+            body = await asyncio.to_thread(render)
+        else:
+            body = render()
+        self._cache[encoding] = (image.offset, body)
+        return body
 
 
 def _render_cluster(image: MetadataImage, cluster_id: str) -> dict[str, Any]:

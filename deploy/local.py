@@ -224,6 +224,22 @@ class LocalQuorum:
             time.sleep(0.05)
         raise TimeoutError(f"no leader within {timeout_s} s; logs in {self.data_dir}")
 
+    def wait_ready(self, timeout_s: float = 20.0) -> None:
+        """Until every running node answers /readyz 200 (knows the leader and has caught up)."""
+        deadline = time.monotonic() + timeout_s
+        for v in self.voters:
+            if self.procs.get(v.id) is None or self.procs[v.id].poll() is not None:
+                continue
+            while True:
+                try:
+                    if self.client.get(v.http + "/readyz", timeout=0.5).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"node {v.id} not ready within {timeout_s} s; logs in {self.data_dir}")
+                time.sleep(0.05)
+
     def wait_applied(self, offset: int, node_ids: Sequence[int] | None = None, timeout_s: float = 20.0) -> None:
         deadline = time.monotonic() + timeout_s
         for node_id in node_ids or [v.id for v in self.voters]:

@@ -15,7 +15,7 @@ from metadata_log.client import ControllerClient
 def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalQuorum]:
     """One 3-node quorum shared by a module's read/write tests."""
     with LocalQuorum(tmp_path_factory.mktemp("quorum")) as q:
-        q.leader()
+        q.wait_ready()
         yield q
 
 
@@ -28,7 +28,7 @@ def make_quorum(tmp_path: Path) -> Iterator[Callable[..., LocalQuorum]]:
         q = LocalQuorum(tmp_path / f"q{len(started)}", size=size, extra_args=extra_args)
         started.append(q)
         q.start()
-        q.leader()
+        q.wait_ready()
         return q
 
     yield make
