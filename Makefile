@@ -19,7 +19,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy metadata_log controller deploy
+	$(BIN)/mypy metadata_log controller deploy broker_agent
 
 test: lint
 	$(BIN)/pytest -q

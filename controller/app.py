@@ -76,6 +76,22 @@ class AddPartitions(_Strict):
     physical_topic: str | None = Field(None, description="Physical topic name; defaults to the logical name.")
 
 
+class Heartbeat(_Strict):
+    applied_offset: int = Field(-1, ge=-1, description="Last metadata offset the agent has applied.")
+    healthy: bool = Field(True, description="False when the agent's probe of its cluster failed.")
+    reason: str | None = Field(None, max_length=500, description="Why the cluster is unhealthy.")
+
+
+class ReportedPartition(_Strict):
+    physical_topic: str
+    physical_partition: int = Field(ge=0)
+    leader: str | None = Field(description="Leader endpoint 'host:port', or null when there is none.")
+
+
+class PartitionReport(_Strict):
+    partitions: list[ReportedPartition] = Field(max_length=100_000)
+
+
 # -- encoding --------------------------------------------------------------------------------------
 def wants_msgpack(request: Request) -> bool:
     return MSGPACK in request.headers.get("accept", "")
@@ -417,6 +433,35 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
             lambda image: commands.delete_topic(image, name),
             lambda image: {"name": name, "deleted": name not in image.topics},
         )
+
+    # -- agents ------------------------------------------------------------------------------------
+    @v1.post("/agents/{cluster_id}/heartbeat", summary="Renew a cluster's agent lease (no log record)")
+    async def heartbeat(request: Request, cluster_id: str, body: Heartbeat) -> Response:
+        forwarded = await forward_to_leader(request)
+        if forwarded is not None:
+            return forwarded
+        return respond(request, await service.heartbeat(cluster_id, body.healthy, body.reason, body.applied_offset))
+
+    @v1.post("/agents/{cluster_id}/partitions", summary="Report physical partitions; records only what changed")
+    async def report_partitions(
+        request: Request, cluster_id: str, body: PartitionReport, key: IdemKey = None
+    ) -> Response:
+        entries = [
+            commands.PhysicalPartition(p.physical_topic, p.physical_partition, p.leader) for p in body.partitions
+        ]
+        return await do_write(
+            request,
+            key,
+            lambda image: commands.report_physical_partitions(image, cluster_id, entries),
+            lambda image: _render_cluster(image, cluster_id),
+        )
+
+    @v1.get("/agents", summary="Agent leases as the leader sees them (health, applied offset, last heartbeat)")
+    async def agents(request: Request) -> Response:
+        forwarded = await forward_to_leader(request)
+        if forwarded is not None:
+            return forwarded
+        return respond(request, {"agents": service.leases.view(time.monotonic()), "lease_ms": service.leases.lease_ms})
 
     app.include_router(v1)
 

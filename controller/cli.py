@@ -83,6 +83,32 @@ def build_parser() -> argparse.ArgumentParser:
         "then lose acknowledged writes; kill -9 cannot)",
     )
 
+    a = sub.add_parser(
+        "agent",
+        help="run the agent of one physical Kafka cluster",
+        description="Register a physical cluster with the quorum, keep its lease, report its health and "
+        "leaders, and reconcile it to the metadata log (create / delete physical topics).",
+        epilog="A missed lease (the agent is gone) or a failed probe (the cluster is down) fences the cluster: its "
+        "partitions stop being writable in the merged metadata until the agent reports it healthy again.",
+    )
+    a.add_argument("--cluster-id", required=True, help="id of the physical cluster, e.g. c1")
+    a.add_argument("--region", required=True, help="region (federation group) the cluster serves")
+    a.add_argument("--bootstrap", required=True, help="bootstrap servers of the cluster, host:port[,host:port]")
+    a.add_argument("--controller", required=True, help="controller URLs, comma-separated")
+    a.add_argument("--heartbeat-ms", type=_positive_int, default=500, help="beat interval (default 500)")
+    a.add_argument(
+        "--probe-timeout-ms",
+        type=_positive_int,
+        default=1000,
+        help="a metadata request slower than this counts as a failed probe (default 1000)",
+    )
+    a.add_argument(
+        "--replication-factor",
+        type=int,
+        default=-1,
+        help="replication factor of the physical topics it creates (default -1: the broker's default)",
+    )
+
     local = sub.add_parser(
         "local",
         help="the embedded local federation",
@@ -110,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "controller":
             return _controller(args)
+        if args.command == "agent":
+            return _agent(args)
         if args.command == "local" and args.local_command == "up":
             from deploy.local import local_up
 
@@ -144,6 +172,34 @@ def _controller(args: argparse.Namespace) -> int:
         ),
     )
     run_node(quorum, args.node_id, args.data_dir, settings)
+    return 0
+
+
+def _agent(args: argparse.Namespace) -> int:
+    import signal
+
+    from broker_agent.agent import Agent, AgentSettings
+    from metadata_log.commands import check_bootstrap, check_name
+    from metadata_log.errors import InvalidRequest
+
+    try:
+        check_name(args.cluster_id, "--cluster-id")
+        check_name(args.region, "--region")
+        check_bootstrap(args.bootstrap, "--bootstrap")
+    except InvalidRequest as e:
+        raise ConfigError(e.detail) from None
+    agent = Agent(
+        args.cluster_id,
+        args.region,
+        args.bootstrap,
+        args.controller,
+        AgentSettings(args.heartbeat_ms, args.probe_timeout_ms, replication_factor=args.replication_factor),
+    )
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop())
+    try:
+        agent.run()
+    except KeyboardInterrupt:
+        agent.stop()
     return 0
 
 

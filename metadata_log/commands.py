@@ -23,12 +23,15 @@ from .image import (
 from .records import (
     CLUSTER_STATES,
     PARTITION_STATES,
+    ClusterFenced,
     ClusterRegistered,
     ClusterState,
     ClusterStateChanged,
+    ClusterUnfenced,
     PartitionsAdded,
     PartitionState,
     PartitionStateChanged,
+    PhysicalPartitionsReported,
     Record,
     TopicCreated,
     TopicDeleted,
@@ -38,6 +41,7 @@ from .views import cluster_view, topic_view
 MAX_PARTITIONS_PER_REQUEST: Final = 100_000
 """Most logical partitions one request may create (keeps one Raft command a few MB at most)."""
 
+MAX_REASON_CHARS: Final = 500
 MAX_NAME_CHARS: Final = 249  # Kafka's topic name limit, applied to every name
 _NAME_RE: Final = re.compile(r"^[A-Za-z0-9._-]+$")
 _ENDPOINT_RE: Final = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
@@ -259,3 +263,63 @@ def _check_count(value: Any, field_name: str) -> None:
 
 
 IdFactory = Callable[[], str]
+
+
+def fence_cluster(image: MetadataImage, cluster_id: str, reason: str, at_ms: int) -> Result:
+    """Fence a cluster (its partitions stop being writable); a no-op when it already is."""
+    cluster = image.clusters.get(cluster_id)
+    if cluster is None:
+        raise NotFound(f"cluster {cluster_id!r} is not registered")
+    if cluster.fenced:
+        return Result((), cluster_view(image, cluster))
+    records = (ClusterFenced(cluster_id, reason[:MAX_REASON_CHARS], at_ms),)
+    after = _apply_checked(image, records)
+    return Result(records, cluster_view(after, after.clusters[cluster_id]))
+
+
+def unfence_cluster(image: MetadataImage, cluster_id: str, at_ms: int) -> Result:
+    """Lift the fence of a cluster that is healthy again; a no-op when it is not fenced."""
+    cluster = image.clusters.get(cluster_id)
+    if cluster is None:
+        raise NotFound(f"cluster {cluster_id!r} is not registered")
+    if not cluster.fenced:
+        return Result((), cluster_view(image, cluster))
+    records = (ClusterUnfenced(cluster_id, at_ms),)
+    after = _apply_checked(image, records)
+    return Result(records, cluster_view(after, after.clusters[cluster_id]))
+
+
+@dataclass(frozen=True, slots=True)
+class PhysicalPartition:
+    """What an agent saw of one physical partition: its leader "host:port", or None when it has none."""
+
+    physical_topic: str
+    physical_partition: int
+    leader: str | None
+
+
+def report_physical_partitions(
+    image: MetadataImage, cluster_id: str, partitions: Sequence[PhysicalPartition]
+) -> Result:
+    """Record the leaders an agent reports, only where they differ from the image (no record per scan)."""
+    cluster = image.clusters.get(cluster_id)
+    if cluster is None:
+        raise NotFound(f"cluster {cluster_id!r} is not registered")
+    if len(partitions) > MAX_PARTITIONS_PER_REQUEST:
+        raise InvalidRequest("partitions", f"at most {MAX_PARTITIONS_PER_REQUEST} partitions per report")
+    records: list[Record] = []
+    seen: set[tuple[str, int]] = set()
+    for i, p in enumerate(partitions):
+        check_name(p.physical_topic, f"partitions.{i}.physical_topic")
+        if not isinstance(p.physical_partition, int) or p.physical_partition < 0:
+            raise InvalidRequest(f"partitions.{i}.physical_partition", "physical_partition must be >= 0")
+        if p.leader is not None:
+            check_bootstrap(p.leader, f"partitions.{i}.leader")
+        key = (p.physical_topic, p.physical_partition)
+        if key in seen:
+            raise InvalidRequest(f"partitions.{i}", f"{p.physical_topic}/{p.physical_partition} is listed twice")
+        seen.add(key)
+        if cluster.leaders.get(key) != p.leader:
+            records.append(PhysicalPartitionsReported(cluster_id, p.physical_topic, p.physical_partition, p.leader))
+    after = _apply_checked(image, records)
+    return Result(tuple(records), cluster_view(after, after.clusters[cluster_id]))

@@ -1,0 +1,232 @@
+"""``kfed agent``: one per physical cluster. Registers it, keeps its lease, reports its health and
+leaders, and reconciles it to the metadata log.
+
+Each beat (default every 500 ms): probe the cluster with a metadata request; if it does not answer,
+report it unhealthy at once (the leader fences it without waiting for the lease). Otherwise compare it
+with the log: create the physical topics the log places here, delete those whose logical partitions are
+all removed (or whose logical topic was deleted), report leader changes, and heartbeat. A cluster that
+came back *empty* (managed topics gone, or offsets behind what was seen — a memory-storage broker that
+restarted, a wiped cluster) is reported unhealthy, with the reason, until its topics are recreated: it
+is never served as if nothing had happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from metadata_log.client import ControllerClient
+from metadata_log.commands import PhysicalPartition
+from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
+from metadata_log.follower import LogFollower
+from metadata_log.image import EMPTY_IMAGE, MetadataImage
+from metadata_log.records import Record, TopicDeleted
+
+from . import reconcile
+from .kafka import ClusterUnreachable, PhysicalCluster, Scan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    heartbeat_ms: int = 500
+    probe_timeout_ms: int = 1000
+    offsets_check_every: int = 10  # beats between checks that offsets did not go backwards
+    replication_factor: int = -1
+
+
+class Agent:
+    def __init__(
+        self,
+        cluster_id: str,
+        region: str,
+        bootstrap: str,
+        controllers: Sequence[str] | str,
+        settings: AgentSettings | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.region = region
+        self.bootstrap = bootstrap
+        self.settings = settings or AgentSettings()
+        self.cluster = PhysicalCluster(
+            bootstrap, self.settings.probe_timeout_ms / 1000, self.settings.replication_factor
+        )
+        self.client = ControllerClient(controllers, deadline_s=max(1.0, 2 * self.settings.heartbeat_ms / 1000))
+        self.follower = LogFollower(controllers, wait_ms=5000, listener=self._on_log)
+        self._previous_image: MetadataImage = EMPTY_IMAGE
+        self._deleted_topics: set[str] = set()  # physical topics of logical topics deleted from the log
+        self._seen_topics: set[str] = set()  # managed topics this agent has seen on the cluster
+        self._seen_offsets: dict[tuple[str, int], int] = {}
+        self._loss: str | None = None  # why the cluster is considered to have lost its data
+        self._loss_fenced = False  # the quorum fenced the cluster for that loss
+        self._beats = 0
+        self._stop = threading.Event()
+        self.healthy = False
+        self.reason: str | None = "starting"
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Register, follow the log, and beat until ``stop()``."""
+        self.register()
+        self.follower.start()
+        interval = self.settings.heartbeat_ms / 1000
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.step()
+            except Exception:
+                log.exception("agent step failed")
+            self._stop.wait(max(0.0, interval - (time.monotonic() - started)))
+        self.follower.stop()
+        self.client.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def register(self) -> None:
+        """Register the cluster (idempotent: a restarted agent changes nothing); retries until it works."""
+        while not self._stop.is_set():
+            try:
+                body = {"cluster_id": self.cluster_id, "region": self.region, "bootstrap_servers": self.bootstrap}
+                reply = self.client.post("/v1/clusters", body)
+                log.info("cluster %s registered in %s (offset %s)", self.cluster_id, self.region, reply["offset"])
+                return
+            except (Conflict, InvalidRequest):
+                raise  # registered in another region, a bad bootstrap list: retrying cannot help
+            except KfedError as e:
+                log.warning("registering %s failed (%s); retrying", self.cluster_id, e)
+                self._stop.wait(1.0)
+
+    # -- one beat ----------------------------------------------------------------------------------
+    def step(self) -> None:
+        self._beats += 1
+        image = self.follower.image
+        try:
+            scan = self.cluster.scan()
+        except ClusterUnreachable as e:
+            self._heartbeat(image, healthy=False, reason=f"cluster unreachable: {e}")
+            return
+        self._check_for_loss(image, scan)
+        if self._loss is not None and not self._loss_fenced:
+            # Report the loss before repairing it: the cluster must be fenced, with the reason in the log,
+            # even when the broker restarted between two probes and could be repaired at once.
+            reply = self._heartbeat(image, healthy=False, reason=self._loss)
+            self._loss_fenced = bool(reply and reply.get("fenced"))
+            if not self._loss_fenced:
+                return
+        done = self._reconcile(image, scan)
+        if done is not None:
+            scan = done
+        self._report_leaders(image, scan)
+        healthy = self._loss is None
+        self._heartbeat(image, healthy, None if healthy else self._loss)
+
+    def _check_for_loss(self, image: MetadataImage, scan: Scan) -> None:
+        desired = reconcile.desired_topics(image, self.cluster_id)
+        vanished = sorted(t for t in self._seen_topics & set(desired) if t not in scan.topics)
+        if vanished and self._loss is None:
+            self._loss = f"cluster came back empty: physical topics {', '.join(vanished)} are gone; recreating them"
+            log.error("%s: %s", self.cluster_id, self._loss)
+        if self._beats % self.settings.offsets_check_every == 0 and self._loss is None:
+            partitions = [(t, p) for t in desired if t in scan.topics for p in scan.topics[t]]
+            try:
+                offsets = self.cluster.latest_offsets(partitions)
+            except ClusterUnreachable:
+                return
+            behind = sorted(f"{t}/{p}" for (t, p), o in offsets.items() if o < self._seen_offsets.get((t, p), -1))
+            if behind:
+                self._loss = f"cluster lost data: offsets of {', '.join(behind[:5])} went backwards"
+                log.error("%s: %s", self.cluster_id, self._loss)
+                self._seen_offsets.clear()
+            else:
+                self._seen_offsets.update(offsets)
+
+    def _reconcile(self, image: MetadataImage, scan: Scan) -> Scan | None:
+        """Carry out the plan; returns a fresh scan when something changed."""
+        if self.follower.snapshots_loaded == 0:
+            return None  # not following the log yet: nothing to compare with
+        plan = reconcile.plan(
+            image, self.cluster_id, scan.partition_counts(), self._deleted_topics, recovering=self._loss is not None
+        )
+        try:
+            if plan.recreate:
+                log.warning("%s: recreating %s with their partition counts", self.cluster_id, dict(plan.recreate))
+                self.cluster.delete_topics(plan.recreate)
+                time.sleep(0.2)
+                self.cluster.create_topics(plan.recreate)
+            if plan.create:
+                log.info("%s: creating physical topics %s", self.cluster_id, dict(plan.create))
+                self.cluster.create_topics(plan.create)
+            if plan.delete:
+                log.info("%s: deleting physical topics %s", self.cluster_id, list(plan.delete))
+                self.cluster.delete_topics(plan.delete)
+                self._deleted_topics -= set(plan.delete)
+        except ClusterUnreachable as e:
+            log.warning("%s: reconciliation failed: %s", self.cluster_id, e)
+            return None
+        scan = self.cluster.scan() if not plan.empty else scan
+        desired = reconcile.desired_topics(image, self.cluster_id)
+        counts = scan.partition_counts()
+        complete = all(counts.get(t, 0) >= n for t, n in desired.items())
+        self._seen_topics |= {t for t in desired if t in counts}
+        self._deleted_topics &= set(counts)  # forget deletions the cluster has caught up with
+        if complete and self._loss is not None:
+            log.warning("%s: physical topics recreated; the cluster can be unfenced", self.cluster_id)
+            self._loss = None
+            self._loss_fenced = False
+            self._seen_offsets.clear()
+        return scan if not plan.empty else None
+
+    def _report_leaders(self, image: MetadataImage, scan: Scan) -> None:
+        cluster = image.clusters.get(self.cluster_id)
+        if cluster is None:
+            return
+        desired = reconcile.desired_topics(image, self.cluster_id)
+        seen: dict[tuple[str, int], str | None] = {}
+        for topic in desired:
+            for partition, leader in scan.topics.get(topic, {}).items():
+                seen[(topic, partition)] = leader
+        changes = [PhysicalPartition(t, p, leader) for (t, p), leader in sorted(seen.items())
+                   if cluster.leaders.get((t, p)) != leader]  # fmt: skip
+        changes += [PhysicalPartition(t, p, None) for (t, p) in sorted(cluster.leaders) if (t, p) not in seen]
+        if not changes:
+            return
+        try:
+            self.client.post(
+                f"/v1/agents/{self.cluster_id}/partitions",
+                {"partitions": [{"physical_topic": c.physical_topic, "physical_partition": c.physical_partition,
+                                 "leader": c.leader} for c in changes]},
+            )  # fmt: skip
+        except KfedError as e:
+            log.warning("%s: reporting %d partition changes failed: %s", self.cluster_id, len(changes), e)
+
+    def _heartbeat(self, image: MetadataImage, healthy: bool, reason: str | None) -> dict[str, Any] | None:
+        """The leader's reply (with ``fenced``), or None when the beat did not get through."""
+        self.healthy, self.reason = healthy, reason
+        try:
+            return dict(
+                self.client.post(
+                    f"/v1/agents/{self.cluster_id}/heartbeat",
+                    {"applied_offset": image.offset, "healthy": healthy, "reason": reason},
+                )
+            )
+        except NotFound:
+            log.warning("%s is not registered (a new quorum?): registering again", self.cluster_id)
+            self.register()
+        except KfedError as e:
+            log.warning("%s: heartbeat failed: %s", self.cluster_id, e)
+        return None
+
+    # -- log listener (on the follower's thread) ---------------------------------------------------
+    def _on_log(self, image: MetadataImage, entries: Sequence[tuple[int, Record]]) -> None:
+        previous, self._previous_image = self._previous_image, image
+        for _, record in entries:
+            if isinstance(record, TopicDeleted) and record.name in previous.topics:
+                physical = {p.physical_topic for p in previous.topics[record.name].partitions
+                            if p.cluster_id == self.cluster_id}  # fmt: skip
+                self._deleted_topics |= physical

@@ -1,0 +1,100 @@
+"""The agent's view of its physical Kafka cluster. The only module of the agent importing confluent_kafka.
+
+Broker quirks are kept here (see shared/TANSU.md): the latest offsets reported by Tansu are the start of
+the last batch + 1 (wrong, but they never go backwards on a healthy cluster, which is all the agent uses
+them for), and Tansu has no CreatePartitions (physical topics are created with their final count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+
+class ClusterUnreachable(Exception):
+    """The cluster did not answer a metadata request in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """Topics of the cluster: name -> {partition: leader "host:port" or None}."""
+
+    topics: Mapping[str, Mapping[int, str | None]]
+
+    def partition_counts(self) -> dict[str, int]:
+        return {name: len(parts) for name, parts in self.topics.items()}
+
+
+class PhysicalCluster:
+    def __init__(self, bootstrap: str, timeout_s: float = 1.0, replication_factor: int = -1) -> None:
+        self.bootstrap = bootstrap
+        self.timeout_s = timeout_s
+        self.replication_factor = replication_factor  # -1: the broker's default
+        self._admin = AdminClient(
+            {
+                "bootstrap.servers": bootstrap,
+                "socket.timeout.ms": max(1000, int(timeout_s * 1000)),
+                "reconnect.backoff.max.ms": 1000,
+                "log_level": 3,  # errors only: a down broker is reported by the agent, not by librdkafka
+            }
+        )
+
+    def scan(self) -> Scan:
+        """One metadata request; ``ClusterUnreachable`` when the cluster does not answer in time."""
+        try:
+            md = self._admin.list_topics(timeout=self.timeout_s)
+        except KafkaException as e:
+            raise ClusterUnreachable(_describe(e)) from None
+        brokers = {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}
+        topics: dict[str, dict[int, str | None]] = {}
+        for name, topic in md.topics.items():
+            if name.startswith("__") or topic.error is not None:
+                continue
+            topics[name] = {
+                pid: brokers.get(p.leader) if p.leader >= 0 else None for pid, p in topic.partitions.items()
+            }
+        return Scan(topics)
+
+    def create_topics(self, topics: Mapping[str, int]) -> None:
+        """Create topics with their partition counts; one that already exists is fine."""
+        if not topics:
+            return
+        new = [NewTopic(name, count, self.replication_factor) for name, count in sorted(topics.items())]
+        self._wait(self._admin.create_topics(new, request_timeout=self.timeout_s * 5), KafkaError.TOPIC_ALREADY_EXISTS)
+
+    def delete_topics(self, names: Iterable[str]) -> None:
+        """Delete topics; one that does not exist is fine."""
+        names = sorted(names)
+        if names:
+            self._wait(
+                self._admin.delete_topics(names, request_timeout=self.timeout_s * 5), KafkaError.UNKNOWN_TOPIC_OR_PART
+            )
+
+    def latest_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Latest offsets as the broker reports them (approximate on Tansu; monotonic on a healthy cluster)."""
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # untyped in confluent-kafka
+        request = {TopicPartition(t, p): latest for t, p in partitions}
+        if not request:
+            return {}
+        try:
+            futures = self._admin.list_offsets(request, request_timeout=self.timeout_s)
+            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        except KafkaException as e:
+            raise ClusterUnreachable(_describe(e)) from None
+
+    def _wait(self, futures: Mapping[str, object], tolerated: int) -> None:
+        for name, future in futures.items():
+            try:
+                future.result()  # type: ignore[attr-defined]  # concurrent.futures.Future
+            except KafkaException as e:
+                if e.args and e.args[0].code() == tolerated:
+                    continue
+                raise ClusterUnreachable(f"{name}: {_describe(e)}") from None
+
+
+def _describe(e: KafkaException) -> str:
+    error = e.args[0] if e.args else None
+    return error.str() if isinstance(error, KafkaError) else str(e)
