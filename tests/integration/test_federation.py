@@ -1,0 +1,163 @@
+"""Sub-clusters joining through their agents: real Tansu brokers, real agents, a real quorum.
+
+Physical state is checked with confluent-kafka's AdminClient directly, not through kfed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from deploy.local import LocalFederation, create_demo_topic
+from metadata_log.client import ControllerClient
+
+from .conftest import log_of
+
+pytestmark = pytest.mark.slow
+
+
+def physical_topics(bootstrap: str) -> dict[str, int]:
+    md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3}).list_topics(timeout=5)
+    return {name: len(t.partitions) for name, t in md.topics.items() if not name.startswith("__")}
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.05)
+
+
+def cluster(fed: LocalFederation, cluster_id: str) -> dict[str, Any]:
+    return next(c for c in fed.metadata()["clusters"] if c["cluster_id"] == cluster_id)
+
+
+@pytest.fixture
+def fed(tmp_path: Path) -> Iterator[LocalFederation]:
+    federation = LocalFederation(tmp_path, (("c1", "r1", 0), ("c2", "r1", 0), ("c3", "r2", 0)))
+    try:
+        federation.start()
+        federation.wait_clusters_healthy(timeout_s=40)
+        create_demo_topic(federation)
+        yield federation
+    finally:
+        federation.stop()
+
+
+def demo_partitions(fed: LocalFederation) -> list[dict[str, Any]]:
+    return list(fed.metadata(topic="U_TopicA")["topics"][0]["partitions"])
+
+
+def all_led(partitions: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The partitions, if every one has a leader."""
+    return partitions if partitions and all(p["leader"] for p in partitions) else None
+
+
+def test_sub_clusters_join_and_the_demo_topic_is_placed_with_live_leaders(fed: LocalFederation) -> None:
+    c1, c2 = fed.clusters["c1"], fed.clusters["c2"]
+    parts = wait_until(lambda: all_led(demo_partitions(fed)), 15, "every partition has a leader")
+    assert [(p["partition"], p["cluster_id"], p["physical_partition"]) for p in parts] == [
+        (i, "c1" if i < 4 else "c2", i % 4) for i in range(8)
+    ]
+    assert {p["leader"] for p in parts if p["cluster_id"] == "c1"} == {c1.bootstrap}
+    assert {p["leader"] for p in parts if p["cluster_id"] == "c2"} == {c2.bootstrap}
+    assert all(p["writable"] for p in parts)
+    # the physical topics exist with 4 partitions on both brokers, and not on r2's cluster
+    wait_until(lambda: physical_topics(c1.bootstrap).get("U_TopicA") == 4, 10, "U_TopicA on c1")
+    wait_until(lambda: physical_topics(c2.bootstrap).get("U_TopicA") == 4, 10, "U_TopicA on c2")
+    assert "U_TopicA" not in physical_topics(fed.clusters["c3"].bootstrap)
+
+
+def test_regions_keep_topics_on_their_own_clusters(fed: LocalFederation) -> None:
+    with ControllerClient(fed.quorum.urls) as client:
+        r2 = client.post("/v1/topics", {"name": "R2_Topic", "region": "r2", "partitions_per_cluster": 3})
+        r1 = client.post("/v1/topics", {"name": "R1_Topic", "region": "r1", "partitions_per_cluster": 1})
+    assert {p["cluster_id"] for p in r2["partitions"]} == {"c3"}
+    assert {p["cluster_id"] for p in r1["partitions"]} == {"c1", "c2"}
+    wait_until(lambda: physical_topics(fed.clusters["c3"].bootstrap).get("R2_Topic") == 3, 10, "R2_Topic on c3")
+    assert "R2_Topic" not in physical_topics(fed.clusters["c1"].bootstrap)
+
+
+def test_killed_broker_is_fenced_then_unfenced_after_restart(fed: LocalFederation) -> None:
+    c1 = fed.clusters["c1"]
+    wait_until(lambda: all(p["leader"] for p in demo_partitions(fed)), 15, "leaders reported")
+    c1.kill_broker()
+    killed = time.monotonic()
+    wait_until(lambda: cluster(fed, "c1")["fenced"], 10, "c1 fenced")
+    fenced_after = time.monotonic() - killed
+    parts = demo_partitions(fed)
+    assert [p["writable"] for p in parts] == [False] * 4 + [True] * 4
+    assert fenced_after < 5, f"fencing took {fenced_after:.1f} s"
+    c1.start_broker()  # memory storage: it comes back empty
+    wait_until(lambda: not cluster(fed, "c1")["fenced"], 20, "c1 unfenced")
+    assert physical_topics(c1.bootstrap).get("U_TopicA") == 4  # recreated by the agent
+    assert all(p["writable"] for p in demo_partitions(fed))
+    fences = [r for r in log_of(fed.quorum, fed.quorum.leader()) if r["type"] in ("ClusterFenced", "ClusterUnfenced")]
+    assert [r["type"] for r in fences][-2:] == ["ClusterFenced", "ClusterUnfenced"]
+
+
+def test_a_broker_that_comes_back_empty_is_reported_even_between_probes(fed: LocalFederation) -> None:
+    c2 = fed.clusters["c2"]
+    wait_until(lambda: physical_topics(c2.bootstrap).get("U_TopicA") == 4, 10, "U_TopicA on c2")
+    time.sleep(1.5)  # let the agent see the topic once
+    c2.kill_broker()
+    c2.start_broker()  # back within milliseconds, empty
+    leader = fed.quorum.leader()
+
+    def c2_fences() -> list[dict[str, Any]]:
+        log = log_of(fed.quorum, leader)
+        return [r for r in log if r["type"] == "ClusterFenced" and r["data"]["cluster_id"] == "c2"]
+
+    fenced = wait_until(c2_fences, 15, "c2's loss reported in the log")
+    assert "came back empty" in fenced[-1]["data"]["reason"] or "unreachable" in fenced[-1]["data"]["reason"]
+    wait_until(lambda: not cluster(fed, "c2")["fenced"], 20, "c2 unfenced after its topics were recreated")
+    assert physical_topics(c2.bootstrap).get("U_TopicA") == 4
+
+
+def test_a_dead_agent_loses_its_lease_and_a_restarted_agent_duplicates_nothing(fed: LocalFederation) -> None:
+    c2 = fed.clusters["c2"]
+    before = wait_until(lambda: physical_topics(c2.bootstrap), 10, "the agent created c2's physical topics")
+    c2.kill_agent()
+    fenced = wait_until(lambda: cluster(fed, "c2")["fenced"] and cluster(fed, "c2"), 10, "c2 fenced by its lease")
+    assert fenced["fenced_reason"] == "agent lease expired"
+    c2.start_agent()
+    wait_until(lambda: not cluster(fed, "c2")["fenced"], 15, "c2 unfenced by its restarted agent")
+    time.sleep(1.0)
+    log = log_of(fed.quorum, fed.quorum.leader())
+    assert sum(1 for r in log if r["type"] == "ClusterRegistered" and r["data"]["cluster_id"] == "c2") == 1
+    assert sum(1 for r in log if r["type"] == "TopicCreated") == 1
+    assert physical_topics(c2.bootstrap) == before
+
+
+def test_deleted_topics_and_removed_partitions_leave_the_brokers(fed: LocalFederation) -> None:
+    c1, c2 = fed.clusters["c1"], fed.clusters["c2"]
+    with ControllerClient(fed.quorum.urls) as client:
+        client.post("/v1/topics", {"name": "Gone", "region": "r1", "partitions_per_cluster": 1})
+        wait_until(lambda: "Gone" in physical_topics(c1.bootstrap) and "Gone" in physical_topics(c2.bootstrap), 10,
+                   "Gone created on both")  # fmt: skip
+        client.put("/v1/topics/Gone/partitions/1/state", {"state": "read_only"})
+        client.put("/v1/topics/Gone/partitions/1/state", {"state": "removed"})
+        wait_until(lambda: "Gone" not in physical_topics(c2.bootstrap), 10, "Gone deleted from c2 (partition removed)")
+        assert "Gone" in physical_topics(c1.bootstrap)
+        client.delete("/v1/topics/Gone")
+        wait_until(lambda: "Gone" not in physical_topics(c1.bootstrap), 10, "Gone deleted from c1 (topic deleted)")
+
+
+def test_a_controller_leader_change_does_not_fence_healthy_clusters(fed: LocalFederation) -> None:
+    leader = fed.quorum.leader()
+    offset_before = fed.quorum.node(leader)["applied_offset"]  # type: ignore[index]
+    fed.quorum.kill(leader)
+    new_leader = fed.quorum.leader(exclude=leader, timeout_s=10)
+    time.sleep(4.0)  # longer than a lease: agents must have found the new leader
+    log = log_of(fed.quorum, new_leader)
+    assert not [r for r in log[offset_before + 1 :] if r["type"] == "ClusterFenced"]
+    assert not any(c["fenced"] for c in fed.metadata()["clusters"])
