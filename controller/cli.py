@@ -31,6 +31,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be a non-negative integer")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kfed",
@@ -47,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     c.add_argument("--config", required=True, type=Path, help="quorum.toml listing the voters")
-    c.add_argument("--node-id", required=True, type=_positive_int, help="this node's id in the config")
+    c.add_argument("--node-id", required=True, type=_non_negative_int, help="this node's id in the config")
     c.add_argument("--data-dir", required=True, type=Path, help="journal and state dump of this node")
     c.add_argument(
         "--retention-records",

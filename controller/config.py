@@ -48,8 +48,8 @@ def parse_quorum(data: dict[str, Any], source: str = "config") -> QuorumConfig:
         if unknown:
             raise ConfigError(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
         vid, raft, http = v.get("id"), v.get("raft"), v.get("http")
-        if not isinstance(vid, int) or isinstance(vid, bool) or vid < 1:
-            raise ConfigError(f"{where}.id must be a positive integer")
+        if not isinstance(vid, int) or isinstance(vid, bool) or vid < 0:
+            raise ConfigError(f"{where}.id must be a non-negative integer (e.g. a StatefulSet pod index)")
         if not isinstance(raft, str) or ":" not in raft or not raft.rsplit(":", 1)[1].isdigit():
             raise ConfigError(f'{where}.raft must be "host:port", got {raft!r}')
         url = urlparse(http) if isinstance(http, str) else None

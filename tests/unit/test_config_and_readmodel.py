@@ -22,7 +22,7 @@ def test_quorum_round_trip() -> None:
     "data, message",
     [
         ({}, "at least one"),
-        ({"voters": [{"id": 0, "raft": "h:1", "http": "http://h:2"}]}, "positive integer"),
+        ({"voters": [{"id": -1, "raft": "h:1", "http": "http://h:2"}]}, "non-negative integer"),
         ({"voters": [{"id": 1, "raft": "h", "http": "http://h:2"}]}, "host:port"),
         ({"voters": [{"id": 1, "raft": "h:1", "http": "h:2"}]}, "http"),
         ({"voters": [{"id": 1, "raft": "h:1", "http": "http://h:2", "x": 1}]}, "unknown keys"),
