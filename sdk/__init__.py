@@ -1,1 +1,14 @@
-"""kfed sdk."""
+"""The federated SDK: produce to and consume from logical topics, straight to the physical clusters."""
+
+from .errors import FederationError, NoWritablePartition, PartitionNotWritable, UnknownTopic
+from .messages import FederatedMessage
+from .producer import FederatedProducer
+
+__all__ = [
+    "FederatedMessage",
+    "FederatedProducer",
+    "FederationError",
+    "NoWritablePartition",
+    "PartitionNotWritable",
+    "UnknownTopic",
+]

@@ -1,0 +1,300 @@
+"""``FederatedProducer``: produce to logical topics; the data goes straight to the physical clusters.
+
+Configured like confluent-kafka's ``Producer``, with ``kfed.controllers`` (controller URLs) instead of
+``bootstrap.servers``; every other key is passed to the underlying producers (one per physical cluster,
+created on first use). Routing comes from a followed metadata image (the log, tailed by offset):
+
+- a partition takes writes when it is *effectively writable* (partition writable, cluster active and not
+  fenced), its leader is known (its physical topic exists), and this producer has not muted its cluster;
+- key-less messages go round-robin over those partitions;
+- keyed messages go to ``crc32(key) % len(writable partitions)``. Ordering caveat: when the writable set
+  changes (a partition goes read-only, a cluster is fenced or added), keys move to other partitions, so
+  per-key order holds only while the set is stable — as with any partition-count change in Kafka;
+- an explicit ``partition`` that is not writable fails at once with ``PartitionNotWritable``.
+
+Client-side muting (the KIP-693 idea): a cluster-level delivery error, or the log fencing a cluster,
+mutes that cluster's partitions in this producer for ``kfed.mute.ms`` (default 10 s) and purges the
+messages still queued for it; key-less ones are produced again elsewhere, keyed ones and those already
+in flight are reported to ``on_delivery`` with their error. Nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Final
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from metadata_log.follower import LogFollower
+from metadata_log.image import MetadataImage, is_writable
+
+from .errors import NoWritablePartition, PartitionNotWritable, UnknownTopic
+from .messages import FederatedMessage
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MUTE_MS: Final = 10_000
+# Errors that say "this cluster is not taking writes", as opposed to a problem with one message.
+CLUSTER_ERRORS: Final = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+DeliveryCallback = Callable[[KafkaError | None, FederatedMessage], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    topic: str
+    partition: int  # logical
+    cluster_id: str
+    physical_topic: str
+    physical_partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """One logical topic's routing, valid for one (metadata offset, mute state)."""
+
+    writable: tuple[_Target, ...]
+    targets: Mapping[int, _Target]  # every logical partition, writable or not
+    why_not: Mapping[int, str]  # logical partition -> why it takes no writes
+
+
+class FederatedProducer:
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        cfg = dict(config)
+        controllers = cfg.pop("kfed.controllers", None)
+        if not controllers:
+            raise ValueError("config needs 'kfed.controllers': the controller URLs (comma-separated or a list)")
+        if "bootstrap.servers" in cfg:
+            raise ValueError("do not set 'bootstrap.servers': each physical cluster's comes from the metadata")
+        self._mute_s = int(cfg.pop("kfed.mute.ms", DEFAULT_MUTE_MS)) / 1000
+        self._default_callback: DeliveryCallback | None = cfg.pop("on_delivery", None)
+        self._physical_config = {"enable.metrics.push": False, **cfg}
+        self._producers: dict[str, Producer] = {}
+        self._routes: dict[str, _Route] = {}
+        self._muted: dict[str, float] = {}  # cluster id -> muted until (monotonic)
+        self._fenced: set[str] = set()
+        self._reroute: deque[tuple[str, Any, Any, Any, DeliveryCallback | None]] = deque()
+        self._to_purge: set[str] = set()
+        self._lock = threading.Lock()  # guards _to_purge and _fenced (the follower thread writes them)
+        self._rr = 0
+        self._follower = LogFollower(controllers, wait_ms=2000, listener=self._on_metadata)
+        self._follower.poll(0)  # an image before the first produce
+        self._follower.start()
+
+    # -- metadata ----------------------------------------------------------------------------------
+    @property
+    def metadata_offset(self) -> int:
+        """Offset of the metadata this producer routes with."""
+        return self._follower.image.offset
+
+    def _on_metadata(self, image: MetadataImage, entries: object) -> None:
+        """On the follower thread: drop cached routes; purge queues of clusters that became fenced."""
+        fenced = {c.cluster_id for c in image.clusters.values() if c.fenced or c.state != "active"}
+        with self._lock:
+            self._to_purge |= fenced - self._fenced
+            self._fenced = fenced
+        self._routes = {}
+
+    def _route(self, topic: str) -> _Route:
+        route = self._routes.get(topic)
+        if route is not None:
+            return route
+        image = self._follower.image
+        t = image.topics.get(topic)
+        if t is None:
+            raise UnknownTopic(topic, image.offset)
+        now = time.monotonic()
+        writable, targets, why_not = [], {}, {}
+        for p in t.partitions:
+            target = _Target(topic, p.partition, p.cluster_id, p.physical_topic, p.physical_partition)
+            targets[p.partition] = target
+            cluster = image.clusters.get(p.cluster_id)
+            leader = cluster.leaders.get((p.physical_topic, p.physical_partition)) if cluster else None
+            if not is_writable(image, p):
+                why_not[p.partition] = _why_not_writable(image, p.state, cluster)
+            elif leader is None:
+                why_not[p.partition] = (
+                    f"physical partition {p.physical_topic}/{p.physical_partition} on {p.cluster_id} has no leader yet"
+                )
+            elif self._muted.get(p.cluster_id, 0) > now:
+                why_not[p.partition] = f"cluster {p.cluster_id} is muted by this producer after delivery errors"
+            else:
+                writable.append(target)
+        route = _Route(tuple(writable), targets, why_not)
+        self._routes[topic] = route
+        return route
+
+    # -- producing ---------------------------------------------------------------------------------
+    def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        headers: Any = None,
+        on_delivery: DeliveryCallback | None = None,
+        timestamp: int = 0,
+    ) -> None:
+        """Queue one message for a logical topic (same contract as confluent-kafka's ``produce``)."""
+        if self._to_purge:
+            self._purge_fenced()
+        route = self._route(topic)
+        if partition is not None and partition >= 0:
+            target = route.targets.get(partition)
+            if target is None or partition in route.why_not:
+                why = route.why_not.get(partition, f"topic {topic!r} has no partition {partition}")
+                raise PartitionNotWritable(topic, partition, why)
+        else:
+            n = len(route.writable)
+            if n == 0:
+                raise NoWritablePartition(topic, dict(route.why_not))
+            if key is None:
+                self._rr += 1
+                target = route.writable[self._rr % n]
+            else:
+                data = key if isinstance(key, bytes) else str(key).encode()
+                target = route.writable[zlib.crc32(data) % n]
+        callback = on_delivery or self._default_callback
+        producer = self._producers.get(target.cluster_id) or self._producer(target.cluster_id)
+        producer.produce(
+            target.physical_topic,
+            value,
+            key,
+            target.physical_partition,
+            on_delivery=partial(self._delivered, target, callback, partition is None and key is None),
+            timestamp=timestamp,
+            headers=headers,
+        )
+
+    def _producer(self, cluster_id: str) -> Producer:
+        cluster = self._follower.image.clusters[cluster_id]
+        config = {**self._physical_config, "bootstrap.servers": cluster.bootstrap_servers,
+                  "error_cb": partial(self._cluster_error, cluster_id)}  # fmt: skip
+        producer = Producer(config)
+        self._producers[cluster_id] = producer
+        return producer
+
+    def _delivered(
+        self, target: _Target, callback: DeliveryCallback | None, keyless: bool, err: KafkaError | None, msg: Message
+    ) -> None:
+        if err is not None:
+            code = err.code()
+            if code == KafkaError._PURGE_QUEUE and keyless:
+                # never sent: safe to produce again, elsewhere
+                self._reroute.append((target.topic, msg.value(), msg.headers(), msg.timestamp()[1], callback))
+                return
+            if code in CLUSTER_ERRORS:
+                self._mute(target.cluster_id, err.str())
+        if callback is not None:
+            callback(err, FederatedMessage(msg, target.topic, target.partition, target.cluster_id))
+
+    def _cluster_error(self, cluster_id: str, err: KafkaError) -> None:
+        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+            self._mute(cluster_id, err.str())
+
+    def _mute(self, cluster_id: str, why: str) -> None:
+        if self._muted.get(cluster_id, 0) <= time.monotonic():
+            log.warning("muting cluster %s for %.0f s: %s", cluster_id, self._mute_s, why)
+            with self._lock:
+                self._to_purge.add(cluster_id)
+        self._muted[cluster_id] = time.monotonic() + self._mute_s
+        self._routes = {}
+
+    def _purge_fenced(self) -> None:
+        """Take back what is still queued for clusters that stopped taking writes (fenced or muted)."""
+        with self._lock:
+            clusters, self._to_purge = self._to_purge, set()
+        for cluster_id in clusters:
+            producer = self._producers.get(cluster_id)
+            if producer is not None:
+                producer.purge(in_queue=True, in_flight=False, blocking=False)
+                producer.poll(0)  # serve the purge reports now: key-less ones are re-routed
+
+    def _drain_reroutes(self) -> int:
+        moved = 0
+        while self._reroute:
+            topic, value, headers, timestamp, callback = self._reroute.popleft()
+            try:
+                self.produce(topic, value, None, None, headers, callback, timestamp)
+                moved += 1
+            except (NoWritablePartition, UnknownTopic) as e:
+                if callback is not None:
+                    callback(KafkaError(KafkaError._PURGE_QUEUE, f"no writable partition to re-route to: {e}"),
+                             FederatedMessage.unsent(topic, value, headers))  # fmt: skip
+        return moved
+
+    # -- confluent-kafka's surface -----------------------------------------------------------------
+    def poll(self, timeout: float = 0) -> int:
+        """Serve delivery callbacks of every physical producer; returns how many were served."""
+        if self._to_purge:
+            self._purge_fenced()
+        served = self._drain_reroutes()
+        producers = list(self._producers.values())
+        if not producers:
+            if timeout > 0:
+                time.sleep(min(timeout, 0.05))
+            return served
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            for p in producers:
+                served += p.poll(0)
+            served += self._drain_reroutes()
+            if served or time.monotonic() >= deadline:
+                return served
+            time.sleep(min(0.005, max(0.0, deadline - time.monotonic())))
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait until every message is delivered or failed (or ``timeout``); returns how many remain."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._to_purge:
+                self._purge_fenced()
+            self._drain_reroutes()
+            for p in list(self._producers.values()):
+                p.flush(0.05)
+            remaining = len(self)
+            if remaining == 0 or (deadline is not None and time.monotonic() >= deadline):
+                return remaining
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self._producers.values()) + len(self._reroute)
+
+    def close(self, timeout: float | None = 30.0) -> int:
+        remaining = self.flush(timeout)
+        self._follower.stop()
+        return remaining
+
+    def __enter__(self) -> FederatedProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _why_not_writable(image: MetadataImage, state: str, cluster: Any) -> str:
+    if state != "writable":
+        return f"partition is {state}"
+    if cluster is None:
+        return "its cluster is not registered"
+    if cluster.fenced:
+        return f"cluster {cluster.cluster_id} is fenced ({cluster.fenced_reason})"
+    return f"cluster {cluster.cluster_id} is {cluster.state}"
