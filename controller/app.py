@@ -19,11 +19,13 @@ from starlette.responses import Response, StreamingResponse
 
 from metadata_log import commands
 from metadata_log.codec import pack
+from metadata_log.commands import check_name
 from metadata_log.errors import Gone, InvalidRequest, NotFound, OutcomeUnknown, PayloadTooLarge, Unavailable
 from metadata_log.image import MetadataImage
 from metadata_log.views import cluster_view, metadata_view, topic_view
 
 from . import metrics, problems
+from .groups import SESSION_TIMEOUT_MS_DEFAULT, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN
 from .service import ControllerService, WriteReply, check_idempotency_key, fingerprint
 
 MSGPACK: Final = "application/msgpack"
@@ -90,6 +92,22 @@ class ReportedPartition(_Strict):
 
 class PartitionReport(_Strict):
     partitions: list[ReportedPartition] = Field(max_length=100_000)
+
+
+class GroupHeartbeat(_Strict):
+    member_id: str | None = Field(None, max_length=200, description="Null to join; then the id returned.")
+    topics: list[str] = Field(max_length=100, description="Logical topics the member subscribes to.")
+    owned: list[tuple[str, int]] = Field(
+        default_factory=list, max_length=100_000, description="Logical partitions the member consumes right now."
+    )
+    session_timeout_ms: int = Field(
+        SESSION_TIMEOUT_MS_DEFAULT, ge=SESSION_TIMEOUT_MS_MIN, le=SESSION_TIMEOUT_MS_MAX,
+        description="The member is dropped (and stops consuming) after this long without a heartbeat.",
+    )  # fmt: skip
+
+
+class GroupLeave(_Strict):
+    member_id: str = Field(max_length=200)
 
 
 # -- encoding --------------------------------------------------------------------------------------
@@ -462,6 +480,44 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
         if forwarded is not None:
             return forwarded
         return respond(request, {"agents": service.leases.view(time.monotonic()), "lease_ms": service.leases.lease_ms})
+
+    # -- consumer groups ---------------------------------------------------------------------------
+    @v1.get("/groups/{group}/coordinator", summary="The group's coordinator (the quorum leader)")
+    async def group_coordinator(request: Request, group: str) -> Response:
+        check_name(group, "group")
+        leader = service.leader()
+        if leader is None:
+            raise Unavailable("no leader elected yet", retry_after_s=1.0)
+        recorded = service.read_model.image.groups.get(group)
+        return respond(request, {"group": group, "coordinator_id": leader.id, "http": leader.http,
+                                 "recorded_coordinator_id": recorded.coordinator_id if recorded else None})  # fmt: skip
+
+    @v1.post("/groups/{group}/heartbeat", summary="Join or renew a group member; its assignment and what it may start")
+    async def group_heartbeat(request: Request, group: str, body: GroupHeartbeat) -> Response:
+        check_name(group, "group")
+        forwarded = await forward_to_leader(request)
+        if forwarded is not None:
+            return forwarded
+        owned = [(t, p) for t, p in body.owned]
+        return respond(request, await service.group_heartbeat(
+            group, body.member_id, body.topics, owned, body.session_timeout_ms))  # fmt: skip
+
+    @v1.post("/groups/{group}/leave", summary="Leave a group (its partitions go to the other members)")
+    async def group_leave(request: Request, group: str, body: GroupLeave) -> Response:
+        forwarded = await forward_to_leader(request)
+        if forwarded is not None:
+            return forwarded
+        return respond(request, await service.group_leave(group, body.member_id))
+
+    @v1.get("/groups/{group}", summary="A group's generation and assignment (from the log)")
+    async def get_group(request: Request, group: str) -> Response:
+        image = service.read_model.image
+        g = image.groups.get(group)
+        if g is None:
+            raise NotFound(f"group {group!r} has never had a member")
+        members = [{"member_id": m.member_id, "assignment": [list(tp) for tp in m.assignment]} for m in g.members]
+        return respond(request, {"group": group, "generation": g.generation, "coordinator_id": g.coordinator_id,
+                                 "members": members, "offset": image.offset})  # fmt: skip
 
     app.include_router(v1)
 

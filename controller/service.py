@@ -21,6 +21,7 @@ from metadata_log.raft import RaftNode
 from metadata_log.state import MAX_IDEMPOTENCY_KEY_CHARS, LogState, Outcome, Proposal
 
 from .config import QuorumConfig, Voter
+from .groups import GroupCoordinator
 from .leases import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS, FencingRecord, LeaseTable
 from .readmodel import ReadModel
 
@@ -155,6 +156,8 @@ class ControllerService:
         self.heartbeat_ms = heartbeat_ms
         self._was_leader = False
         self._fencing_in_flight: set[str] = set()
+        self.groups = GroupCoordinator()
+        self._group_commit_lock = asyncio.Lock()
         self._lease_task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -230,6 +233,7 @@ class ControllerService:
         leading = self.is_leader()
         if leading and not self._was_leader:
             self.leases.start_term(time.monotonic())
+            self.groups.start_term(time.monotonic())
             log.info("leading: agents have %d ms to heartbeat before their clusters are fenced", self.leases.lease_ms)
         self._was_leader = leading
         return leading
@@ -287,8 +291,50 @@ class ControllerService:
             await asyncio.sleep(LEASE_CHECK_MS / 1000)
             try:
                 await self.enforce_leases()
+                await self.enforce_groups()
             except Exception:
-                log.exception("lease check failed")
+                log.exception("lease / group check failed")
+
+    # -- consumer groups -------------------------------------------------------------------------
+    async def group_heartbeat(
+        self,
+        group: str,
+        member_id: str | None,
+        topics: list[str],
+        owned: list[tuple[str, int]],
+        session_timeout_ms: int,
+    ) -> dict[str, Any]:
+        """Join or renew a member; rebalance when needed; answer with its assignment and what it may start."""
+        if not self._sync_term():
+            raise Unavailable("this node is not the leader (the group coordinator)", retry_after_s=0.2)
+        try:
+            member_id = self.groups.heartbeat(group, member_id, topics, owned, session_timeout_ms, time.monotonic())
+        except ValueError as e:
+            raise Conflict(str(e)) from None
+        await self.enforce_groups()
+        return self.groups.reply(group, member_id, self.state.image)
+
+    async def group_leave(self, group: str, member_id: str) -> dict[str, Any]:
+        if not self._sync_term():
+            raise Unavailable("this node is not the leader (the group coordinator)", retry_after_s=0.2)
+        left = self.groups.leave(group, member_id)
+        await self.enforce_groups()
+        return {"group": group, "member_id": member_id, "left": left}
+
+    async def enforce_groups(self) -> None:
+        """Commit the generations the live members and the topics call for (one batch at a time)."""
+        if not self._sync_term():
+            return
+        async with self._group_commit_lock:
+            records = self.groups.decide(self.state.image, self.node_id, time.monotonic())
+            if not records:
+                return
+            try:
+                outcome = await asyncio.wait_for(self.committer.submit(Proposal(tuple(records))), self.commit_timeout_s)
+                if outcome.status != "committed":
+                    log.info("group change not applied: %s", outcome.detail)
+            except (KfedError, TimeoutError) as e:
+                log.info("group change not committed (%s); the next check retries", e)
 
     # -- reads -----------------------------------------------------------------------------------
     async def image_at_least(self, min_offset: int | None, timeout_s: float) -> MetadataImage:

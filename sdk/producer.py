@@ -220,12 +220,17 @@ class FederatedProducer:
         self._routes = {}
 
     def _purge_fenced(self) -> None:
-        """Take back what is still queued for clusters that stopped taking writes (fenced or muted)."""
+        """Take back what is queued for clusters that stopped taking writes (fenced, or muted here).
+
+        Repeated on every poll/flush while they stay so: requests that fail against a dead broker put
+        their messages back in the queue, after an earlier purge."""
+        now = time.monotonic()
         with self._lock:
-            clusters, self._to_purge = self._to_purge, set()
+            clusters = self._to_purge | self._fenced | {c for c, until in self._muted.items() if until > now}
+            self._to_purge = set()
         for cluster_id in clusters:
             producer = self._producers.get(cluster_id)
-            if producer is not None:
+            if producer is not None and len(producer):
                 producer.purge(in_queue=True, in_flight=False, blocking=False)
                 producer.poll(0)  # serve the purge reports now: key-less ones are re-routed
 
@@ -245,8 +250,7 @@ class FederatedProducer:
     # -- confluent-kafka's surface -----------------------------------------------------------------
     def poll(self, timeout: float = 0) -> int:
         """Serve delivery callbacks of every physical producer; returns how many were served."""
-        if self._to_purge:
-            self._purge_fenced()
+        self._purge_fenced()
         served = self._drain_reroutes()
         producers = list(self._producers.values())
         if not producers:
@@ -266,8 +270,7 @@ class FederatedProducer:
         """Wait until every message is delivered or failed (or ``timeout``); returns how many remain."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            if self._to_purge:
-                self._purge_fenced()
+            self._purge_fenced()
             self._drain_reroutes()
             for p in list(self._producers.values()):
                 p.flush(0.05)

@@ -101,3 +101,52 @@ def test_plan_for_a_decommissioned_cluster_deletes_everything_it_managed() -> No
 def test_recovering_cluster_recreates_auto_created_topics_with_too_few_partitions() -> None:
     assert dict(reconcile.plan(BASE, "c1", {"A": 1, "phys-b": 5}, recovering=True).recreate) == {"A": 2}
     assert not reconcile.plan(BASE, "c1", {"A": 1, "phys-b": 5}, recovering=False).recreate
+
+
+def test_group_generations_follow_members_and_partitions() -> None:
+    from controller.groups import GroupCoordinator
+    from metadata_log.records import GroupGenerationStarted
+
+    groups = GroupCoordinator()
+    groups.start_term(0.0)
+    groups.heartbeat("g", "m2", ["A"], [], 5000, 0.1)
+    records = groups.decide(BASE, node_id=1, now_s=0.2)
+    gen1 = apply(BASE, records)
+    assert gen1.groups["g"].coordinator_id == 1 and gen1.groups["g"].generation == 1
+    assert gen1.groups["g"].members[0].assignment == (("A", 0), ("A", 1), ("A", 2))
+    # a second member joins inside the new leader's grace: no need to wait, every member was heard
+    groups.heartbeat("g", "m1", ["A"], [], 5000, 0.3)
+    (gen2,) = groups.decide(gen1, node_id=1, now_s=0.4)
+    assert isinstance(gen2, GroupGenerationStarted) and gen2.generation == 2
+    assert [(m.member_id, m.assignment) for m in gen2.members] == [("m1", (("A", 0), ("A", 2))), ("m2", (("A", 1),))]
+    image = apply(gen1, [gen2])
+    # m2 still consumes A/0: m1 may not start it yet
+    groups.heartbeat("g", "m2", ["A"], [("A", 0), ("A", 1)], 5000, 0.5)
+    assert groups.reply("g", "m1", image)["startable"] == [["A", 2]]
+    groups.heartbeat("g", "m2", ["A"], [("A", 1)], 5000, 0.6)
+    assert groups.reply("g", "m1", image)["startable"] == [["A", 0], ["A", 2]]
+    # removed partitions leave the assignment; a silent member expires
+    image = apply(image, [PartitionStateChanged("A", 2, "read_only"), PartitionStateChanged("A", 2, "removed")])
+    (gen3,) = groups.decide(image, node_id=1, now_s=0.7)
+    assert [m.assignment for m in gen3.members] == [(("A", 0),), (("A", 1),)]
+    image = apply(image, [gen3])
+    groups.heartbeat("g", "m1", ["A"], [("A", 0)], 5000, 5.0)
+    (gen4,) = groups.decide(image, node_id=1, now_s=6.0)  # m2 last heard at 0.6 s
+    assert [(m.member_id, m.assignment) for m in gen4.members] == [("m1", (("A", 0), ("A", 1)))]
+
+
+def test_a_new_leader_waits_for_known_members_before_rebalancing() -> None:
+    from controller.groups import GroupCoordinator
+    from metadata_log.records import GroupCoordinatorAssigned, GroupGenerationStarted, GroupMember
+
+    image = apply(BASE, [GroupCoordinatorAssigned("g", 1),
+                         GroupGenerationStarted("g", 3, (GroupMember("m1", (("A", 0), ("A", 1), ("A", 2))),
+                                                         GroupMember("m2", ())))])  # fmt: skip
+    groups = GroupCoordinator()
+    groups.start_term(100.0)
+    groups.heartbeat("g", "m1", ["A"], [("A", 0)], 5000, 100.1)
+    # m2 has not re-reported yet: only the coordinator changes, no new generation
+    assert groups.decide(image, node_id=2, now_s=100.2) == [GroupCoordinatorAssigned("g", 2)]
+    groups.heartbeat("g", "m2", ["A"], [], 5000, 100.3)
+    records = groups.decide(image, node_id=2, now_s=100.4)
+    assert [type(r).__name__ for r in records] == ["GroupCoordinatorAssigned", "GroupGenerationStarted"]

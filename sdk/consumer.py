@@ -1,0 +1,329 @@
+"""``FederatedConsumer``: consume logical topics as one consumer group, coordinated by the kfed quorum.
+
+Configured like confluent-kafka's ``Consumer`` (``group.id`` required), with ``kfed.controllers`` instead
+of ``bootstrap.servers``; other keys go to the underlying consumers (one per physical cluster). The group
+is coordinated by the quorum leader (not by the brokers): a heartbeat thread reports which logical
+partitions this member consumes and learns its assignment; the partitions themselves are read with
+``assign()`` from the physical clusters, and offsets are committed there, under the same group id.
+
+Ownership is exclusive: revoked partitions are committed (with ``enable.auto.commit``, the default) and
+dropped before they are reported released, a new partition is started only when the coordinator says no
+other member still consumes it, and a member that cannot heartbeat for ``kfed.session.timeout.ms``
+stops consuming everything until it can. Read-only partitions stay assigned until read to their end;
+removed ones are dropped. All confluent-kafka calls happen on the thread that calls ``poll``/``consume``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from confluent_kafka import OFFSET_STORED, Consumer, KafkaError, KafkaException, TopicPartition
+
+from metadata_log.client import ControllerClient
+from metadata_log.errors import KfedError
+from metadata_log.follower import LogFollower
+
+from .messages import FederatedMessage
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SESSION_TIMEOUT_MS: Final = 10_000
+HEARTBEAT_S: Final = 0.5
+LogicalPartition = tuple[str, int]
+PartitionsCallback = Callable[["FederatedConsumer", list[LogicalPartition]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Placement:
+    cluster_id: str
+    physical_topic: str
+    physical_partition: int
+
+
+class FederatedConsumer:
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        cfg = dict(config)
+        controllers = cfg.pop("kfed.controllers", None)
+        if not controllers:
+            raise ValueError("config needs 'kfed.controllers': the controller URLs (comma-separated or a list)")
+        if "bootstrap.servers" in cfg:
+            raise ValueError("do not set 'bootstrap.servers': each physical cluster's comes from the metadata")
+        self.group = cfg.get("group.id")
+        if not self.group:
+            raise ValueError("config needs 'group.id'")
+        self._session_timeout_ms = int(cfg.pop("kfed.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))
+        # Auto commit is done here, from what the application was handed: librdkafka's own would also count
+        # messages still in this consumer's buffer, which a revocation drops (and the next owner would skip).
+        self._auto_commit = str(cfg.pop("enable.auto.commit", True)).lower() in ("true", "1")
+        self._auto_commit_s = int(cfg.pop("auto.commit.interval.ms", 5000)) / 1000
+        self._last_auto_commit = time.monotonic()
+        cfg.pop("enable.auto.offset.store", None)
+        # Tansu ignores max.partition.fetch.bytes: without a short queue back-off librdkafka waits 1 s per cycle.
+        self._physical_config = {
+            "enable.metrics.push": False,
+            "fetch.queue.backoff.ms": 10,
+            **cfg,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+        }
+        self._follower = LogFollower(controllers, wait_ms=2000)
+        self._follower.poll(0)
+        self._follower.start()
+        self._client = ControllerClient(controllers, deadline_s=2.0)
+        self._consumers: dict[str, Consumer] = {}
+        self._owned: dict[LogicalPartition, _Placement] = {}
+        # offset after the last message handed to the application, per owned partition: what commits use
+        # (librdkafka's position also counts messages still in this consumer's buffer)
+        self._delivered: dict[LogicalPartition, int] = {}
+        self._by_physical: dict[tuple[str, str, int], LogicalPartition] = {}
+        self._topics: list[str] = []
+        self._member_id: str | None = None
+        self._reply: dict[str, Any] | None = None
+        self._reply_lock = threading.Lock()
+        self._last_heartbeat_ok = time.monotonic()
+        self._beat_now = threading.Event()
+        self._closed = threading.Event()
+        self._heartbeat_thread: threading.Thread | None = None
+        self._buffer: deque[FederatedMessage] = deque()
+        self._next_consumer = 0
+        self._on_assign: PartitionsCallback | None = None
+        self._on_revoke: PartitionsCallback | None = None
+
+    # -- group membership ----------------------------------------------------------------------------
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        on_assign: PartitionsCallback | None = None,
+        on_revoke: PartitionsCallback | None = None,
+    ) -> None:
+        """Join the group for these logical topics (replaces an earlier subscription).
+
+        ``on_assign(consumer, partitions)`` runs after this member started consuming logical partitions;
+        ``on_revoke(consumer, partitions)`` before it stops (its offsets are committed after it returns,
+        with auto commit). Both run on the thread that calls ``poll``/``consume``.
+        """
+        self._topics = list(topics)
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+        self._heartbeat()
+        if self._heartbeat_thread is None:
+            self._heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="kfed-group", daemon=True)
+            self._heartbeat_thread.start()
+
+    def _heartbeat(self) -> bool:
+        owned = [list(tp) for tp in list(self._owned)]
+        body = {"member_id": self._member_id, "topics": self._topics, "owned": owned,
+                "session_timeout_ms": self._session_timeout_ms}  # fmt: skip
+        try:
+            reply = self._client.post(f"/v1/groups/{self.group}/heartbeat", body)
+        except KfedError as e:
+            log.warning("group %s: heartbeat failed: %s", self.group, e)
+            return False
+        with self._reply_lock:
+            self._reply = reply
+            self._member_id = reply["member_id"]
+            self._last_heartbeat_ok = time.monotonic()
+        return True
+
+    def _heartbeat_loop(self) -> None:
+        while not self._closed.is_set():
+            self._beat_now.wait(HEARTBEAT_S)
+            self._beat_now.clear()
+            if not self._closed.is_set():
+                self._heartbeat()
+
+    @property
+    def member_id(self) -> str | None:
+        return self._member_id
+
+    def assignment(self) -> list[LogicalPartition]:
+        """The logical partitions this member consumes now."""
+        return sorted(self._owned)
+
+    def _apply_assignment(self) -> None:
+        """On the polling thread: drop revoked partitions, start the ones the coordinator released."""
+        with self._reply_lock:
+            reply, last_ok = self._reply, self._last_heartbeat_ok
+        if reply is None:
+            return
+        if time.monotonic() - last_ok > self._session_timeout_ms / 1000:
+            wanted: set[LogicalPartition] = set()  # cut off from the coordinator: stop consuming everything
+            startable: set[LogicalPartition] = set()
+        else:
+            wanted = {(t, p) for t, p in reply["assignment"]}
+            startable = {(t, p) for t, p in reply["startable"]}
+        image = self._follower.image
+        revoked = []
+        for tp in list(self._owned):
+            topic = image.topics.get(tp[0])
+            removed = topic is None or tp[1] >= len(topic.partitions) or topic.partitions[tp[1]].state == "removed"
+            if tp not in wanted or removed:
+                revoked.append(tp)
+        self._revoke_all(revoked)
+        started: list[LogicalPartition] = []
+        for tp in sorted(startable - set(self._owned)):
+            topic = image.topics.get(tp[0])
+            if (
+                topic is None
+                or tp[1] >= len(topic.partitions)
+                or image.clusters.get(topic.partitions[tp[1]].cluster_id) is None
+            ):
+                continue  # the followed image is behind the coordinator: start it on a later poll
+            p = topic.partitions[tp[1]]
+            self._start(tp, _Placement(p.cluster_id, p.physical_topic, p.physical_partition))
+            started.append(tp)
+        if started and self._on_assign is not None:
+            self._on_assign(self, started)
+        if started or len(self._owned) != len(wanted):
+            self._beat_now.set()
+
+    def _revoke_all(self, partitions: list[LogicalPartition]) -> None:
+        if not partitions:
+            return
+        if self._on_revoke is not None:
+            self._on_revoke(self, partitions)
+        for tp in partitions:
+            self._revoke(tp)
+
+    def _start(self, tp: LogicalPartition, placement: _Placement) -> None:
+        consumer = self._consumer(placement.cluster_id)
+        consumer.incremental_assign(
+            [TopicPartition(placement.physical_topic, placement.physical_partition, OFFSET_STORED)]
+        )
+        self._owned[tp] = placement
+        self._by_physical[(placement.cluster_id, placement.physical_topic, placement.physical_partition)] = tp
+        log.info("group %s: %s consumes %s/%d", self.group, self._member_id, *tp)
+
+    def _revoke(self, tp: LogicalPartition) -> None:
+        placement = self._owned.pop(tp)
+        consumer = self._consumers[placement.cluster_id]
+        physical = TopicPartition(placement.physical_topic, placement.physical_partition)
+        delivered = self._delivered.pop(tp, None)
+        if self._auto_commit and delivered is not None:
+            self._commit_offsets(consumer, [TopicPartition(physical.topic, physical.partition, delivered)], False)
+        try:
+            consumer.incremental_unassign([physical])
+        except KafkaException as e:
+            log.warning("group %s: unassigning %s/%d: %s", self.group, *tp, e)
+        self._by_physical.pop((placement.cluster_id, placement.physical_topic, placement.physical_partition), None)
+        self._buffer = deque(m for m in self._buffer if (m.topic(), m.partition()) != tp)
+        self._beat_now.set()
+        log.info("group %s: %s released %s/%d", self.group, self._member_id, *tp)
+
+    def _consumer(self, cluster_id: str) -> Consumer:
+        consumer = self._consumers.get(cluster_id)
+        if consumer is None:
+            cluster = self._follower.image.clusters[cluster_id]
+            consumer = Consumer({**self._physical_config, "bootstrap.servers": cluster.bootstrap_servers})
+            self._consumers[cluster_id] = consumer
+        return consumer
+
+    # -- consuming ---------------------------------------------------------------------------------
+    def poll(self, timeout: float = -1) -> FederatedMessage | None:
+        """One message (or None after ``timeout`` seconds; -1 waits indefinitely)."""
+        messages = self.consume(1, timeout)
+        return messages[0] if messages else None
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FederatedMessage]:
+        """Up to ``num_messages`` messages from every physical cluster this member reads."""
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        while True:
+            self._apply_assignment()
+            if self._auto_commit and time.monotonic() - self._last_auto_commit > self._auto_commit_s:
+                self._last_auto_commit = time.monotonic()
+                self.commit(asynchronous=True)
+            if self._buffer:
+                out = [self._buffer.popleft() for _ in range(min(num_messages, len(self._buffer)))]
+                for m in out:
+                    self._delivered[(m.topic(), m.partition())] = m.offset() + 1
+                return out
+            consumers = [(cid, c) for cid, c in self._consumers.items()
+                         if any(pl.cluster_id == cid for pl in self._owned.values())]  # fmt: skip
+            if consumers:
+                wait = 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
+                self._next_consumer = (self._next_consumer + 1) % len(consumers)
+                for i in range(len(consumers)):
+                    cluster_id, consumer = consumers[(self._next_consumer + i) % len(consumers)]
+                    # wait only on the last consumer of the round, when nothing was found before it
+                    batch = consumer.consume(num_messages, wait if i == len(consumers) - 1 and not self._buffer else 0)
+                    self._wrap(cluster_id, batch)
+                    if len(self._buffer) >= num_messages:
+                        break
+            elif deadline is None or time.monotonic() < deadline:
+                time.sleep(0.02)
+            if self._buffer:
+                continue
+            if deadline is not None and time.monotonic() >= deadline:
+                return []
+
+    def _wrap(self, cluster_id: str, batch: list[Any]) -> None:
+        for msg in batch:
+            error = msg.error()
+            if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                continue
+            tp = self._by_physical.get((cluster_id, msg.topic(), msg.partition()))
+            if tp is None:
+                continue  # released since it was fetched
+            self._buffer.append(FederatedMessage(msg, tp[0], tp[1], cluster_id))
+
+    # -- offsets ----------------------------------------------------------------------------------
+    def commit(self, message: FederatedMessage | None = None, offsets: Any = None, asynchronous: bool = True) -> None:
+        """Commit to the physical clusters: ``message``'s offset + 1, or every owned partition's position."""
+        if offsets is not None:
+            raise NotImplementedError("commit(offsets=...) takes physical offsets; commit(message=...) instead")
+        if message is not None:
+            placement = self._owned.get((message.topic(), message.partition()))
+            if placement is None:
+                return  # no longer ours: the next owner starts from the last committed offset
+            tp = TopicPartition(placement.physical_topic, placement.physical_partition, message.offset() + 1)
+            _commit(self._consumers[placement.cluster_id], [tp], asynchronous)
+            return
+        for cluster_id, consumer in self._consumers.items():
+            delivered = [
+                TopicPartition(p.physical_topic, p.physical_partition, self._delivered[tp])
+                for tp, p in self._owned.items()
+                if p.cluster_id == cluster_id and tp in self._delivered
+            ]
+            self._commit_offsets(consumer, delivered, asynchronous)
+
+    def _commit_offsets(self, consumer: Consumer, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        if offsets:
+            try:
+                _commit(consumer, offsets, asynchronous)
+            except KafkaException as e:
+                log.warning("group %s: commit failed: %s", self.group, e)
+
+    def close(self) -> None:
+        """Commit (with auto commit), leave the group so others take over at once, and stop."""
+        if self._closed.is_set():
+            return
+        self._revoke_all(list(self._owned))
+        self._closed.set()
+        self._beat_now.set()
+        if self._member_id is not None:
+            try:
+                self._client.post(f"/v1/groups/{self.group}/leave", {"member_id": self._member_id})
+            except KfedError as e:
+                log.warning("group %s: leave failed (%s); the session will expire", self.group, e)
+        for consumer in self._consumers.values():
+            consumer.close()
+        self._follower.stop()
+        self._client.close()
+
+    def __enter__(self) -> FederatedConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _commit(consumer: Consumer, offsets: list[TopicPartition], asynchronous: bool) -> None:
+    if asynchronous:
+        consumer.commit(offsets=offsets, asynchronous=True)
+    else:
+        consumer.commit(offsets=offsets, asynchronous=False)

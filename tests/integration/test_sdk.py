@@ -1,0 +1,235 @@
+"""The federated SDK on the local federation: real quorum, two Tansu sub-clusters, real agents."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy.local import LocalFederation, create_demo_topic
+from metadata_log.client import ControllerClient
+from sdk import FederatedConsumer, FederatedProducer
+
+pytestmark = pytest.mark.slow
+TOPIC = "U_TopicA"
+
+
+@pytest.fixture
+def fed(tmp_path: Path) -> Iterator[LocalFederation]:
+    federation = LocalFederation(tmp_path)
+    try:
+        federation.start()
+        federation.wait_clusters_healthy(timeout_s=40)
+        create_demo_topic(federation)
+        deadline = time.monotonic() + 20
+        while not all(
+            p["writable"] and p["leader"] for p in federation.metadata(topic=TOPIC)["topics"][0]["partitions"]
+        ):
+            assert time.monotonic() < deadline, "U_TopicA never became writable everywhere"
+            time.sleep(0.1)
+        yield federation
+    finally:
+        federation.stop()
+
+
+def controllers(fed: LocalFederation) -> str:
+    return ",".join(fed.quorum.urls)
+
+
+class Member(threading.Thread):
+    """One group member in a thread: records every message and its ownership intervals."""
+
+    def __init__(self, fed: LocalFederation, name: str, group: str) -> None:
+        super().__init__(daemon=True, name=name)
+        self.consumer = FederatedConsumer(
+            {"kfed.controllers": controllers(fed), "group.id": group, "auto.offset.reset": "earliest",
+             "kfed.session.timeout.ms": 6000}
+        )  # fmt: skip
+        self.received: list[tuple[str, int, int]] = []  # (value, logical partition, physical offset)
+        self.intervals: list[tuple[tuple[str, int], float, float]] = []
+        self._owned_since: dict[tuple[str, int], float] = {}
+        self.stop_flag = threading.Event()
+
+    def on_assign(self, consumer: Any, partitions: list[tuple[str, int]]) -> None:
+        now = time.monotonic()
+        for tp in partitions:
+            self._owned_since[tp] = now
+
+    def on_revoke(self, consumer: Any, partitions: list[tuple[str, int]]) -> None:
+        now = time.monotonic()
+        for tp in partitions:
+            self.intervals.append((tp, self._owned_since.pop(tp), now))
+
+    def run(self) -> None:
+        self.consumer.subscribe([TOPIC], on_assign=self.on_assign, on_revoke=self.on_revoke)
+        while not self.stop_flag.is_set():
+            for m in self.consumer.consume(1000, 0.2):
+                self.received.append((m.value().decode(), m.partition(), m.offset()))
+        self.consumer.close()  # commits and leaves: on_revoke closes the open intervals
+
+    def finish(self) -> None:
+        self.stop_flag.set()
+        self.join(30)
+
+
+def produce(fed: LocalFederation, ids: range, acked: dict[str, int] | None = None) -> None:
+    def report(err: Any, msg: Any) -> None:
+        if err is None and acked is not None:
+            acked[msg.value().decode()] = msg.partition()
+
+    with FederatedProducer({"kfed.controllers": controllers(fed), "linger.ms": 5, "on_delivery": report}) as p:
+        for i in ids:
+            p.produce(TOPIC, value=str(i).encode(), key=f"key-{i % 997}".encode() if i % 2 else None)
+            if i % 2000 == 0:
+                p.poll(0)
+        assert p.flush(60) == 0
+
+
+def wait_for(members: list[Member], expected: set[str], timeout_s: float) -> set[str]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        seen = {v for m in members for v, _, _ in m.received}
+        if expected <= seen or time.monotonic() > deadline:
+            return seen
+        time.sleep(0.2)
+
+
+def test_two_members_read_every_message_own_partitions_exclusively_and_resume_from_commits(fed) -> None:
+    n = 100_000
+    first = Member(fed, "m1", "g-e2e")
+    first.start()
+    produce(fed, range(0, 40_000))
+    second = Member(fed, "m2", "g-e2e")  # joins mid-stream: a rebalance under load
+    second.start()
+    produce(fed, range(40_000, 70_000))
+    deadline = time.monotonic() + 20
+    while not second.consumer.assignment():
+        assert time.monotonic() < deadline, "the second member never got partitions"
+        time.sleep(0.05)
+    produce(fed, range(70_000, n))
+    expected = {str(i) for i in range(n)}
+    seen = wait_for([first, second], expected, 120)
+    first.finish()
+    second.finish()
+    assert seen == expected, f"{len(expected - seen)} messages never consumed"
+    all_values = sorted(int(v) for m in (first, second) for v, _, _ in m.received)
+    assert (
+        hashlib.sha256(str(sorted(set(all_values))).encode()).hexdigest()
+        == hashlib.sha256(str(list(range(n))).encode()).hexdigest()
+    )
+    assert {p for m in (first, second) for _, p, _ in m.received} == set(range(8))
+    assert first.received and second.received, "both members consumed"
+    # each logical partition was consumed by one member at a time
+    by_partition: dict[tuple[str, int], list[tuple[float, float, str]]] = defaultdict(list)
+    for m in (first, second):
+        for tp, start, end in m.intervals:
+            by_partition[tp].append((start, end, m.name))
+    assert set(by_partition) == {(TOPIC, p) for p in range(8)}
+    for tp, intervals in by_partition.items():
+        intervals.sort()
+        for (s1, e1, a), (s2, e2, b) in itertools.pairwise(intervals):
+            assert e1 <= s2, f"{tp} owned by {a} and {b} at once: [{s1:.3f},{e1:.3f}] and [{s2:.3f},{e2:.3f}]"
+    # commit happened on close: new members of the group read only what came after
+    produce(fed, range(n, n + 1000))
+    again = [Member(fed, "m3", "g-e2e"), Member(fed, "m4", "g-e2e")]
+    for m in again:
+        m.start()
+    new = {str(i) for i in range(n, n + 1000)}
+    wait_for(again, new, 60)
+    time.sleep(2.0)  # anything re-read would arrive right away
+    for m in again:
+        m.finish()
+    reread = {v for m in again for v, _, _ in m.received}
+    assert reread == new, f"re-read {len(reread - new)} old messages; missed {len(new - reread)}"
+
+
+def test_keyless_production_survives_a_killed_sub_cluster(fed) -> None:
+    acked: dict[str, str] = {}
+    failed: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def report(err: Any, msg: Any) -> None:
+        with lock:
+            (failed if err else acked)[msg.value().decode()] = err.str() if err else msg.cluster_id()
+
+    producer = FederatedProducer({"kfed.controllers": controllers(fed), "linger.ms": 5, "on_delivery": report,
+                                  "message.timeout.ms": 8000})  # fmt: skip
+    produced = 0
+    kill_at = start = time.monotonic()
+    killed = False
+    while time.monotonic() - start < 8:
+        producer.produce(TOPIC, value=str(produced).encode())
+        produced += 1
+        if produced % 200 == 0:
+            producer.poll(0)
+            time.sleep(0.005)
+        if not killed and time.monotonic() - start > 2:
+            fed.clusters["c2"].kill_broker()
+            kill_at, killed = time.monotonic(), True
+            ids_at_kill = produced
+    assert producer.flush(60) == 0
+    producer.close()
+    everything = {str(i) for i in range(produced)}
+    assert set(acked) | set(failed) == everything, "a message was neither delivered nor reported failed"
+    after_kill = [str(i) for i in range(ids_at_kill + 2000, produced)]
+    assert after_kill and all(acked.get(i) == "c1" for i in after_kill), "production did not continue on c1"
+    assert time.monotonic() - kill_at > 5
+    # every message acknowledged by the surviving cluster is consumed
+    on_c1 = {v for v, cluster in acked.items() if cluster == "c1"}
+    member = Member(fed, "reader", "g-kill")
+    member.start()
+    seen = wait_for([member], on_c1, 60)
+    member.finish()
+    assert on_c1 <= seen, f"{len(on_c1 - seen)} acknowledged messages on c1 not consumed"
+
+
+def test_a_read_only_partition_stops_taking_writes_within_a_second_and_stays_readable(fed) -> None:
+    sent_at: dict[str, float] = {}
+    landed: dict[str, int] = {}
+
+    def report(err: Any, msg: Any) -> None:
+        if err is None:
+            landed[msg.value().decode()] = msg.partition()
+
+    producer = FederatedProducer({"kfed.controllers": controllers(fed), "linger.ms": 2, "on_delivery": report})
+    stop = threading.Event()
+    marked: list[float] = []
+
+    def mark() -> None:
+        time.sleep(1.5)
+        with ControllerClient(fed.quorum.urls) as client:
+            client.put(f"/v1/topics/{TOPIC}/partitions/3/state", {"state": "read_only"})
+        marked.append(time.monotonic())
+        time.sleep(2.5)
+        stop.set()
+
+    marker = threading.Thread(target=mark)
+    marker.start()
+    i = 0
+    while not stop.is_set():
+        sent_at[str(i)] = time.monotonic()
+        producer.produce(TOPIC, value=str(i).encode())
+        i += 1
+        if i % 100 == 0:
+            producer.poll(0)
+            time.sleep(0.002)
+    marker.join()
+    assert producer.flush(30) == 0
+    producer.close()
+    to_p3 = [v for v, p in landed.items() if p == 3]
+    assert [v for v in to_p3 if sent_at[v] < marked[0]], "nothing reached P3 before it went read-only"
+    late = [v for v in to_p3 if sent_at[v] > marked[0] + 1.0]
+    assert not late, f"{len(late)} messages produced more than 1 s after read_only still went to P3"
+    member = Member(fed, "reader", "g-ro")
+    member.start()
+    seen = wait_for([member], set(landed), 60)
+    member.finish()
+    assert set(landed) <= seen
+    assert {p for _, p, _ in member.received if p == 3} == {3}, "P3's messages are still consumed"
