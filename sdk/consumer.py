@@ -34,6 +34,7 @@ from .messages import FederatedMessage
 log = logging.getLogger(__name__)
 
 DEFAULT_SESSION_TIMEOUT_MS: Final = 10_000
+DEFAULT_MAX_POLL_INTERVAL_MS: Final = 300_000
 HEARTBEAT_S: Final = 0.5
 LogicalPartition = tuple[str, int]
 PartitionsCallback = Callable[["FederatedConsumer", list[LogicalPartition]], None]
@@ -58,6 +59,10 @@ class FederatedConsumer:
         if not self.group:
             raise ValueError("config needs 'group.id'")
         self._session_timeout_ms = int(cfg.pop("kfed.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))
+        # An application that stops polling (stuck, or its thread died) must not keep its partitions:
+        # past this, the heartbeat thread leaves the group; the next poll joins again.
+        self._max_poll_interval_s = int(cfg.pop("max.poll.interval.ms", DEFAULT_MAX_POLL_INTERVAL_MS)) / 1000
+        self._last_poll = time.monotonic()
         # Auto commit is done here, from what the application was handed: librdkafka's own would also count
         # messages still in this consumer's buffer, which a revocation drops (and the next owner would skip).
         self._auto_commit = str(cfg.pop("enable.auto.commit", True)).lower() in ("true", "1")
@@ -91,6 +96,8 @@ class FederatedConsumer:
         self._closed = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
         self._buffer: deque[FederatedMessage] = deque()
+        self._buffer_base = 0  # messages ever taken from the buffer front since it was last emptied
+        self._run_ends: dict[LogicalPartition, int] = {}  # partition -> position of its last buffered message
         self._next_consumer = 0
         self._on_assign: PartitionsCallback | None = None
         self._on_revoke: PartitionsCallback | None = None
@@ -131,11 +138,27 @@ class FederatedConsumer:
         return True
 
     def _heartbeat_loop(self) -> None:
+        left = False
         while not self._closed.is_set():
             self._beat_now.wait(HEARTBEAT_S)
             self._beat_now.clear()
-            if not self._closed.is_set():
-                self._heartbeat()
+            if self._closed.is_set():
+                return
+            if time.monotonic() - self._last_poll > self._max_poll_interval_s:
+                if not left and self._member_id is not None:
+                    log.warning(
+                        "group %s: no poll for %.0f s: leaving the group", self.group, self._max_poll_interval_s
+                    )
+                    try:
+                        self._client.post(f"/v1/groups/{self.group}/leave", {"member_id": self._member_id})
+                    except KfedError as e:
+                        log.warning("group %s: leave failed (%s); the session will expire", self.group, e)
+                    with self._reply_lock:
+                        self._reply, self._member_id = None, None
+                    left = True
+                continue
+            left = False
+            self._heartbeat()
 
     @property
     def member_id(self) -> str | None:
@@ -149,7 +172,8 @@ class FederatedConsumer:
         """On the polling thread: drop revoked partitions, start the ones the coordinator released."""
         with self._reply_lock:
             reply, last_ok = self._reply, self._last_heartbeat_ok
-        if reply is None:
+        if reply is None:  # not (or no longer) a member: own nothing
+            self._revoke_all(list(self._owned))
             return
         if time.monotonic() - last_ok > self._session_timeout_ms / 1000:
             wanted: set[LogicalPartition] = set()  # cut off from the coordinator: stop consuming everything
@@ -212,6 +236,8 @@ class FederatedConsumer:
             log.warning("group %s: unassigning %s/%d: %s", self.group, *tp, e)
         self._by_physical.pop((placement.cluster_id, placement.physical_topic, placement.physical_partition), None)
         self._buffer = deque(m for m in self._buffer if (m.topic(), m.partition()) != tp)
+        self._buffer_base = 0  # positions changed: recompute the run ends of what is left
+        self._run_ends = {(m.topic(), m.partition()): i for i, m in enumerate(self._buffer)}
         self._beat_now.set()
         log.info("group %s: %s released %s/%d", self.group, self._member_id, *tp)
 
@@ -232,16 +258,14 @@ class FederatedConsumer:
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FederatedMessage]:
         """Up to ``num_messages`` messages from every physical cluster this member reads."""
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        self._last_poll = time.monotonic()
         while True:
             self._apply_assignment()
             if self._auto_commit and time.monotonic() - self._last_auto_commit > self._auto_commit_s:
                 self._last_auto_commit = time.monotonic()
                 self.commit(asynchronous=True)
             if self._buffer:
-                out = [self._buffer.popleft() for _ in range(min(num_messages, len(self._buffer)))]
-                for m in out:
-                    self._delivered[(m.topic(), m.partition())] = m.offset() + 1
-                return out
+                return self._hand_out(num_messages)
             consumers = [(cid, c) for cid, c in self._consumers.items()
                          if any(pl.cluster_id == cid for pl in self._owned.values())]  # fmt: skip
             if consumers:
@@ -261,15 +285,46 @@ class FederatedConsumer:
             if deadline is not None and time.monotonic() >= deadline:
                 return []
 
+    def _hand_out(self, num_messages: int) -> list[FederatedMessage]:
+        """Messages from the buffer, recording per partition the offset after the last one handed out."""
+        delivered = self._delivered
+        if len(self._buffer) <= num_messages:  # the usual case: the whole buffer, its last message per partition
+            out = list(self._buffer)
+            self._buffer.clear()
+            for tp, index in self._run_ends.items():
+                delivered[tp] = out[index - self._buffer_base].offset() + 1
+            self._run_ends.clear()
+            self._buffer_base = 0
+            return out
+        out = [self._buffer.popleft() for _ in range(num_messages)]
+        self._buffer_base += num_messages
+        for m in out:
+            delivered[(m.topic(), m.partition())] = m.offset() + 1
+        # runs that ended in what was just handed out are done; the rest keep their positions
+        self._run_ends = {tp: i for tp, i in self._run_ends.items() if i >= self._buffer_base}
+        return out
+
     def _wrap(self, cluster_id: str, batch: list[Any]) -> None:
+        buffer, by_physical, run_ends = self._buffer, self._by_physical, self._run_ends
+        last_key: tuple[Any, Any] | None = None
+        tp: LogicalPartition | None = None
+        topic, partition = "", -1
         for msg in batch:
             error = msg.error()
             if error is not None and error.code() == KafkaError._PARTITION_EOF:
                 continue
-            tp = self._by_physical.get((cluster_id, msg.topic(), msg.partition()))
-            if tp is None:
-                continue  # released since it was fetched
-            self._buffer.append(FederatedMessage(msg, tp[0], tp[1], cluster_id))
+            key = (msg.topic(), msg.partition())
+            if key != last_key:  # fetches come in runs of one partition: look up once per run
+                if tp is not None:
+                    run_ends[tp] = len(buffer) - 1 + self._buffer_base
+                last_key = key
+                tp = by_physical.get((cluster_id, key[0], key[1]))
+                if tp is not None:
+                    topic, partition = tp
+            if tp is not None:  # None: released since it was fetched
+                buffer.append(FederatedMessage(msg, topic, partition, cluster_id))
+        if tp is not None:
+            run_ends[tp] = len(buffer) - 1 + self._buffer_base
 
     # -- offsets ----------------------------------------------------------------------------------
     def commit(self, message: FederatedMessage | None = None, offsets: Any = None, asynchronous: bool = True) -> None:

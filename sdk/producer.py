@@ -90,6 +90,8 @@ class FederatedProducer:
         self._physical_config = {"enable.metrics.push": False, **cfg}
         self._producers: dict[str, Producer] = {}
         self._routes: dict[str, _Route] = {}
+        # (cluster, physical topic, physical partition) -> logical target, for delivery reports
+        self._targets: dict[tuple[str, str, int], _Target] = {}
         self._muted: dict[str, float] = {}  # cluster id -> muted until (monotonic)
         self._fenced: set[str] = set()
         self._reroute: deque[tuple[str, Any, Any, Any, DeliveryCallback | None]] = deque()
@@ -141,6 +143,8 @@ class FederatedProducer:
                 writable.append(target)
         route = _Route(tuple(writable), targets, why_not)
         self._routes[topic] = route
+        for target in targets.values():
+            self._targets[(target.cluster_id, target.physical_topic, target.physical_partition)] = target
         return route
 
     # -- producing ---------------------------------------------------------------------------------
@@ -173,22 +177,28 @@ class FederatedProducer:
             else:
                 data = key if isinstance(key, bytes) else str(key).encode()
                 target = route.writable[zlib.crc32(data) % n]
-        callback = on_delivery or self._default_callback
         producer = self._producers.get(target.cluster_id) or self._producer(target.cluster_id)
-        producer.produce(
-            target.physical_topic,
-            value,
-            key,
-            target.physical_partition,
-            on_delivery=partial(self._delivered, target, callback, partition is None and key is None),
-            timestamp=timestamp,
-            headers=headers,
-        )
+        if on_delivery is None and partition is None:
+            # the common case: the physical producer's own callback (no object made per message)
+            producer.produce(target.physical_topic, value, key, target.physical_partition,
+                             timestamp=timestamp, headers=headers)  # fmt: skip
+        else:
+            callback = on_delivery or self._default_callback
+            producer.produce(
+                target.physical_topic,
+                value,
+                key,
+                target.physical_partition,
+                on_delivery=partial(self._delivered, target, callback, partition is None and key is None),
+                timestamp=timestamp,
+                headers=headers,
+            )
 
     def _producer(self, cluster_id: str) -> Producer:
         cluster = self._follower.image.clusters[cluster_id]
         config = {**self._physical_config, "bootstrap.servers": cluster.bootstrap_servers,
-                  "error_cb": partial(self._cluster_error, cluster_id)}  # fmt: skip
+                  "error_cb": partial(self._cluster_error, cluster_id),
+                  "on_delivery": partial(self._delivered_default, cluster_id)}  # fmt: skip
         producer = Producer(config)
         self._producers[cluster_id] = producer
         return producer
@@ -206,6 +216,16 @@ class FederatedProducer:
                 self._mute(target.cluster_id, err.str())
         if callback is not None:
             callback(err, FederatedMessage(msg, target.topic, target.partition, target.cluster_id))
+
+    def _delivered_default(self, cluster_id: str, err: KafkaError | None, msg: Message) -> None:
+        """Delivery report of a message produced without its own callback: find its logical partition."""
+        callback = self._default_callback
+        if err is None and callback is None:
+            return
+        target = self._targets.get((cluster_id, msg.topic(), msg.partition()))  # type: ignore[arg-type]
+        if target is None:  # the metadata moved on; keep the report physical-accurate
+            target = _Target(str(msg.topic()), -1, cluster_id, str(msg.topic()), msg.partition() or 0)
+        self._delivered(target, callback, msg.key() is None, err, msg)
 
     def _cluster_error(self, cluster_id: str, err: KafkaError) -> None:
         if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
