@@ -233,3 +233,32 @@ def test_a_read_only_partition_stops_taking_writes_within_a_second_and_stays_rea
     member.finish()
     assert set(landed) <= seen
     assert {p for _, p, _ in member.received if p == 3} == {3}, "P3's messages are still consumed"
+
+
+def test_producer_and_consumer_survive_a_controller_leader_change(fed) -> None:
+    member = Member(fed, "m1", "g-failover")
+    member.start()
+    acked: set[str] = set()
+
+    def report(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.add(msg.value().decode())
+
+    producer = FederatedProducer({"kfed.controllers": controllers(fed), "linger.ms": 5, "on_delivery": report})
+    for i in range(5000):
+        producer.produce(TOPIC, value=str(i).encode())
+    producer.flush(30)
+    old_leader = fed.quorum.leader()
+    fed.quorum.kill(old_leader)
+    fed.quorum.leader(exclude=old_leader, timeout_s=15)
+    for i in range(5000, 10_000):  # routing goes on from the followed image; the follower fails over
+        producer.produce(TOPIC, value=str(i).encode())
+        if i % 500 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0
+    producer.close()
+    # the group's coordinator moved with the leadership; the member keeps (or gets back) its partitions
+    seen = wait_for([member], acked, 60)
+    member.finish()
+    assert len(acked) == 10_000
+    assert acked <= seen, f"{len(acked - seen)} acknowledged messages not consumed after the leader change"
