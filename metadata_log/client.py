@@ -16,6 +16,17 @@ import httpx
 from .errors import Conflict, Gone, InvalidRequest, KfedError, NotFound, OutcomeUnknown, Unavailable
 
 RETRYABLE_STATUSES: Final = frozenset({502, 503, 504})
+
+
+def controller_urls(controllers: Sequence[str] | str) -> list[str]:
+    """A bootstrap list of controller URLs, given as a list or comma-separated, like bootstrap.servers."""
+    urls = controllers.split(",") if isinstance(controllers, str) else list(controllers)
+    cleaned = [u.strip().rstrip("/") for u in urls if u.strip()]
+    if not cleaned:
+        raise ValueError("at least one controller URL is needed (e.g. http://127.0.0.1:8001)")
+    return cleaned
+
+
 DEFAULT_DEADLINE_S: Final = 15.0
 
 
@@ -30,10 +41,7 @@ class ControllerClient:
         timeout_s: float = 10.0,
         token: str | None = None,
     ) -> None:
-        urls = controllers.split(",") if isinstance(controllers, str) else list(controllers)
-        self.urls = [u.strip().rstrip("/") for u in urls if u.strip()]
-        if not self.urls:
-            raise ValueError("ControllerClient needs at least one controller URL")
+        self.urls = controller_urls(controllers)
         self.deadline_s = deadline_s
         self._current = 0
         headers = {"Authorization": f"Bearer {token}"} if token else {}

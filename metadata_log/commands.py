@@ -16,6 +16,7 @@ from .errors import Conflict, InvalidRequest, NotFound
 from .image import (
     CLUSTER_TRANSITIONS,
     PARTITION_TRANSITIONS,
+    ClusterImage,
     InvalidRecord,
     MetadataImage,
     apply,
@@ -75,6 +76,13 @@ def check_bootstrap(value: Any, field_name: str = "bootstrap_servers") -> str:
     return value
 
 
+def _registered_cluster(image: MetadataImage, cluster_id: str) -> ClusterImage:
+    cluster = image.clusters.get(cluster_id)
+    if cluster is None:
+        raise NotFound(f"cluster {cluster_id!r} is not registered")
+    return cluster
+
+
 def _apply_checked(image: MetadataImage, records: Sequence[Record]) -> MetadataImage:
     """The image after ``records``; a record that does not apply is a bug in the command itself."""
     try:
@@ -106,9 +114,7 @@ def register_cluster(image: MetadataImage, cluster_id: str, region: str, bootstr
 
 def change_cluster_state(image: MetadataImage, cluster_id: str, state: str) -> Result:
     """Move a cluster along its admin-state path (active <-> read_only -> draining -> decommissioned)."""
-    cluster = image.clusters.get(cluster_id)
-    if cluster is None:
-        raise NotFound(f"cluster {cluster_id!r} is not registered")
+    cluster = _registered_cluster(image, cluster_id)
     if state not in CLUSTER_STATES:
         raise InvalidRequest("state", f"state must be one of {', '.join(CLUSTER_STATES)}")
     target: ClusterState = state  # narrowed by the membership check above
@@ -267,9 +273,7 @@ IdFactory = Callable[[], str]
 
 def fence_cluster(image: MetadataImage, cluster_id: str, reason: str, at_ms: int) -> Result:
     """Fence a cluster (its partitions stop being writable); a no-op when it already is."""
-    cluster = image.clusters.get(cluster_id)
-    if cluster is None:
-        raise NotFound(f"cluster {cluster_id!r} is not registered")
+    cluster = _registered_cluster(image, cluster_id)
     if cluster.fenced:
         return Result((), cluster_view(image, cluster))
     records = (ClusterFenced(cluster_id, reason[:MAX_REASON_CHARS], at_ms),)
@@ -279,9 +283,7 @@ def fence_cluster(image: MetadataImage, cluster_id: str, reason: str, at_ms: int
 
 def unfence_cluster(image: MetadataImage, cluster_id: str, at_ms: int) -> Result:
     """Lift the fence of a cluster that is healthy again; a no-op when it is not fenced."""
-    cluster = image.clusters.get(cluster_id)
-    if cluster is None:
-        raise NotFound(f"cluster {cluster_id!r} is not registered")
+    cluster = _registered_cluster(image, cluster_id)
     if not cluster.fenced:
         return Result((), cluster_view(image, cluster))
     records = (ClusterUnfenced(cluster_id, at_ms),)
@@ -302,9 +304,7 @@ def report_physical_partitions(
     image: MetadataImage, cluster_id: str, partitions: Sequence[PhysicalPartition]
 ) -> Result:
     """Record the leaders an agent reports, only where they differ from the image (no record per scan)."""
-    cluster = image.clusters.get(cluster_id)
-    if cluster is None:
-        raise NotFound(f"cluster {cluster_id!r} is not registered")
+    cluster = _registered_cluster(image, cluster_id)
     if len(partitions) > MAX_PARTITIONS_PER_REQUEST:
         raise InvalidRequest("partitions", f"at most {MAX_PARTITIONS_PER_REQUEST} partitions per report")
     records: list[Record] = []

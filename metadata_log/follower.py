@@ -16,6 +16,7 @@ from typing import Any, Final
 
 import httpx
 
+from .client import controller_urls
 from .codec import CodecError, record_from_dict, unpack
 from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire
 from .records import Record
@@ -50,10 +51,7 @@ class LogFollower:
         client: httpx.Client | None = None,
         timeout_s: float = 5.0,
     ) -> None:
-        urls = controllers.split(",") if isinstance(controllers, str) else list(controllers)
-        self.urls = [u.strip().rstrip("/") for u in urls if u.strip()]
-        if not self.urls:
-            raise ValueError("LogFollower needs at least one controller URL")
+        self.urls = controller_urls(controllers)
         self.wait_ms = wait_ms
         self.limit = limit
         self.image: MetadataImage = EMPTY_IMAGE

@@ -29,6 +29,7 @@ from metadata_log.client import ControllerClient
 from metadata_log.errors import KfedError
 from metadata_log.follower import LogFollower
 
+from .config import split_config
 from .messages import FederatedMessage
 
 log = logging.getLogger(__name__)
@@ -49,12 +50,7 @@ class _Placement:
 
 class FederatedConsumer:
     def __init__(self, config: Mapping[str, Any]) -> None:
-        cfg = dict(config)
-        controllers = cfg.pop("kfed.controllers", None)
-        if not controllers:
-            raise ValueError("config needs 'kfed.controllers': the controller URLs (comma-separated or a list)")
-        if "bootstrap.servers" in cfg:
-            raise ValueError("do not set 'bootstrap.servers': each physical cluster's comes from the metadata")
+        controllers, cfg = split_config(config)
         self.group = cfg.get("group.id")
         if not self.group:
             raise ValueError("config needs 'group.id'")

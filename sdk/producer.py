@@ -35,6 +35,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from metadata_log.follower import LogFollower
 from metadata_log.image import MetadataImage, is_writable
 
+from .config import split_config
 from .errors import NoWritablePartition, PartitionNotWritable, UnknownTopic
 from .messages import FederatedMessage
 
@@ -79,12 +80,7 @@ class _Route:
 
 class FederatedProducer:
     def __init__(self, config: Mapping[str, Any]) -> None:
-        cfg = dict(config)
-        controllers = cfg.pop("kfed.controllers", None)
-        if not controllers:
-            raise ValueError("config needs 'kfed.controllers': the controller URLs (comma-separated or a list)")
-        if "bootstrap.servers" in cfg:
-            raise ValueError("do not set 'bootstrap.servers': each physical cluster's comes from the metadata")
+        controllers, cfg = split_config(config)
         self._mute_s = int(cfg.pop("kfed.mute.ms", DEFAULT_MUTE_MS)) / 1000
         self._default_callback: DeliveryCallback | None = cfg.pop("on_delivery", None)
         self._physical_config = {"enable.metrics.push": False, **cfg}
