@@ -4,7 +4,8 @@ A heartbeat renews its cluster's lease in memory (never a log record). ``decide`
 with the image and returns the records to propose: ``ClusterFenced`` when a lease expired or the agent
 reported its cluster unhealthy, ``ClusterUnfenced`` when a fenced cluster's agent reports it healthy
 again. A node that just became leader has no leases: it gives every agent one full lease to find it
-before fencing anybody. Pure: the caller passes the clocks in.
+before fencing anybody; a cluster registered meanwhile (by an operator, before its agent runs) gets one
+full lease from when this leader first saw it. Pure: the caller passes the clocks in.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ class LeaseTable:
             raise ValueError("lease_ms must be positive")
         self.lease_ms = lease_ms
         self._leases: dict[str, Lease] = {}
-        self._grace_until_s = 0.0
+        self._first_seen_s: dict[str, float] = {}  # clusters without a lease: when this leader first saw them
+        self._term_start_s: float | None = None  # set until the first decision of a term
 
     def start_term(self, now_s: float) -> None:
         """This node just became leader: forget old leases and give every agent a full lease to beat."""
         self._leases.clear()
-        self._grace_until_s = now_s + self.lease_ms / 1000
+        self._first_seen_s.clear()
+        self._term_start_s = now_s
 
     def beat(
         self, cluster_id: str, healthy: bool, reason: str | None, applied_offset: int, now_s: float, now_ms: int
@@ -58,12 +61,17 @@ class LeaseTable:
     def decide(self, image: MetadataImage, now_s: float, now_ms: int) -> list[FencingRecord]:
         """Records that bring each cluster's fencing in line with its lease (at most one per cluster)."""
         records: list[FencingRecord] = []
+        if self._term_start_s is not None:  # clusters there when the term began count from its start
+            for cluster_id in image.clusters:
+                self._first_seen_s.setdefault(cluster_id, self._term_start_s)
+            self._term_start_s = None
         for cluster in image.clusters.values():
             if cluster.state == "decommissioned":
                 continue
             lease = self._leases.get(cluster.cluster_id)
             if lease is None:
-                reason = LEASE_EXPIRED if now_s >= self._grace_until_s else None
+                first_seen = self._first_seen_s.setdefault(cluster.cluster_id, now_s)
+                reason = LEASE_EXPIRED if now_s >= first_seen + self.lease_ms / 1000 else None
             elif now_s >= lease.expires_at_s:
                 reason = LEASE_EXPIRED
             elif not lease.healthy:

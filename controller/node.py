@@ -40,7 +40,7 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
     """Run until SIGTERM/SIGINT. pysyncobj must be built in this (main, long-lived) thread."""
     me = quorum.voter(node_id)
     peers = [v.raft for v in quorum.voters if v.id != node_id]
-    loop = asyncio.new_event_loop()
+    loop = _new_event_loop()
     asyncio.set_event_loop(loop)
 
     read_model = ReadModel(settings.retention_records)
@@ -70,7 +70,8 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
         app,
         host=host,
         port=port,
-        loop="none",
+        loop="none",  # the loop is ours (see _new_event_loop)
+        http="httptools",
         lifespan="on",
         log_level="warning",
         access_log=False,
@@ -82,6 +83,16 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
     finally:
         raft.close()
         loop.close()
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop where it exists (Linux, macOS). The node builds its loop itself: pysyncobj must be
+    constructed in this thread, with the publisher bound to the loop that will serve the API."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; other platforms fall back
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 def _host_port(url: str) -> tuple[str, int]:

@@ -150,3 +150,14 @@ def test_a_new_leader_waits_for_known_members_before_rebalancing() -> None:
     groups.heartbeat("g", "m2", ["A"], [], 5000, 100.3)
     records = groups.decide(image, node_id=2, now_s=100.4)
     assert [type(r).__name__ for r in records] == ["GroupCoordinatorAssigned", "GroupGenerationStarted"]
+
+
+def test_a_cluster_registered_before_its_agent_runs_gets_one_lease_to_show_up() -> None:
+    leases = LeaseTable(lease_ms=3000)
+    leases.start_term(now_s=0.0)
+    leases.beat("c1", True, None, 0, 50.0, 0)
+    leases.decide(BASE, 50.0, 0)  # the leader checks every 100 ms; c9 does not exist yet
+    later = apply(BASE, [ClusterRegistered("c9", "r1", "h:9")])
+    assert leases.decide(later, 50.1, 1) == [ClusterFenced("c2", LEASE_EXPIRED, 1)]  # c9 first seen now
+    assert leases.decide(later, 52.9, 2) == [ClusterFenced("c2", LEASE_EXPIRED, 2)]  # c9: 2.8 s of its 3
+    assert ClusterFenced("c9", LEASE_EXPIRED, 3) in leases.decide(later, 53.2, 3)
