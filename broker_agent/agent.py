@@ -37,6 +37,9 @@ class AgentSettings:
     heartbeat_ms: int = 500
     probe_timeout_ms: int = 1000
     offsets_check_every: int = 10  # beats between checks that offsets did not go backwards
+    # Failed probes in a row before the cluster is reported unhealthy: one slow answer on a busy host must
+    # not fence a cluster (and fill the log with fence/unfence pairs); costs one beat of fencing latency.
+    failures_to_fence: int = 2
     replication_factor: int = -1
 
 
@@ -65,6 +68,7 @@ class Agent:
         self._loss: str | None = None  # why the cluster is considered to have lost its data
         self._loss_fenced = False  # the quorum fenced the cluster for that loss
         self._beats = 0
+        self._failed_probes = 0
         self._stop = threading.Event()
         self.healthy = False
         self.reason: str | None = "starting"
@@ -108,8 +112,13 @@ class Agent:
         image = self.follower.image
         try:
             scan = self.cluster.scan()
+            self._failed_probes = 0
         except ClusterUnreachable as e:
-            self._heartbeat(image, healthy=False, reason=f"cluster unreachable: {e}")
+            self._failed_probes += 1
+            if self._failed_probes >= self.settings.failures_to_fence:
+                self._heartbeat(image, healthy=False, reason=f"cluster unreachable: {e}")
+            else:
+                self._heartbeat(image, healthy=self.healthy, reason=self.reason)  # keep the lease, judge later
             return
         self._check_for_loss(image, scan)
         if self._loss is not None and not self._loss_fenced:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
 
     state.set_publisher(publish)
     raft = RaftNode(me.raft, peers, data_dir, state, settings.raft)
+    _tune_gc()
     service = ControllerService(
         node_id, quorum, raft, state, read_model, settings.commit_timeout_s, settings.lease_ms, settings.heartbeat_ms
     )
@@ -83,6 +85,17 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
     finally:
         raft.close()
         loop.close()
+
+
+def _tune_gc() -> None:
+    """Keep the garbage collector from stalling the Raft thread on a big image.
+
+    A full collection walks every object: with 1M partitions loaded it took 0.35 s here, enough to miss
+    heartbeats and force elections. The image is immutable and never cyclic garbage, so what is loaded
+    at start moves out of the collector's view (gc.freeze) and young collections run less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
 
 
 def _new_event_loop() -> asyncio.AbstractEventLoop:

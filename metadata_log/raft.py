@@ -29,6 +29,7 @@ import pysyncobj.syncobj as _pso
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.journal import FileJournal, MemoryJournal
+from pysyncobj.monotonic import monotonic as pysyncobj_clock
 from pysyncobj.node import TCPNode
 from pysyncobj.serializer import Serializer
 
@@ -37,6 +38,7 @@ from .state import CorruptState, LogState, Outcome, Proposal, encode_command
 
 log = logging.getLogger(__name__)
 
+APPEND_ENTRIES_BATCH_BYTES: Final = 4 * 1024 * 1024
 STALL_GUARD_MS: Final = 50
 """A local apply or dump longer than this resets the node's election deadline (see module doc)."""
 
@@ -61,6 +63,10 @@ class RaftSettings:
             # Entries leave at once instead of on the next heartbeat (100 ms commits otherwise);
             # we batch records per command ourselves (group commit in the controller).
             appendEntriesUseBatch=False,
+            # pysyncobj 0.3.17 splits a command above this size into chunks and detects the last chunk by
+            # the command's length, not the pickled entry's, so commands over 64 KiB (the default) fail
+            # to replicate ("pickle data was truncated"). Group commit makes such commands routinely.
+            appendEntriesBatchSizeBytes=APPEND_ENTRIES_BATCH_BYTES,
             appendEntriesPeriod=self.heartbeat_ms / 1000,
             raftMinTimeout=self.election_timeout_ms_min / 1000,
             raftMaxTimeout=self.election_timeout_ms_max / 1000,
@@ -279,7 +285,8 @@ class RaftNode:
         s = self.settings
         timeout = random.uniform(s.election_timeout_ms_min, s.election_timeout_ms_max) / 1000
         # Name-mangled private of SyncObj 0.3.17 (pinned); tests/unit/test_raft.py checks it exists.
-        syncobj._SyncObj__raftElectionDeadline = time.monotonic() + timeout
+        # pysyncobj's own clock (CLOCK_MONOTONIC_RAW), not time.monotonic(): they differ by ~0.1 s here
+        syncobj._SyncObj__raftElectionDeadline = pysyncobj_clock() + timeout
         log.info("%s took %.0f ms; election deadline reset", what, elapsed_ms)
 
     def _on_state_changed(self, old: int, new: int) -> None:

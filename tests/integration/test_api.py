@@ -243,3 +243,18 @@ def test_openapi_and_ops_endpoints(quorum: LocalQuorum) -> None:
     for name in ("kfed_raft_role", "kfed_raft_term", "kfed_applied_offset", "kfed_high_watermark",
                  "kfed_http_request_duration_seconds_bucket"):  # fmt: skip
         assert name in metrics
+
+
+def test_a_write_bigger_than_64_kib_replicates_to_every_node(quorum: LocalQuorum, client: ControllerClient) -> None:
+    # A 3,000-partition topic is one ~200 KB Raft command, which pysyncobj sends in chunks. (Its
+    # chunking bug above 64 KiB only slowed such commands down, so this checks the outcome, not the speed.)
+    region = unique("r")
+    for i in range(2):
+        client.post("/v1/clusters", {"cluster_id": f"{region}-c{i}", "region": region, "bootstrap_servers": "h:1"})
+    created = client.post("/v1/topics", {"name": unique("Big"), "region": region, "partitions_per_cluster": 1500})
+    assert len(created["partitions"]) == 3000
+    quorum.wait_applied(created["offset"], timeout_s=30)
+    name = created["name"]
+    for url in quorum.urls:
+        topic = quorum.client.get(url + "/v1/metadata", params={"topic": name}).json()["topics"][0]
+        assert len(topic["partitions"]) == 3000
