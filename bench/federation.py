@@ -1,0 +1,130 @@
+"""Issue 3 benchmarks: how fast a failed sub-cluster is fenced, and what idle agents cost the leader.
+
+fencing: kill -9 a Tansu broker and time (a) until merged metadata says ``fenced`` (polling
+``/v1/metadata`` every 20 ms) and (b) until a ``LogFollower`` — what agents, the SDK and Spark use —
+applies the ``ClusterFenced`` record. The broker is restarted and unfenced between trials.
+
+idle: N sub-clusters (Tansu brokers) with their agents beating at the default interval, nothing else:
+the leader's CPU and the metadata log's growth per minute. Heartbeats are leases held in memory, so
+the log must not grow at all.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from deploy.local import LocalFederation, LocalQuorum
+from metadata_log.follower import LogFollower
+from metadata_log.image import MetadataImage
+from metadata_log.records import ClusterFenced, Record
+
+from .common import BenchResult, Goal, Row, fmt, median
+
+FENCING_GOAL_S = 3.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks / 100.0  # USER_HZ is 100 on Linux
+
+
+def run_fencing(trials: int, workdir: Path, result: BenchResult) -> None:
+    fed = LocalFederation(workdir / "fencing")
+    fenced_s: list[float] = []
+    seen_s: list[float] = []
+    try:
+        fed.start()
+        fed.wait_clusters_healthy(timeout_s=60)
+        c1 = fed.clusters["c1"]
+        for trial in range(trials):
+            seen = threading.Event()
+            seen_at: list[float] = []
+
+            def listener(image: MetadataImage, entries: Sequence[tuple[int, Record]], ev: threading.Event = seen,
+                         at: list[float] = seen_at) -> None:  # fmt: skip
+                if any(isinstance(r, ClusterFenced) and r.cluster_id == "c1" for _, r in entries):
+                    at.append(time.monotonic())
+                    ev.set()
+
+            follower = LogFollower(fed.quorum.urls, wait_ms=5000, listener=listener)
+            follower.poll(0)
+            follower.start()
+            time.sleep(0.5)
+            c1.kill_broker()
+            killed = time.monotonic()
+            while not next(c for c in fed.metadata()["clusters"] if c["cluster_id"] == "c1")["fenced"]:
+                if time.monotonic() - killed > 30:
+                    raise TimeoutError("c1 not fenced after 30 s")
+                time.sleep(0.02)
+            fenced_s.append(time.monotonic() - killed)
+            if not seen.wait(30):
+                raise TimeoutError("the follower did not see ClusterFenced")
+            seen_s.append(seen_at[0] - killed)
+            follower.stop()
+            print(f"    trial {trial + 1}: fenced in metadata after {fenced_s[-1]:.2f} s, "
+                  f"seen by a follower after {seen_s[-1]:.2f} s", flush=True)  # fmt: skip
+            c1.start_broker()
+            fed.wait_clusters_healthy(["c1"], timeout_s=30)
+    finally:
+        fed.stop()
+    goal = Goal("<=", FENCING_GOAL_S, "s")
+    result.rows += [
+        Row("broker kill -9 -> fenced in merged metadata, median", median(fenced_s), "s",
+            "Tencent: < 1 min", goal, f"{trials} trials, max {fmt(max(fenced_s))} s"),
+        Row("broker kill -9 -> a LogFollower applied ClusterFenced, median", median(seen_s), "s",
+            "Tencent: < 1 min", goal, f"max {fmt(max(seen_s))} s"),
+    ]  # fmt: skip
+    result.details["fencing"] = {"fenced_s": fenced_s, "follower_s": seen_s}
+
+
+def run_idle(clusters: int, measure_s: float, workdir: Path, result: BenchResult) -> None:
+    quorum = LocalQuorum(workdir / "idle" / "quorum")
+    fed = LocalFederation(workdir / "idle", [(f"c{i:02d}", "r1", 0) for i in range(clusters)], quorum)
+    try:
+        started = time.monotonic()
+        fed.start()
+        fed.wait_clusters_healthy(timeout_s=180)
+        print(f"    {clusters} sub-clusters and agents up in {time.monotonic() - started:.0f} s", flush=True)
+        time.sleep(3.0)  # let registration traffic settle
+        leader = quorum.leader()
+        pid = quorum.procs[leader].pid
+        follower_pids = [quorum.procs[v.id].pid for v in quorum.voters if v.id != leader]
+        hw0 = quorum.node(leader)["high_watermark"]  # type: ignore[index]
+        cpu0 = _cpu_seconds(pid)
+        followers_cpu0 = [_cpu_seconds(p) for p in follower_pids]
+        time.sleep(measure_s)
+        cpu1 = _cpu_seconds(pid)
+        followers_cpu1 = [_cpu_seconds(p) for p in follower_pids]
+        hw1 = quorum.node(leader)["high_watermark"]  # type: ignore[index]
+        agents = quorum.client.get(quorum.url(leader) + "/v1/agents").json()["agents"]
+        grown = quorum.client.get(quorum.url(leader) + "/v1/log", params={"offset": hw0, "limit": 10_000}).json()
+        kinds: dict[str, int] = {}
+        for record in grown["records"]:
+            kinds[record["type"]] = kinds.get(record["type"], 0) + 1
+        if kinds:
+            result.notes.append(f"records written while idle, by type: {kinds}")
+    finally:
+        fed.stop()
+    minutes = measure_s / 60
+    leader_cpu = (cpu1 - cpu0) / measure_s * 100
+    follower_cpu = max(b - a for a, b in zip(followers_cpu0, followers_cpu1, strict=True)) / measure_s * 100
+    beats_per_s = clusters / 0.5
+    result.rows += [
+        Row(f"log growth with {clusters} idle agents beating", (hw1 - hw0) / minutes, "records/min",
+            f"{fmt(beats_per_s)} heartbeats/s", Goal("<=", 0, "records/min"), f"over {fmt(measure_s)} s"),
+        Row("leader CPU while idle", leader_cpu, "% of a core", f"busiest follower {fmt(follower_cpu)} %"),
+    ]  # fmt: skip
+    result.details["idle"] = {"clusters": clusters, "measure_s": measure_s, "records": hw1 - hw0,
+                              "leader_cpu_pct": leader_cpu, "agents_reporting": len(agents)}  # fmt: skip
+    if len(agents) != clusters:
+        result.notes.append(f"only {len(agents)} of {clusters} agents held a lease at the end")
+
+
+def run(sizes: object, workdir: Path, result: BenchResult) -> None:
+    quick = bool(getattr(sizes, "quick", False))
+    run_fencing(2 if quick else 5, workdir, result)
+    run_idle(6 if quick else 60, 10.0 if quick else 60.0, workdir, result)

@@ -1,0 +1,192 @@
+"""Issue 4 benchmarks: the federated SDK vs raw confluent-kafka on the same Tansu brokers, in one run.
+
+producer: N 100-byte key-less messages. Raw baseline: one confluent-kafka Producer per broker, the loop
+alternating between them over their 4 partitions each (the same spread the federated producer makes over
+8 logical partitions). Both with a config-level delivery callback that counts; the clock stops when every
+message is delivered.
+
+consumer: the same N messages read back. Raw baseline: one Consumer per broker with assign() from the
+beginning. Federated: a new group subscribing to the logical topic; its rate is taken from the first
+message (the group join is reported separately).
+
+fence -> no longer routed: a key-less producer runs while ``c2`` is fenced through its lease (its agent
+stopped, an unhealthy heartbeat sent in its place); measured from the moment the fence is committed to the
+produce() call of the last message that still went to ``c2``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from deploy.local import LocalFederation, create_demo_topic
+from sdk import FederatedConsumer, FederatedProducer
+
+from .common import BenchResult, Goal, Row, fmt, median
+
+TOPIC = "U_TopicA"
+VALUE = b"x" * 100
+PRODUCER_CONFIG = {"linger.ms": 5, "enable.metrics.push": False}
+CONSUMER_CONFIG = {"enable.metrics.push": False, "fetch.queue.backoff.ms": 10, "queued.min.messages": 200_000,
+                   "enable.auto.commit": False, "auto.offset.reset": "earliest"}  # fmt: skip
+
+
+def _wait_writable(fed: LocalFederation) -> None:
+    deadline = time.monotonic() + 30
+    while not all(p["writable"] and p["leader"] for p in fed.metadata(topic=TOPIC)["topics"][0]["partitions"]):
+        if time.monotonic() > deadline:
+            raise TimeoutError("U_TopicA not writable")
+        time.sleep(0.1)
+
+
+def raw_produce(fed: LocalFederation, n: int) -> float:
+    delivered = [0]
+
+    def count(err: Any, msg: Any) -> None:
+        delivered[0] += 1
+
+    producers = [Producer({**PRODUCER_CONFIG, "bootstrap.servers": c.bootstrap, "on_delivery": count})
+                 for c in (fed.clusters["c1"], fed.clusters["c2"])]  # fmt: skip
+    started = time.perf_counter()
+    for i in range(n):
+        producers[i % 2].produce(TOPIC, VALUE, None, (i // 2) % 4)
+        if i % 5000 == 0:
+            producers[0].poll(0)
+            producers[1].poll(0)
+    for p in producers:
+        p.flush(60)
+    elapsed = time.perf_counter() - started
+    assert delivered[0] == n
+    return n / elapsed
+
+
+def federated_produce(fed: LocalFederation, n: int) -> float:
+    delivered = [0]
+
+    def count(err: Any, msg: Any) -> None:
+        delivered[0] += 1
+
+    producer = FederatedProducer(
+        {**PRODUCER_CONFIG, "kfed.controllers": ",".join(fed.quorum.urls), "on_delivery": count}
+    )
+    started = time.perf_counter()
+    for i in range(n):
+        producer.produce(TOPIC, VALUE)
+        if i % 5000 == 0:
+            producer.poll(0)
+    producer.flush(60)
+    elapsed = time.perf_counter() - started
+    producer.close()
+    assert delivered[0] == n
+    return n / elapsed
+
+
+def raw_consume(fed: LocalFederation, n: int) -> float:
+    consumers = []
+    for c in (fed.clusters["c1"], fed.clusters["c2"]):
+        consumer = Consumer({**CONSUMER_CONFIG, "bootstrap.servers": c.bootstrap, "group.id": f"raw-{time.time()}"})
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(4)])
+        consumers.append(consumer)
+    read, first = 0, None
+    deadline = time.monotonic() + 120
+    while read < n and time.monotonic() < deadline:
+        for consumer in consumers:
+            batch = consumer.consume(1000, 0.01)
+            if batch and first is None:
+                first = time.perf_counter()
+            read += sum(1 for m in batch if m.error() is None)
+    elapsed = time.perf_counter() - (first or time.perf_counter())
+    for consumer in consumers:
+        consumer.close()
+    return read / elapsed if elapsed > 0 else 0.0
+
+
+def federated_consume(fed: LocalFederation, n: int) -> tuple[float, float]:
+    consumer = FederatedConsumer({**CONSUMER_CONFIG, "kfed.controllers": ",".join(fed.quorum.urls),
+                                  "group.id": f"fed-{time.time()}"})  # fmt: skip
+    subscribed = time.perf_counter()
+    consumer.subscribe([TOPIC])
+    read, first = 0, None
+    deadline = time.monotonic() + 120
+    while read < n and time.monotonic() < deadline:
+        batch = consumer.consume(1000, 0.05)
+        if batch and first is None:
+            first = time.perf_counter()
+        read += len(batch)
+    elapsed = time.perf_counter() - (first or time.perf_counter())
+    consumer.close()
+    return (read / elapsed if elapsed > 0 else 0.0), (first or subscribed) - subscribed
+
+
+def fence_to_unrouted(fed: LocalFederation) -> float:
+    """Seconds from the committed fence of c2 to the last produce() that still routed to c2."""
+    c2 = fed.clusters["c2"]
+    c2.kill_agent()
+    client = fed.quorum.client
+    leader_url = fed.quorum.url(fed.quorum.leader())
+    beat = leader_url + "/v1/agents/c2/heartbeat"
+    client.post(beat, json={"healthy": True})
+    producer = FederatedProducer({**PRODUCER_CONFIG, "kfed.controllers": ",".join(fed.quorum.urls)})
+    sent: list[tuple[float, str]] = []
+    fenced_at = None
+    started = time.monotonic()
+    i = 0
+    while time.monotonic() - started < 4.0:
+        now = time.monotonic()
+        if fenced_at is None and now - started > 1.0:
+            reply = client.post(beat, json={"healthy": False, "reason": "benchmark: fenced on purpose"}).json()
+            assert reply["fenced"]
+            fenced_at = time.monotonic()
+        elif fenced_at is None and i % 500 == 0:
+            client.post(beat, json={"healthy": True})  # keep c2's lease while its agent is stopped
+        route = producer._route(TOPIC)  # which cluster the next key-less message goes to
+        target = route.writable[(producer._rr + 1) % len(route.writable)]
+        producer.produce(TOPIC, VALUE)
+        sent.append((now, target.cluster_id))
+        i += 1
+        if i % 200 == 0:
+            producer.poll(0)
+            time.sleep(0.001)
+    producer.close(10)
+    c2.start_agent()
+    assert fenced_at is not None
+    last_to_c2 = max((t for t, cluster in sent if cluster == "c2"), default=fenced_at)
+    return max(0.0, last_to_c2 - fenced_at)
+
+
+def run(sizes: object, workdir: Path, result: BenchResult) -> None:
+    quick = bool(getattr(sizes, "quick", False))
+    n = 100_000 if quick else 500_000
+    fed = LocalFederation(workdir / "sdk")
+    try:
+        fed.start()
+        fed.wait_clusters_healthy(timeout_s=60)
+        create_demo_topic(fed)
+        _wait_writable(fed)
+        rounds = 1 if quick else 3  # interleaved: the machine is shared, so compare medians of pairs
+        raw_ps, fed_ps, raw_cs, fed_cs, joins = [], [], [], [], []
+        for r in range(rounds):
+            raw_ps.append(raw_produce(fed, n))
+            fed_ps.append(federated_produce(fed, n))
+            raw_cs.append(raw_consume(fed, (r + 1) * 2 * n))  # everything produced so far, from the start
+            fed_c, join_s = federated_consume(fed, (r + 1) * 2 * n)
+            fed_cs.append(fed_c)
+            joins.append(join_s)
+        raw_p, fed_p, raw_c, fed_c, join_s = (median(x) for x in (raw_ps, fed_ps, raw_cs, fed_cs, joins))
+        fence_s = fence_to_unrouted(fed)
+    finally:
+        fed.stop()
+    result.rows += [
+        Row("FederatedProducer msgs/s", fed_p, "msg/s", f"raw Producer {fmt(raw_p)} msg/s ({fed_p / raw_p:.2f}x)",
+            Goal(">=", 0.9 * raw_p, "msg/s"), f"{n:,} x 100 B, key-less, median of {rounds}"),
+        Row("FederatedConsumer msgs/s", fed_c, "msg/s", f"raw Consumer {fmt(raw_c)} msg/s ({fed_c / raw_c:.2f}x)",
+            Goal(">=", 0.9 * raw_c, "msg/s"), f"median of {rounds}; group join {join_s:.2f} s not counted"),
+        Row("fence committed -> producer no longer routes to the cluster", fence_s, "s", "", Goal("<=", 1.0, "s")),
+    ]  # fmt: skip
+    result.details["sdk"] = {
+        "messages": n, "raw_produce": raw_ps, "federated_produce": fed_ps, "raw_consume": raw_cs,
+        "federated_consume": fed_cs, "group_join_s": joins, "fence_to_unrouted_s": fence_s,
+    }  # fmt: skip
