@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--election-timeout-ms-min", type=_positive_int, default=300)
     c.add_argument("--election-timeout-ms-max", type=_positive_int, default=900)
     c.add_argument(
+        "--lease-ms",
+        type=_positive_int,
+        default=3000,
+        help="an agent that has not heartbeat for this long has its cluster fenced (default 3000)",
+    )
+    c.add_argument(
         "--compaction-min-entries",
         type=_positive_int,
         default=100_000,
@@ -108,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=1000,
         help="a metadata request slower than this counts as a failed probe (default 1000)",
+    )
+    a.add_argument(
+        "--probe-failures",
+        type=_positive_int,
+        default=2,
+        help="failed probes in a row before the cluster is reported unhealthy and fenced (default 2)",
     )
     a.add_argument(
         "--replication-factor",
@@ -170,6 +182,7 @@ def _controller(args: argparse.Namespace) -> int:
     settings = NodeSettings(
         retention_records=args.retention_records,
         commit_timeout_s=args.commit_timeout_ms / 1000,
+        lease_ms=args.lease_ms,
         raft=RaftSettings(
             election_timeout_ms_min=args.election_timeout_ms_min,
             election_timeout_ms_max=args.election_timeout_ms_max,
@@ -200,7 +213,12 @@ def _agent(args: argparse.Namespace) -> int:
         args.region,
         args.bootstrap,
         args.controller,
-        AgentSettings(args.heartbeat_ms, args.probe_timeout_ms, replication_factor=args.replication_factor),
+        AgentSettings(
+            args.heartbeat_ms,
+            args.probe_timeout_ms,
+            replication_factor=args.replication_factor,
+            failures_to_fence=args.probe_failures,
+        ),
     )
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     try:
