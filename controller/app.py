@@ -256,7 +256,7 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
     @v1.get("/clusters", summary="Registered clusters")
     async def list_clusters(request: Request) -> Response:
         image = service.read_model.image
-        clusters = [cluster_view(image, c) for _, c in sorted(image.clusters.items())]
+        clusters = [cluster_view(c) for _, c in sorted(image.clusters.items())]
         return respond(request, {"offset": image.offset, "clusters": clusters})
 
     @v1.get("/clusters/{cluster_id}", summary="One cluster")
@@ -265,7 +265,7 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
         cluster = image.clusters.get(cluster_id)
         if cluster is None:
             raise NotFound(f"cluster {cluster_id!r} is not registered")
-        return respond(request, {**cluster_view(image, cluster), "offset": image.offset})
+        return respond(request, {**cluster_view(cluster), "offset": image.offset})
 
     @v1.get("/topics/{name}", summary="One logical topic with its partitions")
     async def get_topic(request: Request, name: str) -> Response:
@@ -629,7 +629,7 @@ class _MeasureAndLimit:
 
 def _render_cluster(image: MetadataImage, cluster_id: str) -> dict[str, Any]:
     cluster = image.clusters.get(cluster_id)
-    return cluster_view(image, cluster) if cluster else {"cluster_id": cluster_id}
+    return cluster_view(cluster) if cluster else {"cluster_id": cluster_id}
 
 
 def _render_topic(image: MetadataImage, name: str) -> dict[str, Any]:

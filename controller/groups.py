@@ -135,14 +135,3 @@ class GroupCoordinator:
             "startable": [list(tp) for tp in assignment if tp not in others],
             "heartbeat_ms": GROUP_HEARTBEAT_MS,
         }
-
-    def members_view(self, group: str, now_s: float) -> list[dict[str, Any]]:
-        return [
-            {
-                "member_id": m.member_id,
-                "topics": list(m.topics),
-                "owned": [list(tp) for tp in sorted(m.owned)],
-                "last_heartbeat_ago_ms": int((now_s - m.last_seen_s) * 1000),
-            }
-            for m in sorted(self._groups.get(group, {}).values(), key=lambda m: m.member_id)
-        ]

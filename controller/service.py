@@ -10,7 +10,7 @@ import functools
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -18,6 +18,7 @@ from metadata_log.commands import Result
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound, OutcomeUnknown, Unavailable
 from metadata_log.image import MetadataImage
 from metadata_log.raft import RaftNode
+from metadata_log.records import Record
 from metadata_log.state import MAX_IDEMPOTENCY_KEY_CHARS, LogState, Outcome, Proposal
 
 from .config import QuorumConfig, Voter
@@ -151,7 +152,6 @@ class ControllerService:
         self.read_model = read_model
         self.commit_timeout_s = commit_timeout_s
         self.committer = GroupCommitter(raft)
-        self.started_at = time.time()
         self.leases = LeaseTable(lease_ms)
         self.heartbeat_ms = heartbeat_ms
         self._was_leader = False
@@ -177,7 +177,7 @@ class ControllerService:
         return self.quorum.by_raft(status.leader_raft) if status.leader_raft else None
 
     def is_leader(self) -> bool:
-        return self.raft.status().role == "leader"
+        return self.raft.is_leader()
 
     # -- writes ----------------------------------------------------------------------------------
     async def write(
@@ -275,16 +275,24 @@ class ControllerService:
             await asyncio.gather(*(self._commit_fencing(r) for r in records))
 
     async def _commit_fencing(self, record: FencingRecord) -> None:
-        cluster_id = record.cluster_id
-        self._fencing_in_flight.add(cluster_id)
+        self._fencing_in_flight.add(record.cluster_id)
         try:
-            outcome = await asyncio.wait_for(self.committer.submit(Proposal((record,))), self.commit_timeout_s)
-            if outcome.status == "committed":
-                log.warning("%s at offset %d: %s", record.TYPE, outcome.last_offset, record)
-        except (KfedError, TimeoutError) as e:
-            log.info("fencing change for %s not committed (%s); the next lease check retries", cluster_id, e)
+            if await self._commit_own([record], f"fencing change for {record.cluster_id}"):
+                log.warning("%s: %s", record.TYPE, record)
         finally:
-            self._fencing_in_flight.discard(cluster_id)
+            self._fencing_in_flight.discard(record.cluster_id)
+
+    async def _commit_own(self, records: Sequence[Record], what: str) -> bool:
+        """Commit records this node decided on (leases, groups); a failure is logged and retried by the
+        next check, never raised."""
+        try:
+            outcome = await asyncio.wait_for(self.committer.submit(Proposal(tuple(records))), self.commit_timeout_s)
+        except (KfedError, TimeoutError) as e:
+            log.info("%s not committed (%s); the next check retries", what, e)
+            return False
+        if outcome.status != "committed":
+            log.info("%s not applied: %s", what, outcome.detail)
+        return outcome.status == "committed"
 
     async def _lease_loop(self) -> None:
         while True:
@@ -327,14 +335,8 @@ class ControllerService:
             return
         async with self._group_commit_lock:
             records = self.groups.decide(self.state.image, self.node_id, time.monotonic())
-            if not records:
-                return
-            try:
-                outcome = await asyncio.wait_for(self.committer.submit(Proposal(tuple(records))), self.commit_timeout_s)
-                if outcome.status != "committed":
-                    log.info("group change not applied: %s", outcome.detail)
-            except (KfedError, TimeoutError) as e:
-                log.info("group change not committed (%s); the next check retries", e)
+            if records:
+                await self._commit_own(records, "group change")
 
     # -- reads -----------------------------------------------------------------------------------
     async def image_at_least(self, min_offset: int | None, timeout_s: float) -> MetadataImage:

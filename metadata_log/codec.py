@@ -8,7 +8,7 @@ missing trailing fields from their defaults and ignores trailing fields it does 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import msgpack
@@ -171,13 +171,3 @@ def record_from_dict(type_tag: str, data: Mapping[str, Any]) -> Record:
     record = cls(**{n: data[n] for n in names if n in data})
     _check_types(record)
     return record
-
-
-def entries_from_wire(values: Sequence[Any]) -> list[tuple[int, Record]]:
-    """(offset, record) pairs from the msgpack form of ``/v1/log`` records."""
-    out = []
-    for v in values:
-        if not isinstance(v, dict):
-            raise CodecError("a log entry must be a map with offset, type, data")
-        out.append((int(v["offset"]), record_from_dict(v["type"], v["data"])))
-    return out

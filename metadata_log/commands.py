@@ -8,7 +8,7 @@ re-checks every record at commit time, so two writers validated against the same
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -106,10 +106,10 @@ def register_cluster(image: MetadataImage, cluster_id: str, region: str, bootstr
         if existing.state == "decommissioned":
             raise Conflict(f"cluster {cluster_id!r} is decommissioned; register it under a new id")
         if existing.bootstrap_servers == bootstrap_servers:
-            return Result((), cluster_view(image, existing))
+            return Result((), cluster_view(existing))
     records = (ClusterRegistered(cluster_id, region, bootstrap_servers),)
     after = _apply_checked(image, records)
-    return Result(records, cluster_view(after, after.clusters[cluster_id]))
+    return Result(records, cluster_view(after.clusters[cluster_id]))
 
 
 def change_cluster_state(image: MetadataImage, cluster_id: str, state: str) -> Result:
@@ -119,7 +119,7 @@ def change_cluster_state(image: MetadataImage, cluster_id: str, state: str) -> R
         raise InvalidRequest("state", f"state must be one of {', '.join(CLUSTER_STATES)}")
     target: ClusterState = state  # narrowed by the membership check above
     if target == cluster.state:
-        return Result((), cluster_view(image, cluster))
+        return Result((), cluster_view(cluster))
     if target not in CLUSTER_TRANSITIONS[cluster.state]:
         allowed: list[str] = sorted(CLUSTER_TRANSITIONS[cluster.state]) or ["none"]
         raise Conflict(
@@ -128,7 +128,7 @@ def change_cluster_state(image: MetadataImage, cluster_id: str, state: str) -> R
         )
     records = (ClusterStateChanged(cluster_id, target),)
     after = _apply_checked(image, records)
-    return Result(records, cluster_view(after, after.clusters[cluster_id]))
+    return Result(records, cluster_view(after.clusters[cluster_id]))
 
 
 def placement_clusters(image: MetadataImage, region: str) -> list[str]:
@@ -268,27 +268,24 @@ def _check_count(value: Any, field_name: str) -> None:
         raise InvalidRequest(field_name, f"{field_name} must be at most {MAX_PARTITIONS_PER_REQUEST}")
 
 
-IdFactory = Callable[[], str]
-
-
 def fence_cluster(image: MetadataImage, cluster_id: str, reason: str, at_ms: int) -> Result:
     """Fence a cluster (its partitions stop being writable); a no-op when it already is."""
     cluster = _registered_cluster(image, cluster_id)
     if cluster.fenced:
-        return Result((), cluster_view(image, cluster))
+        return Result((), cluster_view(cluster))
     records = (ClusterFenced(cluster_id, reason[:MAX_REASON_CHARS], at_ms),)
     after = _apply_checked(image, records)
-    return Result(records, cluster_view(after, after.clusters[cluster_id]))
+    return Result(records, cluster_view(after.clusters[cluster_id]))
 
 
 def unfence_cluster(image: MetadataImage, cluster_id: str, at_ms: int) -> Result:
     """Lift the fence of a cluster that is healthy again; a no-op when it is not fenced."""
     cluster = _registered_cluster(image, cluster_id)
     if not cluster.fenced:
-        return Result((), cluster_view(image, cluster))
+        return Result((), cluster_view(cluster))
     records = (ClusterUnfenced(cluster_id, at_ms),)
     after = _apply_checked(image, records)
-    return Result(records, cluster_view(after, after.clusters[cluster_id]))
+    return Result(records, cluster_view(after.clusters[cluster_id]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,4 +319,4 @@ def report_physical_partitions(
         if cluster.leaders.get(key) != p.leader:
             records.append(PhysicalPartitionsReported(cluster_id, p.physical_topic, p.physical_partition, p.leader))
     after = _apply_checked(image, records)
-    return Result(tuple(records), cluster_view(after, after.clusters[cluster_id]))
+    return Result(tuple(records), cluster_view(after.clusters[cluster_id]))

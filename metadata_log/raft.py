@@ -208,8 +208,6 @@ class RaftStatus:
     role: str  # leader / follower / candidate
     term: int
     leader_raft: str | None  # "host:port" of the leader as this node sees it
-    commit_index: int
-    last_applied: int
 
 
 class RaftNode:
@@ -338,8 +336,6 @@ class RaftNode:
             role=self._role,
             term=int(s.raftCurrentTerm),
             leader_raft=leader.address if leader is not None else None,
-            commit_index=int(s.raftCommitIndex),
-            last_applied=int(s.raftLastApplied),
         )
 
     def alive(self) -> bool:
@@ -351,7 +347,8 @@ class RaftNode:
         return bool(self._syncobj.isReady())
 
     def is_leader(self) -> bool:
-        return bool(self._syncobj._isLeader())
+        """The role pysyncobj last reported (onStateChanged): cheap enough for every request."""
+        return self._role == "leader"
 
     def force_compaction(self) -> None:
         self._syncobj.forceLogCompaction()

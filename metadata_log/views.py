@@ -7,8 +7,7 @@ from typing import Any
 from .image import ClusterImage, MetadataImage, PartitionImage, TopicImage, is_writable
 
 
-def cluster_view(image: MetadataImage, cluster: ClusterImage) -> dict[str, Any]:
-    del image  # kept for symmetry with the other views: a cluster's view depends only on itself
+def cluster_view(cluster: ClusterImage) -> dict[str, Any]:
     return {
         "cluster_id": cluster.cluster_id,
         "region": cluster.region,
@@ -49,6 +48,6 @@ def metadata_view(image: MetadataImage, topic: str | None = None) -> dict[str, A
     topics = image.topics.values() if topic is None else [t for t in (image.topics.get(topic),) if t]
     return {
         "offset": image.offset,
-        "clusters": [cluster_view(image, c) for c in sorted(image.clusters.values(), key=lambda c: c.cluster_id)],
+        "clusters": [cluster_view(c) for c in sorted(image.clusters.values(), key=lambda c: c.cluster_id)],
         "topics": [topic_view(image, t) for t in sorted(topics, key=lambda t: t.name)],
     }

@@ -33,7 +33,7 @@ from typing import Any, Final
 from confluent_kafka import KafkaError, Message, Producer
 
 from metadata_log.follower import LogFollower
-from metadata_log.image import MetadataImage, is_writable
+from metadata_log.image import ClusterImage, MetadataImage, is_writable
 
 from .config import split_config
 from .errors import NoWritablePartition, PartitionNotWritable, UnknownTopic
@@ -128,7 +128,7 @@ class FederatedProducer:
             cluster = image.clusters.get(p.cluster_id)
             leader = cluster.leaders.get((p.physical_topic, p.physical_partition)) if cluster else None
             if not is_writable(image, p):
-                why_not[p.partition] = _why_not_writable(image, p.state, cluster)
+                why_not[p.partition] = _why_not_writable(p.state, cluster)
             elif leader is None:
                 why_not[p.partition] = (
                     f"physical partition {p.physical_topic}/{p.physical_partition} on {p.cluster_id} has no leader yet"
@@ -309,7 +309,7 @@ class FederatedProducer:
         self.close()
 
 
-def _why_not_writable(image: MetadataImage, state: str, cluster: Any) -> str:
+def _why_not_writable(state: str, cluster: ClusterImage | None) -> str:
     if state != "writable":
         return f"partition is {state}"
     if cluster is None:
