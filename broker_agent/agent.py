@@ -68,6 +68,7 @@ class Agent:
         self._loss: str | None = None  # why the cluster is considered to have lost its data
         self._loss_fenced = False  # the quorum fenced the cluster for that loss
         self._beats = 0
+        self._placement_cache: tuple[int, reconcile.Placement] | None = None
         self._failed_probes = 0
         self._stop = threading.Event()
         self.healthy = False
@@ -136,7 +137,7 @@ class Agent:
         self._heartbeat(image, healthy, None if healthy else self._loss)
 
     def _check_for_loss(self, image: MetadataImage, scan: Scan) -> None:
-        desired = reconcile.desired_topics(image, self.cluster_id)
+        desired = self._placement(image).desired
         vanished = sorted(t for t in self._seen_topics & set(desired) if t not in scan.topics)
         if vanished and self._loss is None:
             self._loss = f"cluster came back empty: physical topics {', '.join(vanished)} are gone; recreating them"
@@ -159,9 +160,8 @@ class Agent:
         """Carry out the plan; returns a fresh scan when something changed."""
         if self.follower.snapshots_loaded == 0:
             return None  # not following the log yet: nothing to compare with
-        plan = reconcile.plan(
-            image, self.cluster_id, scan.partition_counts(), self._deleted_topics, recovering=self._loss is not None
-        )
+        where = self._placement(image)
+        plan = reconcile.plan(where, scan.partition_counts(), self._deleted_topics, recovering=self._loss is not None)
         try:
             if plan.recreate:
                 log.warning("%s: recreating %s with their partition counts", self.cluster_id, dict(plan.recreate))
@@ -179,7 +179,7 @@ class Agent:
             log.warning("%s: reconciliation failed: %s", self.cluster_id, e)
             return None
         scan = self.cluster.scan() if not plan.empty else scan
-        desired = reconcile.desired_topics(image, self.cluster_id)
+        desired = where.desired
         counts = scan.partition_counts()
         complete = all(counts.get(t, 0) >= n for t, n in desired.items())
         self._seen_topics |= {t for t in desired if t in counts}
@@ -191,11 +191,17 @@ class Agent:
             self._seen_offsets.clear()
         return scan if not plan.empty else None
 
+    def _placement(self, image: MetadataImage) -> reconcile.Placement:
+        """This cluster's placement, computed once per image offset (it scans every partition)."""
+        if self._placement_cache is None or self._placement_cache[0] != image.offset:
+            self._placement_cache = (image.offset, reconcile.placement(image, self.cluster_id))
+        return self._placement_cache[1]
+
     def _report_leaders(self, image: MetadataImage, scan: Scan) -> None:
         cluster = image.clusters.get(self.cluster_id)
         if cluster is None:
             return
-        desired = reconcile.desired_topics(image, self.cluster_id)
+        desired = self._placement(image).desired
         seen: dict[tuple[str, int], str | None] = {}
         for topic in desired:
             for partition, leader in scan.topics.get(topic, {}).items():

@@ -1,6 +1,7 @@
 """What a physical cluster should hold according to the log, and what to do about the difference. Pure.
 
-The agent scans its cluster, calls ``plan`` with the image it follows, and carries the plan out. A plan
+The agent scans its cluster, calls ``plan`` with the ``placement`` of the image it follows, and carries
+the plan out. A plan
 only ever touches *managed* physical topics — those the log places on this cluster — so topics that
 kfed does not know about (internal ones, other applications') are never deleted.
 """
@@ -25,51 +26,44 @@ class Plan:
         return not (self.create or self.recreate or self.delete)
 
 
-def desired_topics(image: MetadataImage, cluster_id: str) -> dict[str, int]:
-    """Physical topic -> partitions needed, for every logical partition on this cluster not yet removed."""
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """What the log places on one cluster, from a single pass over the image."""
+
+    desired: Mapping[str, int]  # physical topic -> partitions needed (some logical partition not removed)
+    retired: frozenset[str]  # physical topics whose logical partitions are all removed, or cluster gone
+
+
+def placement(image: MetadataImage, cluster_id: str) -> Placement:
     cluster = image.clusters.get(cluster_id)
-    if cluster is None or cluster.state == "decommissioned":
-        return {}
+    gone = cluster is None or cluster.state == "decommissioned"
     needed: dict[str, int] = {}
-    for topic in image.topics.values():
-        for p in topic.partitions:
-            if p.cluster_id == cluster_id and p.state != "removed":
-                needed[p.physical_topic] = max(needed.get(p.physical_topic, 0), p.physical_partition + 1)
-    return needed
-
-
-def retired_topics(image: MetadataImage, cluster_id: str) -> set[str]:
-    """Physical topics on this cluster whose logical partitions are all removed (or the cluster is gone)."""
-    cluster = image.clusters.get(cluster_id)
-    decommissioned = cluster is not None and cluster.state == "decommissioned"
     placed: set[str] = set()
-    live: set[str] = set()
     for topic in image.topics.values():
         for p in topic.partitions:
             if p.cluster_id == cluster_id:
                 placed.add(p.physical_topic)
-                if p.state != "removed" and not decommissioned:
-                    live.add(p.physical_topic)
-    return placed - live
+                if p.state != "removed" and not gone:
+                    needed[p.physical_topic] = max(needed.get(p.physical_topic, 0), p.physical_partition + 1)
+    return Placement(needed, frozenset(placed - set(needed)))
 
 
 def plan(
-    image: MetadataImage,
-    cluster_id: str,
+    where: Placement,
     physical: Mapping[str, int],
     also_delete: Iterable[str] = (),
     recovering: bool = False,
 ) -> Plan:
-    """The changes that make ``physical`` (topic -> partition count) match the log.
+    """The changes that make ``physical`` (topic -> partition count) match the log's ``where``.
 
     ``also_delete``: physical topics of logical topics deleted from the log (the image no longer names
     them; the agent remembers them from the records it followed). With ``recovering`` (the cluster came
     back empty), a managed topic with too few partitions — e.g. auto-created by a producer after the
     restart — is deleted and created again with the right count.
     """
-    desired = desired_topics(image, cluster_id)
+    desired = where.desired
     create = {t: n for t, n in desired.items() if t not in physical}
     recreate = {t: n for t, n in desired.items() if t in physical and physical[t] < n and recovering}
-    gone = (retired_topics(image, cluster_id) | set(also_delete)) - set(desired)
+    gone = (where.retired | set(also_delete)) - set(desired)
     delete = tuple(sorted(t for t in gone if t in physical))
     return Plan(create=create, recreate=recreate, delete=delete, missing=tuple(sorted(create)))

@@ -76,31 +76,37 @@ def test_decommissioned_clusters_are_not_fenced() -> None:
 
 
 def test_plan_creates_missing_topics_with_final_counts_and_leaves_foreign_topics_alone() -> None:
-    plan = reconcile.plan(BASE, "c1", {"someone-elses": 3})
+    plan = reconcile.plan(reconcile.placement(BASE, "c1"), {"someone-elses": 3})
     assert dict(plan.create) == {"A": 2, "phys-b": 5}
     assert plan.delete == () and not plan.recreate
-    assert reconcile.plan(BASE, "c1", {"A": 2, "phys-b": 5}).empty
+    assert reconcile.plan(reconcile.placement(BASE, "c1"), {"A": 2, "phys-b": 5}).empty
 
 
 def test_plan_deletes_fully_removed_and_deleted_topics_only() -> None:
     image: MetadataImage = apply(
         BASE, [PartitionStateChanged("A", 2, "read_only"), PartitionStateChanged("A", 2, "removed")]
     )
-    assert reconcile.plan(image, "c2", {"A": 1}).delete == ("A",)
+    assert reconcile.plan(reconcile.placement(image, "c2"), {"A": 1}).delete == ("A",)
     image = apply(image, [PartitionStateChanged("A", 0, "read_only"), PartitionStateChanged("A", 0, "removed")])
-    assert reconcile.plan(image, "c1", {"A": 2, "phys-b": 5}).delete == ()  # A/1 still lives on c1
-    assert reconcile.plan(BASE, "c1", {"A": 2, "phys-b": 5, "old": 1}, also_delete=["old"]).delete == ("old",)
-    assert reconcile.plan(BASE, "c1", {"A": 2, "phys-b": 5}, also_delete=["A"]).delete == ()  # still placed here
+    assert reconcile.plan(reconcile.placement(image, "c1"), {"A": 2, "phys-b": 5}).delete == ()  # A/1 still lives on c1
+    assert reconcile.plan(
+        reconcile.placement(BASE, "c1"), {"A": 2, "phys-b": 5, "old": 1}, also_delete=["old"]
+    ).delete == ("old",)
+    assert (
+        reconcile.plan(reconcile.placement(BASE, "c1"), {"A": 2, "phys-b": 5}, also_delete=["A"]).delete == ()
+    )  # still placed here
 
 
 def test_plan_for_a_decommissioned_cluster_deletes_everything_it_managed() -> None:
     image = apply(BASE, [ClusterStateChanged("c2", s) for s in ("read_only", "draining", "decommissioned")])
-    assert reconcile.plan(image, "c2", {"A": 1, "foreign": 1}).delete == ("A",)
+    assert reconcile.plan(reconcile.placement(image, "c2"), {"A": 1, "foreign": 1}).delete == ("A",)
 
 
 def test_recovering_cluster_recreates_auto_created_topics_with_too_few_partitions() -> None:
-    assert dict(reconcile.plan(BASE, "c1", {"A": 1, "phys-b": 5}, recovering=True).recreate) == {"A": 2}
-    assert not reconcile.plan(BASE, "c1", {"A": 1, "phys-b": 5}, recovering=False).recreate
+    assert dict(reconcile.plan(reconcile.placement(BASE, "c1"), {"A": 1, "phys-b": 5}, recovering=True).recreate) == {
+        "A": 2
+    }
+    assert not reconcile.plan(reconcile.placement(BASE, "c1"), {"A": 1, "phys-b": 5}, recovering=False).recreate
 
 
 def test_group_generations_follow_members_and_partitions() -> None:
