@@ -126,7 +126,11 @@ def change_cluster_state(image: MetadataImage, cluster_id: str, state: str) -> R
             f"cluster {cluster_id!r} cannot go from {cluster.state} to {target} (allowed: {', '.join(allowed)})",
             field="state",
         )
-    records = (ClusterStateChanged(cluster_id, target),)
+    if target in ("draining", "decommissioned"):
+        check_can_retire(image, cluster)
+    records = (
+        decommissioned(image, cluster_id) if target == "decommissioned" else (ClusterStateChanged(cluster_id, target),)
+    )
     after = _apply_checked(image, records)
     return Result(records, cluster_view(after.clusters[cluster_id]))
 
@@ -320,3 +324,96 @@ def report_physical_partitions(
             records.append(PhysicalPartitionsReported(cluster_id, p.physical_topic, p.physical_partition, p.leader))
     after = _apply_checked(image, records)
     return Result(tuple(records), cluster_view(after.clusters[cluster_id]))
+
+
+def shrink_partitions(image: MetadataImage, topic: str, partitions: Sequence[int]) -> Result:
+    """Lossless scale-down, step one: ``partitions`` go read_only at once (producers stop writing there,
+    consumers go on reading). The controller leader moves each to removed once it is drained (every group
+    reading the topic has committed to its end) or its data has expired. Re-running is a no-op for the
+    partitions already on their way out.
+    """
+    image_topic = image.topics.get(topic)
+    if image_topic is None:
+        raise NotFound(f"topic {topic!r} does not exist")
+    if not isinstance(partitions, (list, tuple)) or not partitions:
+        raise InvalidRequest("partitions", "partitions must be a non-empty list of logical partition ids")
+    if len(partitions) > MAX_PARTITIONS_PER_REQUEST:
+        raise InvalidRequest("partitions", f"at most {MAX_PARTITIONS_PER_REQUEST} partitions per request")
+    wanted: set[int] = set()
+    for p in partitions:
+        if not isinstance(p, int) or isinstance(p, bool) or not 0 <= p < len(image_topic.partitions):
+            raise InvalidRequest("partitions", f"topic {topic!r} has no partition {p!r}")
+        wanted.add(p)
+    writable_left = [p.partition for p in image_topic.partitions if p.state == "writable" and p.partition not in wanted]
+    if not writable_left:
+        raise Conflict(
+            f"topic {topic!r} must keep at least one writable partition; shrink fewer partitions",
+            field="partitions",
+        )
+    records = tuple(
+        PartitionStateChanged(topic, p, "read_only")
+        for p in sorted(wanted)
+        if image_topic.partitions[p].state == "writable"
+    )
+    after = _apply_checked(image, records) if records else image
+    return Result(records, topic_view(after, after.topics[topic]))
+
+
+def decommission_cluster(image: MetadataImage, cluster_id: str) -> Result:
+    """The seeds' decommission: the cluster goes read_only (producers stop writing to it) and draining; the
+    controller leader marks it decommissioned once all its partitions are drained or expired, and its
+    agent then deletes the physical topics. Re-running is a no-op once the cluster is draining.
+    """
+    cluster = _registered_cluster(image, cluster_id)
+    if cluster.state in ("draining", "decommissioned"):
+        return Result((), cluster_view(cluster))
+    check_can_retire(image, cluster)
+    steps: list[ClusterState] = ["read_only", "draining"] if cluster.state == "active" else ["draining"]
+    records = tuple(ClusterStateChanged(cluster_id, s) for s in steps)
+    after = _apply_checked(image, records)
+    return Result(records, cluster_view(after.clusters[cluster_id]))
+
+
+def check_can_retire(image: MetadataImage, cluster: ClusterImage) -> None:
+    """A cluster may leave its region only if the region's topics can still be written elsewhere."""
+    topics = [t for t in image.topics.values() if t.region == cluster.region]
+    if not topics:
+        return
+    others = {
+        c.cluster_id
+        for c in image.clusters.values()
+        if c.region == cluster.region and c.cluster_id != cluster.cluster_id and c.state == "active"
+    }
+    if not others:
+        raise Conflict(
+            f"cluster {cluster.cluster_id!r} is the last active cluster of region {cluster.region!r}, which still "
+            f"has {len(topics)} topic(s); add a cluster to the region first",
+            field="cluster_id",
+        )
+    stranded = sorted(
+        t.name
+        for t in topics
+        if any(p.cluster_id == cluster.cluster_id and p.state != "removed" for p in t.partitions)
+        and not any(p.cluster_id in others and p.state == "writable" for p in t.partitions)
+    )
+    if stranded:
+        raise Conflict(
+            f"topic(s) {', '.join(stranded[:10])} would have no writable partition left; expand them onto "
+            f"another cluster of {cluster.region!r} first (kfed topic expand TOPIC --cluster ID --partitions N)",
+            field="cluster_id",
+        )
+
+
+def decommissioned(image: MetadataImage, cluster_id: str) -> tuple[Record, ...]:
+    """The records that end a cluster: each of its partitions still in use removed (through read_only),
+    then the cluster decommissioned, so consumers drop them and logical ids stay retired."""
+    records: list[Record] = []
+    for topic in image.topics.values():
+        for p in topic.partitions:
+            if p.cluster_id != cluster_id or p.state == "removed":
+                continue
+            if p.state == "writable":
+                records.append(PartitionStateChanged(topic.name, p.partition, "read_only"))
+            records.append(PartitionStateChanged(topic.name, p.partition, "removed"))
+    records.append(ClusterStateChanged(cluster_id, "decommissioned"))
+    return tuple(records)

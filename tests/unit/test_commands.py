@@ -7,7 +7,14 @@ import pytest
 from metadata_log import commands
 from metadata_log.errors import Conflict, InvalidRequest, NotFound
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
-from metadata_log.records import ClusterFenced, ClusterRegistered, ClusterStateChanged, TopicCreated
+from metadata_log.records import (
+    ClusterFenced,
+    ClusterRegistered,
+    ClusterStateChanged,
+    PartitionsAdded,
+    PartitionStateChanged,
+    TopicCreated,
+)
 
 
 def run(image: MetadataImage, result: commands.Result) -> MetadataImage:
@@ -158,3 +165,58 @@ def test_delete_topic(two_clusters: MetadataImage) -> None:
     # a deleted name can be created again, as a new topic
     image = apply(image, [TopicCreated("j", "t", "r1")])
     assert image.topics["t"].topic_id == "j"
+
+
+def test_shrink_marks_partitions_read_only_keeps_one_writable_and_reruns_as_a_no_op(
+    two_clusters: MetadataImage,
+) -> None:
+    image = run(two_clusters, commands.create_topic(two_clusters, "t", "r1", 2, topic_id="i"))
+    result = commands.shrink_partitions(image, "t", [3, 1])
+    assert [(r.partition, r.state) for r in result.records] == [(1, "read_only"), (3, "read_only")]  # type: ignore[attr-defined]
+    image = run(image, result)
+    assert commands.shrink_partitions(image, "t", [1, 3]).records == ()
+    image = apply(image, [PartitionStateChanged("t", 1, "removed")])
+    assert commands.shrink_partitions(image, "t", [1]).records == (), "a removed partition stays removed"
+    with pytest.raises(Conflict, match="at least one writable") as e:
+        commands.shrink_partitions(image, "t", [0, 2])
+    assert e.value.extra["field"] == "partitions"
+    for bad in ([], [9], ["0"], [True], "0"):
+        with pytest.raises(InvalidRequest) as bad_request:
+            commands.shrink_partitions(image, "t", bad)  # type: ignore[arg-type]
+        assert bad_request.value.extra["field"] == "partitions"
+    with pytest.raises(NotFound):
+        commands.shrink_partitions(image, "nope", [0])
+
+
+def test_decommission_goes_read_only_then_draining_and_reruns_as_a_no_op(two_clusters: MetadataImage) -> None:
+    image = run(two_clusters, commands.create_topic(two_clusters, "t", "r1", 2, topic_id="i"))
+    result = commands.decommission_cluster(image, "c2")
+    assert [(r.cluster_id, r.state) for r in result.records] == [("c2", "read_only"), ("c2", "draining")]  # type: ignore[attr-defined]
+    image = run(image, result)
+    assert commands.decommission_cluster(image, "c2").records == ()
+    from_read_only = apply(two_clusters, [ClusterStateChanged("c1", "read_only")])
+    assert [r.state for r in commands.decommission_cluster(from_read_only, "c1").records] == ["draining"]  # type: ignore[attr-defined]
+
+
+def test_decommission_refuses_the_last_active_cluster_and_stranded_topics(two_clusters: MetadataImage) -> None:
+    image = run(two_clusters, commands.create_topic(two_clusters, "t", "r1", 1, topic_id="i"))
+    assert commands.decommission_cluster(two_clusters, "x9").records, "a region without topics may empty"
+    image = run(image, commands.decommission_cluster(image, "c2"))
+    with pytest.raises(Conflict, match="last active cluster of region 'r1'") as e:
+        commands.decommission_cluster(image, "c1")
+    assert e.value.extra["field"] == "cluster_id"
+    with pytest.raises(Conflict, match="last active cluster"):
+        commands.change_cluster_state(apply(image, [ClusterStateChanged("c1", "read_only")]), "c1", "draining")
+    # a topic whose only writable partitions are on the cluster: expand it first
+    only_c1 = apply(two_clusters, [TopicCreated("j", "solo", "r1"), PartitionsAdded("solo", 0, "c1", "solo", 0)])
+    with pytest.raises(Conflict, match=r"solo would have no writable partition left; expand"):
+        commands.decommission_cluster(only_c1, "c1")
+
+
+def test_decommissioned_removes_the_clusters_partitions_through_read_only(two_clusters: MetadataImage) -> None:
+    image = run(two_clusters, commands.create_topic(two_clusters, "t", "r1", 2, topic_id="i"))
+    image = apply(image, [PartitionStateChanged("t", 3, "read_only")])
+    image = run(image, commands.decommission_cluster(image, "c2"))
+    image = run(image, commands.change_cluster_state(image, "c2", "decommissioned"))
+    assert [p.state for p in image.topics["t"].partitions] == ["writable", "writable", "removed", "removed"]
+    assert image.clusters["c2"].state == "decommissioned"
