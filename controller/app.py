@@ -26,6 +26,7 @@ from metadata_log.image import MetadataImage
 from metadata_log.views import cluster_view, metadata_view, topic_view
 
 from . import metrics, problems
+from .drain import PartitionDrain
 from .groups import SESSION_TIMEOUT_MS_DEFAULT, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN
 from .service import ControllerService, WriteReply, check_idempotency_key, fingerprint
 
@@ -77,6 +78,28 @@ class AddPartitions(_Strict):
     cluster_id: str = Field(description="Cluster that takes the new partitions.")
     count: int = Field(description="How many logical partitions to add.")
     physical_topic: str | None = Field(None, description="Physical topic name; defaults to the logical name.")
+
+
+class ShrinkPartitions(_Strict):
+    partitions: list[int] = Field(
+        min_length=1,
+        max_length=100_000,
+        description="Logical partition ids to retire (read_only now, removed once drained).",
+    )
+
+
+class DrainedPartition(_Strict):
+    physical_topic: str
+    physical_partition: int = Field(ge=0)
+    start: int = Field(ge=0, description="First offset the cluster still holds.")
+    end: int = Field(ge=0, description="Next offset to be written (the high watermark).")
+    committed: dict[str, int] = Field(
+        default_factory=dict, max_length=10_000, description="Committed offset per consumer group with a commit here."
+    )
+
+
+class DrainReport(_Strict):
+    partitions: list[DrainedPartition] = Field(max_length=100_000)
 
 
 class Heartbeat(_Strict):
@@ -390,6 +413,30 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
             lambda image: _render_cluster(image, cluster_id),
         )
 
+    @v1.post(
+        "/clusters/{cluster_id}/decommission",
+        summary="Decommission a cluster: read_only and draining now, decommissioned once drained (re-run safe)",
+    )
+    async def decommission_cluster(request: Request, cluster_id: str, key: IdemKey = None) -> Response:
+        return await do_write(
+            request,
+            key,
+            lambda image: commands.decommission_cluster(image, cluster_id),
+            lambda image: _render_cluster(image, cluster_id),
+        )
+
+    @v1.get("/drain", summary="Partitions on their way out and what each still waits for (the leader's view)")
+    async def drain_status(request: Request, cluster_id: str | None = None, topic: str | None = None) -> Response:
+        forwarded = await forward_to_leader(request)
+        if forwarded is not None:
+            return forwarded
+        rows = [
+            r.view()
+            for r in service.drain_rows()
+            if (cluster_id is None or r.cluster_id == cluster_id) and (topic is None or r.topic == topic)
+        ]
+        return respond(request, {"offset": service.state.image.offset, "partitions": rows})
+
     # -- topic admin -------------------------------------------------------------------------------
     @v1.post("/topics", status_code=201, summary="Create a logical topic over its region's active clusters")
     async def create_topic(request: Request, body: CreateTopic, key: IdemKey = None) -> Response:
@@ -430,6 +477,18 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
             lambda image: _render_topic(image, name),
         )
 
+    @v1.post(
+        "/topics/{name}/shrink",
+        summary="Lossless scale-down: partitions go read_only now and are removed once drained (re-run safe)",
+    )
+    async def shrink_partitions(request: Request, name: str, body: ShrinkPartitions, key: IdemKey = None) -> Response:
+        return await do_write(
+            request,
+            key,
+            lambda image: commands.shrink_partitions(image, name, body.partitions),
+            lambda image: _render_topic(image, name),
+        )
+
     @v1.delete("/topics/{name}", summary="Delete a logical topic")
     async def delete_topic(request: Request, name: str, key: IdemKey = None) -> Response:
         return await do_write(
@@ -460,6 +519,17 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
             lambda image: commands.report_physical_partitions(image, cluster_id, entries),
             lambda image: _render_cluster(image, cluster_id),
         )
+
+    @v1.post("/agents/{cluster_id}/drain", summary="Report drain measurements of a cluster (no log record)")
+    async def report_drain(request: Request, cluster_id: str, body: DrainReport) -> Response:
+        forwarded = await forward_to_leader(request)
+        if forwarded is not None:
+            return forwarded
+        measured = {
+            (p.physical_topic, p.physical_partition): PartitionDrain(p.start, p.end, p.committed)
+            for p in body.partitions
+        }
+        return respond(request, service.report_drain(cluster_id, measured))
 
     @v1.get("/agents", summary="Agent leases as the leader sees them (health, applied offset, last heartbeat)")
     async def agents(request: Request) -> Response:

@@ -90,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
         "never dump at the same time (default 120)",
     )
     c.add_argument(
+        "--drain-grace-ms",
+        type=_positive_int,
+        default=2000,
+        help="after a partition stops taking writes, wait this long before trusting its end offset for "
+        "removal (covers producers that have not yet seen the change; default 2000)",
+    )
+    c.add_argument(
         "--no-journal-fsync",
         action="store_true",
         help="do not fsync the Raft journal per append (faster; a power loss of a majority can "
@@ -183,6 +190,7 @@ def _controller(args: argparse.Namespace) -> int:
         retention_records=args.retention_records,
         commit_timeout_s=args.commit_timeout_ms / 1000,
         lease_ms=args.lease_ms,
+        drain_grace_ms=args.drain_grace_ms,
         raft=RaftSettings(
             election_timeout_ms_min=args.election_timeout_ms_min,
             election_timeout_ms_max=args.election_timeout_ms_max,

@@ -21,6 +21,7 @@ from metadata_log.state import LogState
 
 from .app import build_app
 from .config import QuorumConfig
+from .drain import DEFAULT_GRACE_MS
 from .leases import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS
 from .readmodel import DEFAULT_RETENTION_RECORDS, ReadModel
 from .service import ControllerService
@@ -34,6 +35,7 @@ class NodeSettings:
     commit_timeout_s: float = 5.0
     lease_ms: int = DEFAULT_LEASE_MS
     heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
+    drain_grace_ms: int = DEFAULT_GRACE_MS
     raft: RaftSettings = field(default_factory=RaftSettings)
 
 
@@ -55,7 +57,15 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
     raft = RaftNode(me.raft, peers, data_dir, state, settings.raft)
     _tune_gc()
     service = ControllerService(
-        node_id, quorum, raft, state, read_model, settings.commit_timeout_s, settings.lease_ms, settings.heartbeat_ms
+        node_id,
+        quorum,
+        raft,
+        state,
+        read_model,
+        settings.commit_timeout_s,
+        settings.lease_ms,
+        settings.heartbeat_ms,
+        settings.drain_grace_ms,
     )
 
     @contextlib.asynccontextmanager

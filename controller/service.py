@@ -22,6 +22,7 @@ from metadata_log.records import Record
 from metadata_log.state import MAX_IDEMPOTENCY_KEY_CHARS, LogState, Outcome, Proposal
 
 from .config import QuorumConfig, Voter
+from .drain import DEFAULT_GRACE_MS, DrainRow, DrainTracker, PartitionDrain
 from .groups import GroupCoordinator
 from .leases import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS, FencingRecord, LeaseTable
 from .readmodel import ReadModel
@@ -36,6 +37,8 @@ MAX_PENDING_WRITES: Final = 10_000
 """Writes waiting for a Raft command; beyond this a write is refused with 503 (back-pressure)."""
 LEASE_CHECK_MS: Final = 100
 """How often the leader compares agent leases with the image (fencing latency adds at most this)."""
+DRAIN_CHECK_EVERY: Final = 5
+"""Lease checks between two drain checks (a drain check scans the draining partitions)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +147,7 @@ class ControllerService:
         commit_timeout_s: float = 5.0,
         lease_ms: int = DEFAULT_LEASE_MS,
         heartbeat_ms: int = DEFAULT_HEARTBEAT_MS,
+        drain_grace_ms: int = DEFAULT_GRACE_MS,
     ) -> None:
         self.node_id = node_id
         self.quorum = quorum
@@ -158,6 +162,8 @@ class ControllerService:
         self._fencing_in_flight: set[str] = set()
         self.groups = GroupCoordinator()
         self._group_commit_lock = asyncio.Lock()
+        self.drains = DrainTracker(drain_grace_ms)
+        self._drain_commit_lock = asyncio.Lock()
         self._lease_task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -234,6 +240,7 @@ class ControllerService:
         if leading and not self._was_leader:
             self.leases.start_term(time.monotonic())
             self.groups.start_term(time.monotonic())
+            self.drains.start_term()
             log.info("leading: agents have %d ms to heartbeat before their clusters are fenced", self.leases.lease_ms)
         self._was_leader = leading
         return leading
@@ -295,13 +302,41 @@ class ControllerService:
         return outcome.status == "committed"
 
     async def _lease_loop(self) -> None:
+        ticks = 0
         while True:
             await asyncio.sleep(LEASE_CHECK_MS / 1000)
+            ticks += 1
             try:
                 await self.enforce_leases()
                 await self.enforce_groups()
+                if ticks % DRAIN_CHECK_EVERY == 0:
+                    await self.enforce_drains()
             except Exception:
-                log.exception("lease / group check failed")
+                log.exception("lease / group / drain check failed")
+
+    # -- lossless scale-down: drain reports and decisions ----------------------------------------
+    def report_drain(self, cluster_id: str, partitions: dict[tuple[str, int], PartitionDrain]) -> dict[str, Any]:
+        """Keep an agent's drain measurements (soft state, no record)."""
+        if not self._sync_term():
+            raise Unavailable("this node is not the leader", retry_after_s=0.2)
+        if cluster_id not in self.state.image.clusters:
+            raise NotFound(f"cluster {cluster_id!r} is not registered")
+        self.drains.report(cluster_id, partitions, time.monotonic())
+        return {"cluster_id": cluster_id, "accepted": len(partitions), "offset": self.state.image.offset}
+
+    def drain_rows(self) -> list[DrainRow]:
+        if not self._sync_term():
+            raise Unavailable("this node is not the leader", retry_after_s=0.2)
+        return self.drains.rows(self.state.image, time.monotonic())
+
+    async def enforce_drains(self) -> None:
+        """Remove drained partitions and decommission drained clusters (one batch at a time)."""
+        if not self._sync_term():
+            return
+        async with self._drain_commit_lock:
+            records = self.drains.decide(self.state.image, time.monotonic())
+            if records and await self._commit_own(records, "drain decision"):
+                log.warning("drained: %s", ", ".join(_describe(r) for r in records[:10]))
 
     # -- consumer groups -------------------------------------------------------------------------
     async def group_heartbeat(
@@ -350,6 +385,11 @@ class ControllerService:
                     applied_offset=self.read_model.image.offset,
                 )
         return self.read_model.image
+
+
+def _describe(record: Record) -> str:
+    fields = ", ".join(str(getattr(record, f)) for f in record.__dataclass_fields__)
+    return f"{record.TYPE}({fields})"
 
 
 def _now_ms() -> int:

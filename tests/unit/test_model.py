@@ -71,12 +71,55 @@ class MetadataMachine(RuleBasedStateMachine):
         if self._run(self._call(commands.register_cluster, self.image, cluster, region, "h:1"), ok) and not known:
             self.clusters[cluster] = {"region": region, "state": "active"}
 
+    def _may_retire(self, cluster: str) -> bool:
+        """The region's topics can still be written without ``cluster``."""
+        region = self.clusters[cluster]["region"]
+        others = {
+            c for c, v in self.clusters.items() if v["region"] == region and c != cluster and v["state"] == "active"
+        }
+        topics = [t for t in self.topics.values() if t["region"] == region]
+        if topics and not others:
+            return False
+        return all(
+            any(c in others and s == "writable" for c, _, s in t["partitions"])
+            for t in topics
+            if any(c == cluster and s != "removed" for c, _, s in t["partitions"])
+        )
+
+    def _retire_partitions(self, cluster: str) -> None:
+        for t in self.topics.values():
+            t["partitions"] = [(c, p, "removed" if c == cluster else s) for c, p, s in t["partitions"]]
+
     @rule(cluster=CLUSTERS, state=CLUSTER_STATES)
     def cluster_state(self, cluster: str, state: str) -> None:
         known = self.clusters.get(cluster)
         ok = known is not None and (state == known["state"] or state in CLUSTER_NEXT[known["state"]])
+        if ok and known is not None and state != known["state"] and state in ("draining", "decommissioned"):
+            ok = self._may_retire(cluster)
         if self._run(self._call(commands.change_cluster_state, self.image, cluster, state), ok):
+            if state == "decommissioned" and self.clusters[cluster]["state"] != state:
+                self._retire_partitions(cluster)
             self.clusters[cluster]["state"] = state
+
+    @rule(cluster=CLUSTERS)
+    def decommission(self, cluster: str) -> None:
+        known = self.clusters.get(cluster)
+        ok = known is not None and (known["state"] in ("draining", "decommissioned") or self._may_retire(cluster))
+        accepted = self._run(self._call(commands.decommission_cluster, self.image, cluster), ok)
+        if accepted and self.clusters[cluster]["state"] in ("active", "read_only"):
+            self.clusters[cluster]["state"] = "draining"
+
+    @rule(topic=TOPICS, partitions=st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_size=3))
+    def shrink(self, topic: str, partitions: list[int]) -> None:
+        t = self.topics.get(topic)
+        ok = t is not None and all(p < len(t["partitions"]) for p in partitions)
+        if ok:
+            ok = any(s == "writable" and i not in partitions for i, (_, _, s) in enumerate(t["partitions"]))  # type: ignore[index]
+        if self._run(self._call(commands.shrink_partitions, self.image, topic, partitions), ok):
+            t["partitions"] = [  # type: ignore[index]
+                (c, p, "read_only" if i in partitions and s == "writable" else s)
+                for i, (c, p, s) in enumerate(t["partitions"])  # type: ignore[index]
+            ]
 
     @rule(topic=TOPICS, region=REGIONS, n=st.integers(min_value=0, max_value=3))
     def create(self, topic: str, region: str, n: int) -> None:

@@ -1,0 +1,174 @@
+"""Lossless scale-down, the leader's half: when is a read-only partition (or a draining cluster) done?
+
+A partition is *draining* when it is read_only, or still in use on a draining cluster. Agents measure
+each draining physical partition (first offset still held, end offset, the committed offset of every
+consumer group the log knows) and report it; this module, soft state on the leader like the leases,
+decides from those reports. A partition is drained when
+
+- it held data that has all expired (start == end), or
+- at least one consumer group reads it (is assigned its topic, or has committed on it) and every such
+  group has committed up to its end; or
+- the topic's ``retention_ms`` has passed since the leader first saw it draining (the data is gone even
+  where the broker does not report it).
+
+A partition that nobody has read and whose data is still there is never drained on its own: removing it
+would lose that data for a group that joins later. An operator can still force it through the state API.
+
+Only measurements taken ``grace_ms`` after the leader saw the partition start draining count, so a
+producer that had not yet seen the read_only record cannot add a message behind the end the decision
+was based on. A new leader starts afresh (it waits a full grace and a fresh report again): never earlier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from metadata_log.commands import decommissioned
+from metadata_log.image import MetadataImage, PartitionImage
+from metadata_log.records import PartitionStateChanged, Record
+
+DEFAULT_GRACE_MS: Final = 2000
+"""How long after a partition stops taking writes before its end offset is trusted."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDrain:
+    """What an agent measured for one physical partition."""
+
+    start: int  # first offset still held (low watermark)
+    end: int  # next offset to be written (high watermark)
+    committed: Mapping[str, int]  # group -> committed offset, for groups with a commit here
+
+
+@dataclass(frozen=True, slots=True)
+class DrainRow:
+    """One draining logical partition and how far it is from done."""
+
+    topic: str
+    partition: int
+    cluster_id: str
+    physical_topic: str
+    physical_partition: int
+    state: str
+    drained: bool
+    waiting_for: str  # what is missing ("" when drained)
+    lag: int | None  # messages some reading group has not committed yet (None until measured)
+    end: int | None
+    groups: Mapping[str, int]
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "cluster_id": self.cluster_id,
+            "physical_topic": self.physical_topic,
+            "physical_partition": self.physical_partition,
+            "state": self.state,
+            "drained": self.drained,
+            "waiting_for": self.waiting_for,
+            "lag": self.lag,
+            "end_offset": self.end,
+            "committed": dict(self.groups),
+        }
+
+
+def draining_partitions(image: MetadataImage) -> list[tuple[str, PartitionImage]]:
+    """Every partition on its way out: read_only ones, and those still in use on a draining cluster."""
+    draining_clusters = {c.cluster_id for c in image.clusters.values() if c.state == "draining"}
+    return [
+        (topic.name, p)
+        for topic in image.topics.values()
+        for p in topic.partitions
+        if p.state == "read_only" or (p.state == "writable" and p.cluster_id in draining_clusters)
+    ]
+
+
+def readers(image: MetadataImage, topic: str) -> set[str]:
+    """Groups whose current generation is assigned partitions of ``topic``."""
+    return {
+        g.group for g in image.groups.values() if any(t == topic for member in g.members for t, _ in member.assignment)
+    }
+
+
+class DrainTracker:
+    """The leader's soft state: agents' latest measurements and since when each partition drains."""
+
+    def __init__(self, grace_ms: int = DEFAULT_GRACE_MS) -> None:
+        self.grace_s = grace_ms / 1000
+        self._reports: dict[tuple[str, str, int], tuple[float, PartitionDrain]] = {}  # (cluster, topic, p)
+        self._since: dict[tuple[str, int], float] = {}  # logical (topic, partition) -> first seen draining
+        self._cache: tuple[int, list[tuple[str, PartitionImage]]] | None = None
+
+    def start_term(self) -> None:
+        self._reports.clear()
+        self._since.clear()
+
+    def report(self, cluster_id: str, partitions: Mapping[tuple[str, int], PartitionDrain], now: float) -> None:
+        for (physical_topic, physical_partition), drain in partitions.items():
+            self._reports[(cluster_id, physical_topic, physical_partition)] = (now, drain)
+
+    def draining(self, image: MetadataImage) -> list[tuple[str, PartitionImage]]:
+        """``draining_partitions`` of the image, computed once per image offset (it scans every partition)."""
+        if self._cache is None or self._cache[0] != image.offset:
+            self._cache = (image.offset, draining_partitions(image))
+        return self._cache[1]
+
+    def rows(self, image: MetadataImage, now: float) -> list[DrainRow]:
+        draining = self.draining(image)
+        live = {(t, p.partition) for t, p in draining}
+        for key in [k for k in self._since if k not in live]:
+            del self._since[key]
+        for key in live:
+            self._since.setdefault(key, now)
+        return [self._row(image, topic, p, now) for topic, p in draining]
+
+    def _row(self, image: MetadataImage, topic: str, p: PartitionImage, now: float) -> DrainRow:
+        since = self._since[(topic, p.partition)]
+        retention_ms = image.topics[topic].retention_ms
+        seen = self._reports.get((p.cluster_id, p.physical_topic, p.physical_partition))
+        drain = seen[1] if seen is not None and seen[0] >= since + self.grace_s else None
+
+        def row(drained: bool, waiting_for: str, lag: int | None = None) -> DrainRow:
+            return DrainRow(
+                topic, p.partition, p.cluster_id, p.physical_topic, p.physical_partition, p.state,
+                drained, waiting_for, lag,
+                drain.end if drain else None, drain.committed if drain else {},
+            )  # fmt: skip
+
+        if retention_ms is not None and now - since >= retention_ms / 1000:
+            return row(True, "")
+        if drain is None:
+            return row(False, f"a measurement of {p.cluster_id}'s agent taken {self.grace_s:g} s after writes stopped")
+        if drain.start >= drain.end:
+            return row(True, "", 0)
+        groups = readers(image, topic) | set(drain.committed)
+        if not groups:
+            return row(False, "a consumer group to read it, or its retention to expire", drain.end - drain.start)
+        behind = {g: drain.end - drain.committed.get(g, drain.start) for g in groups}
+        lag = max(behind.values())
+        if lag > 0:
+            slowest = sorted(g for g, n in behind.items() if n == lag)
+            return row(False, f"group {', '.join(slowest[:3])} to commit {lag} more message(s)", lag)
+        return row(True, "", 0)
+
+    def decide(self, image: MetadataImage, now: float) -> list[Record]:
+        """The records that finish what is drained: partitions removed, drained clusters decommissioned."""
+        rows = self.rows(image, now)
+        done = {(r.topic, r.partition) for r in rows if r.drained}
+        records: list[Record] = []
+        pending_by_cluster: dict[str, bool] = {}
+        for r in rows:
+            pending_by_cluster[r.cluster_id] = pending_by_cluster.get(r.cluster_id, False) or not r.drained
+        finished_clusters = {
+            c.cluster_id
+            for c in image.clusters.values()
+            if c.state == "draining" and not pending_by_cluster.get(c.cluster_id, False)
+        }
+        for r in rows:
+            if r.state == "read_only" and (r.topic, r.partition) in done and r.cluster_id not in finished_clusters:
+                records.append(PartitionStateChanged(r.topic, r.partition, "removed"))
+        for cluster_id in sorted(finished_clusters):
+            records.extend(decommissioned(image, cluster_id))
+        return records
