@@ -19,7 +19,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy metadata_log controller deploy broker_agent sdk
+	$(BIN)/mypy metadata_log controller deploy broker_agent sdk spark_pipeline
 
 test: lint
 	$(BIN)/pytest -q

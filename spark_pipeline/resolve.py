@@ -1,0 +1,93 @@
+"""The metadata image a query plans with: the latest one, or the one as of a given log offset.
+
+Both are rebuilt with the same pure ``apply`` as every other reader of the log. ``image_at(N)`` replays
+the log from offset 0 (or uses the snapshot when it is exactly at N) so a batch read with
+``metadataOffset=N`` sees the same partitions however much the federation changed since.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import httpx
+
+from metadata_log.codec import CodecError, record_from_dict, unpack
+from metadata_log.follower import FollowerError, LogFollower
+from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire
+from metadata_log.records import Record
+
+from .options import SourceOptionError
+
+MSGPACK: Final = "application/msgpack"
+PAGE_RECORDS: Final = 5_000
+
+
+class MetadataUnavailable(RuntimeError):
+    """No controller answered with the metadata log."""
+
+
+def latest_image(controllers: Sequence[str], timeout_s: float = 10.0) -> MetadataImage:
+    """The image at the quorum's current high watermark (snapshot, then the log after it)."""
+    with LogFollower(controllers, wait_ms=0, timeout_s=timeout_s) as follower:
+        try:
+            while follower.poll(0):
+                pass
+        except FollowerError as e:
+            raise MetadataUnavailable(f"kfed source: cannot read the metadata log: {e}") from e
+        return follower.image
+
+
+def image_at(controllers: Sequence[str], offset: int, timeout_s: float = 10.0) -> MetadataImage:
+    """The image after exactly the records ``0..offset``; ``SourceOptionError('metadataOffset')`` when the
+    controllers no longer hold them (below their window) or do not have them yet (above the high watermark)."""
+    errors = []
+    with httpx.Client(timeout=timeout_s) as client:
+        for url in controllers:
+            try:
+                return _replay(client, url, offset)
+            except (httpx.HTTPError, CodecError, InvalidRecord, KeyError, TypeError, ValueError) as e:
+                if isinstance(e, SourceOptionError):
+                    raise
+                errors.append(f"{url}: {type(e).__name__}: {e}")
+    raise MetadataUnavailable(f"kfed source: no controller could replay the log to {offset}: {'; '.join(errors)}")
+
+
+def _get(client: httpx.Client, url: str, path: str, **params: Any) -> tuple[int, Any]:
+    r = client.get(url + path, params=params, headers={"Accept": MSGPACK})
+    if r.status_code >= 500:
+        raise httpx.HTTPStatusError(f"{path} answered {r.status_code}", request=r.request, response=r)
+    if r.status_code not in (200, 410):
+        raise ValueError(f"{path} answered {r.status_code}: {r.text[:200]}")
+    return r.status_code, unpack(r.content)
+
+
+def _replay(client: httpx.Client, url: str, offset: int) -> MetadataImage:
+    image = EMPTY_IMAGE
+    position = 0
+    while image.offset < offset:
+        status, body = _get(client, url, "/v1/log", offset=position, limit=min(PAGE_RECORDS, offset - position + 1))
+        if status == 410:
+            _, snap = _get(client, url, "/v1/snapshot")
+            if int(snap["offset"]) == offset:
+                return image_from_wire(snap["records"], offset)
+            raise SourceOptionError(
+                "metadataOffset",
+                f"{offset} is below what the controllers still hold (log starts at {body.get('log_start_offset')}, "
+                f"snapshot at {snap['offset']}); use a newer offset or leave the option out",
+            )
+        high = int(body["high_watermark"])
+        if offset >= high:
+            raise SourceOptionError(
+                "metadataOffset", f"{offset} is not in the log yet (high watermark {high}, last offset {high - 1})"
+            )
+        records: list[Record] = []
+        for item in body["records"]:
+            if int(item["offset"]) != position + len(records):
+                raise ValueError(f"{url} sent offset {item['offset']} where {position + len(records)} was expected")
+            records.append(record_from_dict(item["type"], item["data"]))
+        if not records:
+            raise ValueError(f"{url} sent no records at offset {position} below its high watermark {high}")
+        image = apply(image, records[: offset - position + 1])
+        position = image.offset + 1
+    return image

@@ -1,0 +1,234 @@
+"""``kfed``: a Spark Python Data Source reading logical topics straight from the physical clusters.
+
+``spark.read.format("kfed")`` (batch) and ``spark.readStream.format("kfed")`` (micro-batch, with
+``Trigger.AvailableNow``) resolve the subscribed topics' logical partitions from the metadata log, ask each
+physical cluster for its watermarks, and plan one Spark task per logical partition (large ranges are split).
+Each task reads its physical partition between exact offsets and yields Arrow record batches.
+
+Things to know about the Python Data Source API (shared/SPARK.md): ``read()`` runs on a pickled copy of the
+reader, so everything a task needs travels in its ``KfedPartition``; readers therefore keep no clients on
+``self`` except the stream reader's cached image follower, which is dropped when pickled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from .kafka_io import read_range, watermarks
+from .options import SourceOptions, parse_options
+from .plan import (
+    EMPTY_STREAM_OFFSET,
+    OffsetRange,
+    Placement,
+    StreamOffset,
+    Watermarks,
+    batch_ranges,
+    bootstraps,
+    initial_positions,
+    new_partitions,
+    next_offset,
+    resolve_placements,
+    split_ranges,
+    stream_ranges,
+)
+from .resolve import image_at, latest_image
+
+log = logging.getLogger(__name__)
+
+HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+
+def spark_schema(include_headers: bool) -> StructType:
+    """Spark's Kafka source schema (``topic``/``partition`` are logical) plus ``cluster_id``."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", HEADERS))
+    fields.append(StructField("cluster_id", StringType()))
+    return StructType(fields)
+
+
+class KfedPartition(InputPartition):
+    """One task: an offset range of one physical partition, with what reading it needs (pickled)."""
+
+    def __init__(self, index: int, r: OffsetRange, options: SourceOptions) -> None:
+        super().__init__(index)
+        self.range = r
+        self.include_headers = options.include_headers
+        self.kafka = dict(options.kafka)
+        self.fail_on_data_loss = options.fail_on_data_loss
+        self.timeout_s = options.timeout_ms / 1000
+
+    def __repr__(self) -> str:
+        p = self.range.placement
+        return f"KfedPartition({p.topic}/{p.partition} {p.cluster_id} [{self.range.start}, {self.range.end}))"
+
+
+def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, KfedPartition):  # Spark's placeholder when a query has no ranges
+        return iter(())
+    return read_range(
+        partition.range,
+        include_headers=partition.include_headers,
+        kafka=partition.kafka,
+        fail_on_data_loss=partition.fail_on_data_loss,
+        timeout_s=partition.timeout_s,
+    )
+
+
+def _tasks(ranges: Sequence[OffsetRange], options: SourceOptions) -> list[InputPartition]:
+    split = split_ranges(ranges, options.max_offsets_per_task, options.min_partitions)
+    return [KfedPartition(i, r, options) for i, r in enumerate(split)]
+
+
+def cluster_watermarks(
+    placements: Sequence[Placement], cluster_bootstraps: Mapping[str, str], options: SourceOptions, *, strict: bool
+) -> dict[tuple[str, str, int], Watermarks]:
+    """Watermarks of every placement, one consumer per cluster, clusters asked in parallel.
+
+    ``strict``: a cluster that does not answer fails the query (batch); otherwise its partitions are left
+    out (a stream keeps their positions and retries next micro-batch).
+    """
+    by_cluster: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for p in placements:
+        by_cluster[p.cluster_id].append((p.physical_topic, p.physical_partition))
+
+    def ask(cluster_id: str) -> dict[tuple[str, str, int], Watermarks]:
+        marks = watermarks(cluster_bootstraps[cluster_id], by_cluster[cluster_id],
+                           end_offsets_from=options.end_offsets_from, timeout_s=options.timeout_ms / 1000,
+                           kafka=options.kafka)  # fmt: skip
+        return {(cluster_id, t, p): m for (t, p), m in marks.items()}
+
+    out: dict[tuple[str, str, int], Watermarks] = {}
+    if not by_cluster:
+        return out
+    with ThreadPoolExecutor(max_workers=min(8, len(by_cluster))) as pool:
+        futures = {cid: pool.submit(ask, cid) for cid in sorted(by_cluster)}
+        for cid, future in futures.items():
+            try:
+                out.update(future.result())
+            except Exception as e:
+                if strict:
+                    raise RuntimeError(f"kfed source: cluster {cid} ({cluster_bootstraps[cid]}): {e}") from e
+                log.warning("kfed source: cluster %s did not answer (%s); its partitions wait", cid, e)
+    return out
+
+
+class KfedBatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        o = self.options
+        timeout_s = o.timeout_ms / 1000
+        image = (
+            image_at(o.controllers, o.metadata_offset, timeout_s)
+            if o.metadata_offset is not None
+            else latest_image(o.controllers, timeout_s)
+        )
+        placements = resolve_placements(image, o.topics, require_all=True)
+        clusters = bootstraps(image, placements)
+        marks = cluster_watermarks(placements, clusters, o, strict=True)
+        ranges = batch_ranges(placements, clusters, marks, o.starting, o.ending, o.fail_on_data_loss)
+        log.info("kfed source: metadata offset %d, %d ranges of %d records", image.offset, len(ranges),
+                 sum(r.size for r in ranges))  # fmt: skip
+        return _tasks(ranges, o)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition)
+
+
+class KfedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``StreamOffset`` JSON: a physical position per logical partition plus its mapping."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._target: StreamOffset | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "_target": None}
+
+    def _current(self) -> tuple[list[Placement], dict[str, str], dict[tuple[str, str, int], Watermarks]]:
+        o = self.options
+        image = latest_image(o.controllers, o.timeout_ms / 1000)
+        placements = resolve_placements(image, o.topics, require_all=False)
+        clusters = bootstraps(image, placements)
+        return placements, clusters, cluster_watermarks(placements, clusters, o, strict=False)
+
+    def initialOffset(self) -> dict[str, Any]:
+        placements, clusters, marks = self._current()
+        return initial_positions(placements, clusters, marks, self.options.starting).to_json()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        placements, clusters, marks = self._current()
+        self._target = next_offset(EMPTY_STREAM_OFFSET, placements, clusters, marks, self.options.fail_on_data_loss)
+        log.info("kfed source: AvailableNow target %s", self._target.to_json())
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        placements, clusters, marks = self._current()
+        max_offsets = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = next_offset(StreamOffset.from_json(start), placements, clusters, marks,
+                          self.options.fail_on_data_loss, max_offsets, self._target)  # fmt: skip
+        return end.to_json()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        begin, finish = StreamOffset.from_json(start), StreamOffset.from_json(end)
+        fresh = new_partitions(begin, finish)
+        marks = cluster_watermarks(fresh, finish.clusters, self.options, strict=True) if fresh else {}
+        return _tasks(stream_ranges(begin, finish, marks, self.options.fail_on_data_loss), self.options)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass  # offsets live in Spark's checkpoint; nothing is committed to the clusters
+
+    def stop(self) -> None:
+        pass
+
+
+class KfedDataSource(DataSource):
+    """``format("kfed")``. Options are checked when the schema is asked for, i.e. at ``load()``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kfed"
+
+    def schema(self) -> StructType:
+        return spark_schema(parse_options(self.options, "any").include_headers)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KfedBatchReader(parse_options(self.options, "batch"))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KfedStreamReader(parse_options(self.options, "stream"))
