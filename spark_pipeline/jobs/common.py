@@ -1,0 +1,42 @@
+"""What the jobs share: their command-line arguments, the warehouse layout and the Spark session."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any, Final
+
+DEFAULT_CONTROLLERS: Final = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
+DEFAULT_TOPIC: Final = "U_TopicA"
+DEFAULT_WAREHOUSE: Final = "var/warehouse"
+
+
+def parser(prog: str, description: str, *, kafka: bool = True) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    if kafka:
+        p.add_argument(
+            "--controllers",
+            default=os.environ.get("KFED_CONTROLLERS", DEFAULT_CONTROLLERS),
+            help="controller URLs, comma-separated (default: $KFED_CONTROLLERS or those of `kfed local up`)",
+        )
+    p.add_argument("--topic", default=DEFAULT_TOPIC, help=f"logical topic of the events (default {DEFAULT_TOPIC})")
+    p.add_argument(
+        "--warehouse",
+        type=Path,
+        default=Path(DEFAULT_WAREHOUSE),
+        help=f"root of the Parquet warehouse: ods/, dwd/, dws/, audit/ per topic (default {DEFAULT_WAREHOUSE})",
+    )
+    p.add_argument("--master", help="Spark master (default: spark-submit's, else local[2])")
+    return p
+
+
+def layer(warehouse: Path, name: str, topic: str) -> str:
+    """Where one layer of one topic lives (Spark wants string paths)."""
+    return str(warehouse.resolve() / name / topic)
+
+
+def session(app: str, master: str | None) -> Any:
+    from spark_pipeline import local_session
+
+    return local_session(app, master)
