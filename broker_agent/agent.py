@@ -4,7 +4,8 @@ leaders, and reconciles it to the metadata log.
 Each beat (default every 500 ms): probe the cluster with a metadata request; if it does not answer,
 report it unhealthy at once (the leader fences it without waiting for the lease). Otherwise compare it
 with the log: create the physical topics the log places here, delete those whose logical partitions are
-all removed (or whose logical topic was deleted), report leader changes, and heartbeat. A cluster that
+all removed (or whose logical topic was deleted), report leader changes, report drain progress of the
+partitions on their way out (first and end offset, each known group's commit), and heartbeat. A cluster that
 came back *empty* (managed topics gone, or offsets behind what was seen — a memory-storage broker that
 restarted, a wiped cluster) is reported unhealthy, with the reason, until its topics are recreated: it
 is never served as if nothing had happened.
@@ -40,6 +41,7 @@ class AgentSettings:
     # Failed probes in a row before the cluster is reported unhealthy: one slow answer on a busy host must
     # not fence a cluster (and fill the log with fence/unfence pairs); costs one beat of fencing latency.
     failures_to_fence: int = 2
+    drain_report_every: int = 2  # beats between drain measurements while partitions here are draining
     replication_factor: int = -1
 
 
@@ -89,6 +91,7 @@ class Agent:
             self._stop.wait(max(0.0, interval - (time.monotonic() - started)))
         self.follower.stop()
         self.client.close()
+        self.cluster.close()
 
     def stop(self) -> None:
         self._stop.set()
@@ -133,6 +136,8 @@ class Agent:
         if done is not None:
             scan = done
         self._report_leaders(image, scan)
+        if self._beats % self.settings.drain_report_every == 0 and self._loss is None:
+            self._report_drain(image)
         healthy = self._loss is None
         self._heartbeat(image, healthy, None if healthy else self._loss)
 
@@ -219,6 +224,26 @@ class Agent:
             )  # fmt: skip
         except KfedError as e:
             log.warning("%s: reporting %d partition changes failed: %s", self.cluster_id, len(changes), e)
+
+    def _report_drain(self, image: MetadataImage) -> None:
+        """Measure the partitions on their way out and tell the leader, which decides when they are done."""
+        draining = self._placement(image).draining
+        if not draining:
+            return
+        try:
+            offsets = self.cluster.drain_offsets(draining)
+            committed = self.cluster.committed_offsets(image.groups, draining)
+        except ClusterUnreachable as e:
+            log.warning("%s: measuring %d draining partitions failed: %s", self.cluster_id, len(draining), e)
+            return
+        report = [
+            {"physical_topic": t, "physical_partition": p, "start": start, "end": end, "committed": committed[(t, p)]}
+            for (t, p), (start, end) in sorted(offsets.items())
+        ]
+        try:
+            self.client.post(f"/v1/agents/{self.cluster_id}/drain", {"partitions": report})
+        except KfedError as e:
+            log.warning("%s: reporting drain progress failed: %s", self.cluster_id, e)
 
     def _heartbeat(self, image: MetadataImage, healthy: bool, reason: str | None) -> dict[str, Any] | None:
         """The leader's reply (with ``fenced``), or None when the beat did not get through."""

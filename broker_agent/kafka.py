@@ -1,16 +1,19 @@
 """The agent's view of its physical Kafka cluster. The only module of the agent importing confluent_kafka.
 
 Broker quirks are kept here (see shared/TANSU.md): the latest offsets reported by Tansu are the start of
-the last batch + 1 (wrong, but they never go backwards on a healthy cluster, which is all the agent uses
-them for), and Tansu has no CreatePartitions (physical topics are created with their final count).
+the last batch + 1 (wrong, but they never go backwards on a healthy cluster, which is all the loss check
+uses them for); true end offsets, which drain decisions need, come from fetching at that offset until
+the end of the partition (on Kafka that is one empty fetch). Tansu has no CreatePartitions (physical
+topics are created with their final count).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 
@@ -33,6 +36,7 @@ class PhysicalCluster:
         self.bootstrap = bootstrap
         self.timeout_s = timeout_s
         self.replication_factor = replication_factor  # -1: the broker's default
+        self._end_reader: Consumer | None = None
         self._admin = AdminClient(
             {
                 "bootstrap.servers": bootstrap,
@@ -84,6 +88,79 @@ class PhysicalCluster:
             return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
         except KafkaException as e:
             raise ClusterUnreachable(_describe(e)) from None
+
+    def drain_offsets(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        """(first offset held, true end offset) per partition; partitions not measured in time are left out."""
+        if not partitions:
+            return {}
+        earliest = OffsetSpec.earliest()  # type: ignore[no-untyped-call]  # untyped in confluent-kafka
+        try:
+            futures = self._admin.list_offsets(
+                {TopicPartition(t, p): earliest for t, p in partitions}, request_timeout=self.timeout_s
+            )
+            starts = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        except KafkaException as e:
+            raise ClusterUnreachable(_describe(e)) from None
+        ends = self._end_offsets(self.latest_offsets(partitions))
+        return {tp: (starts[tp], end) for tp, end in ends.items() if tp in starts}
+
+    def _end_offsets(self, latest: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Read from the reported latest offset to the end of each partition: the end-of-partition event
+        carries the true end (Tansu reports the last batch's start as latest; Kafka the end itself)."""
+        if self._end_reader is None:
+            self._end_reader = Consumer(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "group.id": "kfed-agent-drain-probe",  # required by assign(); nothing is ever committed
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "earliest",
+                    "isolation.level": "read_uncommitted",
+                    "fetch.wait.max.ms": 10,
+                    "fetch.queue.backoff.ms": 10,
+                    "enable.metrics.push": False,
+                    "log_level": 3,
+                }
+            )
+        reader = self._end_reader
+        reader.assign([TopicPartition(t, p, max(0, o)) for (t, p), o in latest.items()])
+        ends: dict[tuple[str, int], int] = {}
+        deadline = time.monotonic() + self.timeout_s * 2
+        try:
+            while len(ends) < len(latest) and time.monotonic() < deadline:
+                for m in reader.consume(10_000, 0.1):
+                    error = m.error()
+                    topic, partition, offset = m.topic(), m.partition(), m.offset()
+                    eof = error is not None and error.code() == KafkaError._PARTITION_EOF
+                    if eof and topic is not None and partition is not None and offset is not None:
+                        ends[(topic, partition)] = offset
+        finally:
+            reader.unassign()
+        return ends
+
+    def committed_offsets(
+        self, groups: Iterable[str], partitions: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], dict[str, int]]:
+        """Committed offset per partition and group, for the groups that have committed there."""
+        committed: dict[tuple[str, int], dict[str, int]] = {tp: {} for tp in partitions}
+        if not partitions:
+            return committed
+        for group in sorted(groups):
+            request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])]
+            try:
+                futures = self._admin.list_consumer_group_offsets(request, request_timeout=self.timeout_s)
+                for future in futures.values():
+                    for tp in future.result().topic_partitions:
+                        if tp.error is None and tp.offset >= 0:
+                            committed[(tp.topic, tp.partition)][group] = tp.offset
+            except KafkaException as e:
+                raise ClusterUnreachable(_describe(e)) from None
+        return committed
+
+    def close(self) -> None:
+        if self._end_reader is not None:
+            self._end_reader.close()
+            self._end_reader = None
 
     def _wait(self, futures: Mapping[str, object], tolerated: int) -> None:
         for name, future in futures.items():

@@ -32,20 +32,25 @@ class Placement:
 
     desired: Mapping[str, int]  # physical topic -> partitions needed (some logical partition not removed)
     retired: frozenset[str]  # physical topics whose logical partitions are all removed, or cluster gone
+    draining: tuple[tuple[str, int], ...] = ()  # physical partitions on their way out (read_only / draining)
 
 
 def placement(image: MetadataImage, cluster_id: str) -> Placement:
     cluster = image.clusters.get(cluster_id)
     gone = cluster is None or cluster.state == "decommissioned"
+    cluster_draining = cluster is not None and cluster.state == "draining"
     needed: dict[str, int] = {}
     placed: set[str] = set()
+    draining: list[tuple[str, int]] = []
     for topic in image.topics.values():
         for p in topic.partitions:
             if p.cluster_id == cluster_id:
                 placed.add(p.physical_topic)
                 if p.state != "removed" and not gone:
                     needed[p.physical_topic] = max(needed.get(p.physical_topic, 0), p.physical_partition + 1)
-    return Placement(needed, frozenset(placed - set(needed)))
+                    if p.state == "read_only" or cluster_draining:
+                        draining.append((p.physical_topic, p.physical_partition))
+    return Placement(needed, frozenset(placed - set(needed)), tuple(sorted(set(draining))))
 
 
 def plan(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from metadata_log.state import CorruptState
 
+from . import ops
 from .config import ConfigError
 
 _EPILOG_CONTROLLER = """\
@@ -135,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="replication factor of the physical topics it creates (default -1: the broker's default)",
     )
 
+    ops.add_parsers(sub)
+
     local = sub.add_parser(
         "local",
         help="the embedded local federation",
@@ -164,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             return _controller(args)
         if args.command == "agent":
             return _agent(args)
+        if args.command in ("cluster", "topic", "quorum"):
+            return ops.run(args)
         if args.command == "local" and args.local_command == "up":
             from deploy.local import local_up
 

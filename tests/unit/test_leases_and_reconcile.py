@@ -167,3 +167,25 @@ def test_a_cluster_registered_before_its_agent_runs_gets_one_lease_to_show_up() 
     assert leases.decide(later, 50.1, 1) == [ClusterFenced("c2", LEASE_EXPIRED, 1)]  # c9 first seen now
     assert leases.decide(later, 52.9, 2) == [ClusterFenced("c2", LEASE_EXPIRED, 2)]  # c9: 2.8 s of its 3
     assert ClusterFenced("c9", LEASE_EXPIRED, 3) in leases.decide(later, 53.2, 3)
+
+
+def test_placement_lists_the_partitions_draining_on_the_cluster() -> None:
+    image = apply(
+        EMPTY_IMAGE,
+        [
+            ClusterRegistered("c1", "r1", "h:1"),
+            ClusterRegistered("c2", "r1", "h:2"),
+            TopicCreated("i", "t", "r1"),
+            PartitionsAdded("t", 0, "c1", "t", 0),
+            PartitionsAdded("t", 1, "c1", "t", 1),
+            PartitionsAdded("t", 2, "c2", "t", 0),
+            PartitionsAdded("t", 3, "c2", "t", 1),
+            PartitionStateChanged("t", 1, "read_only"),
+            PartitionStateChanged("t", 3, "read_only"),
+            PartitionStateChanged("t", 3, "removed"),
+        ],
+    )
+    assert reconcile.placement(image, "c1").draining == (("t", 1),)
+    assert reconcile.placement(image, "c2").draining == ()
+    image = apply(image, [ClusterStateChanged("c2", "read_only"), ClusterStateChanged("c2", "draining")])
+    assert reconcile.placement(image, "c2").draining == (("t", 0),), "removed partitions are done"

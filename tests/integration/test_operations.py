@@ -1,0 +1,198 @@
+"""Federation operations under load: scale up, lossless shrink, decommission — real quorum, real Tansu
+sub-clusters and agents, a producer and a consumer group running the whole time (never restarted)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.cli import main as kfed
+from deploy.local import LocalFederation, create_demo_topic
+from metadata_log.client import ControllerClient
+from sdk import FederatedProducer
+from tests.integration.test_federation import physical_topics, wait_until
+from tests.integration.test_sdk import TOPIC, Member, controllers, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def fed(tmp_path: Path) -> Iterator[LocalFederation]:
+    federation = LocalFederation(tmp_path)
+    try:
+        federation.start()
+        federation.wait_clusters_healthy(timeout_s=40)
+        create_demo_topic(federation)
+        wait_until(lambda: all(p["writable"] and p["leader"] for p in partitions(federation)), 20, "U_TopicA writable")
+        yield federation
+    finally:
+        federation.stop()
+
+
+def partitions(fed: LocalFederation) -> list[dict[str, Any]]:
+    topics: list[dict[str, Any]] = fed.metadata(topic=TOPIC)["topics"]
+    return topics[0]["partitions"] if topics else []
+
+
+class Producing(threading.Thread):
+    """Key-less messages at a steady pace until stopped; remembers where each acknowledged one landed."""
+
+    def __init__(self, fed: LocalFederation) -> None:
+        super().__init__(daemon=True, name="producer")
+        self.acked: dict[str, tuple[int, float]] = {}  # value -> (logical partition, ack time)
+        self.failed: list[str] = []
+        self.stop_flag = threading.Event()
+        self.producer = FederatedProducer(
+            {"kfed.controllers": controllers(fed), "linger.ms": 5, "on_delivery": self._report}
+        )
+
+    def _report(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.acked[msg.value().decode()] = (msg.partition(), time.monotonic())
+        else:
+            self.failed.append(msg.value().decode())
+
+    def run(self) -> None:
+        i = 0
+        while not self.stop_flag.is_set():
+            self.producer.produce(TOPIC, value=str(i).encode())
+            i += 1
+            if i % 50 == 0:
+                self.producer.poll(0)
+                time.sleep(0.01)  # ~5k messages/s: load, not a benchmark
+        assert self.producer.flush(60) == 0
+        self.producer.close()
+
+    def finish(self) -> None:
+        self.stop_flag.set()
+        self.join(90)
+
+    def first_ack_on(self, partition_ids: set[int]) -> float | None:
+        times = [t for p, t in list(self.acked.values()) if p in partition_ids]
+        return min(times) if times else None
+
+
+class SlowMember(Member):
+    """A group member that can be held back (it stops consuming, as a lagging consumer does)."""
+
+    def __init__(self, fed: LocalFederation, name: str, group: str) -> None:
+        super().__init__(fed, name, group)
+        self.running = threading.Event()
+        self.running.set()
+
+    def run(self) -> None:
+        self.consumer.subscribe([TOPIC], on_assign=self.on_assign, on_revoke=self.on_revoke)
+        while not self.stop_flag.is_set():
+            if not self.running.wait(0.1):
+                continue  # membership is kept by the consumer's heartbeat thread
+            for m in self.consumer.consume(1000, 0.2):
+                self.received.append((m.value().decode(), m.partition(), m.offset()))
+        self.consumer.close()
+
+
+def consume_everything(member: Member, producing: Producing) -> None:
+    """Every acknowledged message is consumed (reported failures are the producer's to retry)."""
+    expected = set(producing.acked)
+    seen = wait_for([member], expected, 90)
+    assert expected <= seen, f"{len(expected - seen)} acknowledged messages never consumed"
+
+
+def test_scale_up_from_two_to_three_clusters_while_producing(fed: LocalFederation, capsys: Any) -> None:
+    member = Member(fed, "m", "g-scale")
+    member.start()
+    producing = Producing(fed)
+    producing.start()
+    time.sleep(1.0)
+    fed.add_cluster("c3", "r1")
+    fed.wait_clusters_healthy(["c3"], timeout_s=30)
+    started = time.monotonic()
+    assert kfed(["topic", "expand", TOPIC, "--cluster", "c3", "--partitions", "4", "--controller",
+                 controllers(fed)]) == 0  # fmt: skip
+    assert "live on c3" in capsys.readouterr().out
+    wait_until(lambda: producing.first_ack_on({8, 9, 10, 11}), 10, "a message acknowledged on c3's partitions")
+    first = producing.first_ack_on({8, 9, 10, 11})
+    assert first is not None and first - started <= 5.0, f"new partitions used after {first and first - started:.1f} s"
+    time.sleep(1.0)
+    producing.finish()
+    assert {p for p, _ in producing.acked.values()} >= {8, 9, 10, 11}
+    assert physical_topics(fed.clusters["c3"].bootstrap) == {TOPIC: 4}
+    consume_everything(member, producing)
+    member.finish()
+    assert kfed(["topic", "expand", TOPIC, "--cluster", "c3", "--partitions", "4", "--controller",
+                 controllers(fed)]) == 0, "re-running changes nothing"  # fmt: skip
+    assert len(partitions(fed)) == 12
+
+
+def test_shrink_two_of_eight_partitions_losslessly(fed: LocalFederation) -> None:
+    member = SlowMember(fed, "m", "g-shrink")
+    member.start()
+    producing = Producing(fed)
+    producing.start()
+    read_before_removal: dict[int, set[str]] = {}  # what the group had read when the partition was removed
+    watching = threading.Event()
+
+    def watch() -> None:
+        while not watching.is_set():
+            for p in partitions(fed):
+                if p["state"] == "removed" and p["partition"] not in read_before_removal:
+                    read_before_removal[p["partition"]] = {
+                        v for v, part, _ in member.received if part == p["partition"]
+                    }
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    time.sleep(1.5)
+    member.running.clear()  # the group lags: P6 and P7 must wait for it
+    assert kfed(["topic", "shrink", TOPIC, "--partitions", "6,7", "--timeout-s", "6", "--controller",
+                 controllers(fed)]) == 3, "still draining while the group lags"  # fmt: skip
+    assert [p["state"] for p in partitions(fed)][6:] == ["read_only", "read_only"]
+    member.running.set()
+    assert kfed(["topic", "shrink", TOPIC, "--partitions", "6", "7", "--timeout-s", "60", "--controller",
+                 controllers(fed)]) == 0, "re-running watches until done"  # fmt: skip
+    time.sleep(0.5)
+    watching.set()
+    watcher.join()
+    states = [p["state"] for p in partitions(fed)]
+    assert states == ["writable"] * 6 + ["removed"] * 2
+    time.sleep(1.0)
+    producing.finish()
+    consume_everything(member, producing)
+    member.finish()
+    for p in (6, 7):
+        acked_there = {v for v, (part, _) in producing.acked.items() if part == p}
+        assert acked_there, f"nothing reached P{p} before the shrink"
+        unread = acked_there - read_before_removal[p]
+        assert not unread, f"P{p} was removed before the group read {len(unread)} of its messages"
+    with ControllerClient(fed.quorum.urls) as client:
+        grown = client.post(f"/v1/topics/{TOPIC}/partitions", {"cluster_id": "c2", "count": 1})
+    assert [(p["partition"], p["state"]) for p in grown["partitions"]][6:] == [
+        (6, "removed"), (7, "removed"), (8, "writable"),
+    ], "logical ids 6 and 7 are never reused"  # fmt: skip
+
+
+def test_decommission_a_cluster_under_load(fed: LocalFederation) -> None:
+    member = Member(fed, "m", "g-decom")
+    member.start()
+    producing = Producing(fed)
+    producing.start()
+    time.sleep(1.5)
+    with ControllerClient(fed.quorum.urls) as client:
+        start_offset = client.get("/v1/metadata")["offset"]
+    assert kfed(["cluster", "decommission", "c2", "--timeout-s", "90", "--controller", controllers(fed)]) == 0
+    producing.finish()
+    consume_everything(member, producing)
+    with ControllerClient(fed.quorum.urls) as client:
+        records = client.get("/v1/log", offset=start_offset + 1, limit=10_000)["records"]
+    steps = [
+        r["data"]["state"] for r in records if r["type"] == "ClusterStateChanged" and r["data"]["cluster_id"] == "c2"
+    ]
+    assert steps == ["read_only", "draining", "decommissioned"]
+    assert [p["state"] for p in partitions(fed)] == ["writable"] * 4 + ["removed"] * 4
+    wait_until(lambda: TOPIC not in physical_topics(fed.clusters["c2"].bootstrap), 20, "c2's physical topic deleted")
+    member.finish()
