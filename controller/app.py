@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Final
+from urllib.parse import urlparse
 
 import httpx
 import orjson
@@ -86,6 +87,12 @@ class ShrinkPartitions(_Strict):
         max_length=100_000,
         description="Logical partition ids to retire (read_only now, removed once drained).",
     )
+
+
+class AddVoter(_Strict):
+    id: int = Field(ge=0, description="The new node's id (its --node-id).")
+    raft: str = Field(description="Its Raft address, 'host:port'.")
+    http: str = Field(description="Its HTTP base URL.")
 
 
 class DrainedPartition(_Strict):
@@ -240,11 +247,12 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
             except (httpx.HTTPError, ValueError):
                 return None
 
-        others = [v for v in service.quorum.voters if v.id != service.node_id]
+        current = service.voters()
+        others = [v for v in current.voters if v.id != service.node_id]
         answers = await asyncio.gather(*(ask(v.http) for v in others))
         by_id = {service.node_id: me} | {v.id: a for v, a in zip(others, answers, strict=True) if a}
         voters = []
-        for v in service.quorum.voters:
+        for v in current.voters:
             seen = by_id.get(v.id)
             voters.append(
                 {
@@ -387,6 +395,26 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
         if wants_msgpack(request):
             return Response(await asyncio.to_thread(lambda: snap.msgpack), media_type=MSGPACK)
         return Response(await asyncio.to_thread(lambda: snap.json), media_type="application/json")
+
+    @v1.post("/quorum/voters", summary="Add a started node (kfed controller --join) as a voter")
+    async def add_voter(request: Request, body: AddVoter) -> Response:
+        forwarded = await forward_to_leader(request)
+        if forwarded is not None:
+            return forwarded
+        raft = commands.check_bootstrap(body.raft, "raft")
+        if "," in raft:
+            raise InvalidRequest("raft", "raft must be one 'host:port'")
+        url = urlparse(body.http)
+        if url.scheme not in ("http", "https") or not url.netloc:
+            raise InvalidRequest("http", "http must be an http(s) URL")
+        return respond(request, await service.add_voter(body.id, raft, body.http.rstrip("/")))
+
+    @v1.delete("/quorum/voters/{voter_id}", summary="Remove a voter (the leader hands over leadership first)")
+    async def remove_voter(request: Request, voter_id: int) -> Response:
+        forwarded = await forward_to_leader(request)
+        if forwarded is not None:
+            return forwarded
+        return respond(request, await service.remove_voter(voter_id))
 
     # -- cluster admin -----------------------------------------------------------------------------
     @v1.post("/clusters", status_code=201, summary="Register a physical cluster (idempotent)")

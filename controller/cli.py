@@ -91,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
         "never dump at the same time (default 120)",
     )
     c.add_argument(
+        "--join",
+        action="store_true",
+        help="first start of a node joining a running quorum: stay a silent follower until the leader adds "
+        "it (kfed quorum add-voter); the config lists the current voters and this node",
+    )
+    c.add_argument(
         "--drain-grace-ms",
         type=_positive_int,
         default=2000,
@@ -196,6 +202,7 @@ def _controller(args: argparse.Namespace) -> int:
         commit_timeout_s=args.commit_timeout_ms / 1000,
         lease_ms=args.lease_ms,
         drain_grace_ms=args.drain_grace_ms,
+        join=args.join,
         raft=RaftSettings(
             election_timeout_ms_min=args.election_timeout_ms_min,
             election_timeout_ms_max=args.election_timeout_ms_max,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,16 @@ class QuorumConfig:
 
     def by_raft(self, raft: str) -> Voter | None:
         return next((v for v in self.voters if v.raft == raft), None)
+
+    def changed(self, changes: Iterable[tuple[Voter, bool]]) -> QuorumConfig:
+        """The voters after membership changes recorded in the log: (voter, still a voter) each."""
+        voters = {v.id: v for v in self.voters}
+        for voter, present in changes:
+            if present:
+                voters[voter.id] = voter
+            else:
+                voters.pop(voter.id, None)
+        return QuorumConfig(tuple(sorted(voters.values(), key=lambda v: v.id)))
 
 
 def parse_quorum(data: dict[str, Any], source: str = "config") -> QuorumConfig:

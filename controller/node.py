@@ -36,6 +36,7 @@ class NodeSettings:
     lease_ms: int = DEFAULT_LEASE_MS
     heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
     drain_grace_ms: int = DEFAULT_GRACE_MS
+    join: bool = False  # a node new to a running quorum: do not campaign until a leader has added it
     raft: RaftSettings = field(default_factory=RaftSettings)
 
 
@@ -55,6 +56,8 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
 
     state.set_publisher(publish)
     raft = RaftNode(me.raft, peers, data_dir, state, settings.raft)
+    if settings.join:
+        raft.hold_elections_until_led()
     _tune_gc()
     service = ControllerService(
         node_id,

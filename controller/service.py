@@ -18,7 +18,7 @@ from metadata_log.commands import Result
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound, OutcomeUnknown, Unavailable
 from metadata_log.image import MetadataImage
 from metadata_log.raft import RaftNode
-from metadata_log.records import Record
+from metadata_log.records import QuorumVoterChanged, Record
 from metadata_log.state import MAX_IDEMPOTENCY_KEY_CHARS, LogState, Outcome, Proposal
 
 from .config import QuorumConfig, Voter
@@ -164,6 +164,7 @@ class ControllerService:
         self._group_commit_lock = asyncio.Lock()
         self.drains = DrainTracker(drain_grace_ms)
         self._drain_commit_lock = asyncio.Lock()
+        self._membership_lock = asyncio.Lock()
         self._lease_task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -176,11 +177,70 @@ class ControllerService:
         await self.committer.stop()
 
     # -- leadership ------------------------------------------------------------------------------
+    def voters(self) -> QuorumConfig:
+        """The config's voters with the membership changes the log has recorded since."""
+        changes = self.state.image.voters.values()
+        if not changes:
+            return self.quorum
+        return self.quorum.changed((Voter(v.voter_id, v.raft, v.http), v.voter) for v in changes)
+
     def leader(self) -> Voter | None:
         status = self.raft.status()
         if status.role == "leader":
             return self.quorum.voter(self.node_id)
-        return self.quorum.by_raft(status.leader_raft) if status.leader_raft else None
+        return self.voters().by_raft(status.leader_raft) if status.leader_raft else None
+
+    # -- quorum membership (one change at a time) --------------------------------------------------
+    async def add_voter(self, voter_id: int, raft: str, http: str) -> dict[str, Any]:
+        """Make a started node (``kfed controller --join``) a voter: in Raft first, then in the log."""
+        if not self.is_leader():
+            raise Unavailable("this node is not the leader", retry_after_s=0.2)
+        current = self.voters()
+        same_id = next((v for v in current.voters if v.id == voter_id), None)
+        if same_id is not None and (same_id.raft, same_id.http) != (raft, http):
+            raise Conflict(f"voter {voter_id} exists with raft {same_id.raft} and http {same_id.http}", field="id")
+        other = current.by_raft(raft)
+        if other is not None and other.id != voter_id:
+            raise Conflict(f"raft address {raft} belongs to voter {other.id}", field="raft")
+        async with self._membership_lock:
+            await self._membership("add", raft)
+            await self._commit_membership(QuorumVoterChanged(voter_id, raft, http, True))
+        return self.membership_view()
+
+    async def remove_voter(self, voter_id: int) -> dict[str, Any]:
+        """Remove a voter; the leader hands its leadership over first (the caller retries)."""
+        if not self.is_leader():
+            raise Unavailable("this node is not the leader", retry_after_s=0.2)
+        current = self.voters()
+        voter = next((v for v in current.voters if v.id == voter_id), None)
+        if voter is None:
+            return self.membership_view()  # already removed: a re-run changes nothing
+        if len(current.voters) <= 1:
+            raise Conflict("the last voter cannot be removed", field="id")
+        if voter_id == self.node_id:
+            self.raft.transfer_leadership()
+            raise Unavailable(f"voter {voter_id} leads; handing leadership over, retry shortly", retry_after_s=1.0)
+        async with self._membership_lock:
+            await self._membership("remove", voter.raft)
+            await self._commit_membership(QuorumVoterChanged(voter_id, voter.raft, voter.http, False))
+        return self.membership_view()
+
+    def membership_view(self) -> dict[str, Any]:
+        return {
+            "voters": [{"id": v.id, "raft": v.raft, "http": v.http} for v in self.voters().voters],
+            "raft_voters": self.raft.voters(),
+        }
+
+    async def _membership(self, action: str, raft: str) -> None:
+        try:
+            await asyncio.wait_for(self.raft.change_membership(action, raft), self.commit_timeout_s)
+        except TimeoutError:
+            raise OutcomeUnknown("the membership change did not commit in time; re-run the command") from None
+
+    async def _commit_membership(self, record: QuorumVoterChanged) -> None:
+        outcome = await asyncio.wait_for(self.committer.submit(Proposal((record,))), self.commit_timeout_s)
+        if outcome.status != "committed":
+            raise Conflict(f"membership record not applied: {outcome.detail}")
 
     def is_leader(self) -> bool:
         return self.raft.is_leader()

@@ -109,6 +109,19 @@ class LocalQuorum:
                     "--data-dir", str(self.data_dir / f"node-{v.id}"), *self.extra_args]  # fmt: skip
             self.procs[v.id] = _spawn(_kfed(*args), self.data_dir / f"node-{v.id}.log")
 
+    def add_node(self) -> Voter:
+        """Start one more node with ``--join`` (a config listing the voters and itself); it becomes a voter
+        once ``kfed quorum add-voter`` adds it."""
+        raft_port, http_port = free_ports(2)
+        voter = Voter(max(v.id for v in self.voters) + 1, f"127.0.0.1:{raft_port}", f"http://127.0.0.1:{http_port}")
+        self.voters.append(voter)
+        config = self.data_dir / f"quorum-{voter.id}.toml"
+        config.write_text(render_quorum(self.voters))
+        args = ["controller", "--config", str(config), "--node-id", str(voter.id), "--join",
+                "--data-dir", str(self.data_dir / f"node-{voter.id}"), *self.extra_args]  # fmt: skip
+        self.procs[voter.id] = _spawn(_kfed(*args), self.data_dir / f"node-{voter.id}.log")
+        return voter
+
     def running(self, node_id: int) -> bool:
         proc = self.procs.get(node_id)
         return proc is not None and proc.poll() is None

@@ -28,6 +28,7 @@ from .records import (
     PartitionState,
     PartitionStateChanged,
     PhysicalPartitionsReported,
+    QuorumVoterChanged,
     Record,
     TopicCreated,
     TopicDeleted,
@@ -108,6 +109,16 @@ class GroupImage:
 
 
 @dataclass(frozen=True, slots=True)
+class VoterImage:
+    """A controller added to (voter) or removed from (not voter) the quorum after its config was written."""
+
+    voter_id: int
+    raft: str
+    http: str
+    voter: bool
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataImage:
     """Everything the log says, as of ``offset`` (the last applied record; -1 for the empty log)."""
 
@@ -115,6 +126,7 @@ class MetadataImage:
     clusters: Mapping[str, ClusterImage]
     topics: Mapping[str, TopicImage]
     groups: Mapping[str, GroupImage]
+    voters: Mapping[int, VoterImage] = field(default_factory=dict)
 
     def partition_count(self) -> int:
         return sum(len(t.partitions) for t in self.topics.values())
@@ -132,13 +144,16 @@ def is_writable(image: MetadataImage, partition: PartitionImage) -> bool:
 class MetadataDelta:
     """Changes of one batch over a base image; ``replay`` records, then ``apply`` once."""
 
-    __slots__ = ("_base", "_clusters", "_count", "_groups", "_leaders", "_partitions", "_placements", "_topics")
+    __slots__ = (
+        "_base", "_clusters", "_count", "_groups", "_leaders", "_partitions", "_placements", "_topics", "_voters",
+    )  # fmt: skip
 
     def __init__(self, base: MetadataImage) -> None:
         self._base = base
         self._clusters: dict[str, ClusterImage] | None = None
         self._topics: dict[str, TopicImage] | None = None
         self._groups: dict[str, GroupImage] | None = None
+        self._voters: dict[int, VoterImage] | None = None
         self._partitions: dict[str, list[PartitionImage]] = {}  # topics whose partitions changed
         self._leaders: dict[str, dict[tuple[str, int], str]] = {}  # clusters whose leaders changed
         # (cluster, physical topic, physical partition) already used, per topic that gained partitions
@@ -264,6 +279,10 @@ class MetadataDelta:
                 groups[record.group] = replace(group, generation=record.generation, members=record.members)
             case NoOp():
                 pass
+            case QuorumVoterChanged():
+                if self._voters is None:
+                    self._voters = dict(self._base.voters)
+                self._voters[record.voter_id] = VoterImage(record.voter_id, record.raft, record.http, record.voter)
             case _:
                 raise InvalidRecord(f"not a record: {type(record).__name__}")
         self._count += 1
@@ -344,6 +363,7 @@ class MetadataDelta:
             clusters=self._clusters if self._clusters is not None else self._base.clusters,
             topics=topics,
             groups=self._groups if self._groups is not None else self._base.groups,
+            voters=self._voters if self._voters is not None else self._base.voters,
         )
 
 
@@ -389,6 +409,8 @@ def _snapshot_rows(image: MetadataImage) -> Iterator[tuple[type[Record], tuple[A
             yield GroupCoordinatorAssigned, (g.group, g.coordinator_id)
         if g.generation > 0:
             yield GroupGenerationStarted, (g.group, g.generation, g.members)
+    for v in sorted(image.voters.values(), key=lambda v: v.voter_id):
+        yield QuorumVoterChanged, (v.voter_id, v.raft, v.http, v.voter)
 
 
 def image_to_records(image: MetadataImage) -> list[Record]:

@@ -78,6 +78,9 @@ class RaftSettings:
             leaderFallbackTimeout=self.election_timeout_ms_max / 1000,
             # Fail fast without a leader: the HTTP edge answers 503 + Retry-After instead of queueing.
             commandsWaitLeader=False,
+            # Voters can be added and removed one at a time (kfed quorum add-voter / remove-voter); the
+            # membership lives in the Raft log and the dump, the config only seeds a first start.
+            dynamicMembershipChange=True,
             commandsQueueSize=self.command_queue_size,
             # Journal *and* full dump: a journal alone comes back empty after a compaction + restart.
             journalFile=str(data_dir / "raft.journal"),
@@ -89,7 +92,6 @@ class RaftSettings:
             logCompactionMinEntries=self.compaction_min_entries,
             logCompactionMinTime=self.compaction_min_s,
             logCompactionSplit=True,  # nodes compact at different times, never all at once
-            dynamicMembershipChange=False,
             password=self.password,
             onStateChanged=node._on_state_changed,
         )
@@ -235,9 +237,8 @@ class RaftNode:
         self._loaded_raft_internal = self._validate_dump(data_dir / "raft.dump")
         _journal_fsync.on = self.settings.journal_fsync
         try:
-            self._syncobj = _Replica(
-                self_raft, list(peers_raft), self.settings.conf(data_dir, state, self), state, self
-            )
+            self._conf = self.settings.conf(data_dir, state, self)
+            self._syncobj = _Replica(self_raft, list(peers_raft), self._conf, state, self)
         finally:
             _journal_fsync.on = False
 
@@ -280,8 +281,7 @@ class RaftNode:
         syncobj = getattr(self, "_syncobj", None)  # None while SyncObj.__init__ is still running
         if elapsed_ms <= STALL_GUARD_MS or syncobj is None:
             return
-        s = self.settings
-        timeout = random.uniform(s.election_timeout_ms_min, s.election_timeout_ms_max) / 1000
+        timeout = random.uniform(self._conf.raftMinTimeout, self._conf.raftMaxTimeout)
         # Name-mangled private of SyncObj 0.3.17 (pinned); tests/unit/test_raft.py checks it exists.
         # pysyncobj's own clock (CLOCK_MONOTONIC_RAW), not time.monotonic(): they differ by ~0.1 s here
         syncobj._SyncObj__raftElectionDeadline = pysyncobj_clock() + timeout
@@ -304,6 +304,46 @@ class RaftNode:
                         "leadership was lost before the commit was confirmed; retry with the same Idempotency-Key"
                     ),
                 )
+
+    # -- membership -------------------------------------------------------------------------------
+    def change_membership(self, action: str, raft: str) -> asyncio.Future[None]:
+        """Add (``"add"``) or remove (``"remove"``) one voter through the Raft log; resolves when committed."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def done(result: Any, error: int) -> None:  # on the Raft thread
+            loop.call_soon_threadsafe(_settle, future, None, error)
+
+        if action == "add":
+            self._syncobj.addNodeToCluster(raft, callback=done)
+        else:
+            self._syncobj.removeNodeFromCluster(raft, callback=done)
+        return future
+
+    def transfer_leadership(self) -> None:
+        """Ask the most caught-up follower to take over (best effort; used before removing the leader)."""
+        self._syncobj.transferLeadership(None, callback=lambda result, error: None)
+
+    def voters(self) -> list[str]:
+        """Raft addresses of the current voters, this node included, as this node's log has them."""
+        others = self._syncobj.otherNodes  # a set pysyncobj replaces, never mutates in place
+        return sorted({self.self_raft} | {n.address for n in others})
+
+    def hold_elections_until_led(self) -> None:
+        """A node joining a running quorum must not campaign before the leader has added it: its failed
+        elections would raise its term and depose the leader the moment it is added."""
+        conf = self._conf
+        normal = (conf.raftMinTimeout, conf.raftMaxTimeout)
+        conf.raftMinTimeout, conf.raftMaxTimeout = 3600.0, 3601.0
+        self._syncobj._SyncObj__raftElectionDeadline = pysyncobj_clock() + 3600.0
+
+        def restore() -> None:
+            while self._syncobj._getLeader() is None:
+                time.sleep(0.05)
+            conf.raftMinTimeout, conf.raftMaxTimeout = normal
+            log.info("joined: following leader %s", self._syncobj._getLeader().address)
+
+        threading.Thread(target=restore, name="join-wait", daemon=True).start()
 
     # -- proposing --------------------------------------------------------------------------------
     def propose(self, proposals: Sequence[Proposal]) -> asyncio.Future[list[Outcome]]:
@@ -362,7 +402,7 @@ def _fail(future: asyncio.Future[list[Outcome]], error: Exception) -> None:
         future.set_exception(error)
 
 
-def _settle(future: asyncio.Future[list[Outcome]], result: Any, error: int) -> None:
+def _settle(future: asyncio.Future[Any], result: Any, error: int) -> None:
     if future.done():
         return
     if error == FAIL_REASON.SUCCESS:

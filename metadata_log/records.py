@@ -121,6 +121,15 @@ class NoOp:  # v0: initial. Written to move the log forward (e.g. a leader provi
     TYPE: ClassVar[str] = "NoOp"
 
 
+@dataclass(frozen=True, slots=True)
+class QuorumVoterChanged:  # v0: initial. A controller joined (voter=True) or left (False) the quorum.
+    TYPE: ClassVar[str] = "QuorumVoterChanged"
+    voter_id: int
+    raft: str  # "host:port"
+    http: str  # base URL
+    voter: bool
+
+
 Record = (
     ClusterRegistered
     | ClusterStateChanged
@@ -134,6 +143,7 @@ Record = (
     | GroupCoordinatorAssigned
     | GroupGenerationStarted
     | NoOp
+    | QuorumVoterChanged
 )
 
 RECORD_TYPES: Final[tuple[type[Record], ...]] = (
@@ -149,4 +159,5 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     GroupCoordinatorAssigned,
     GroupGenerationStarted,
     NoOp,
+    QuorumVoterChanged,
 )

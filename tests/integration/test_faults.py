@@ -221,3 +221,35 @@ def test_no_leader_is_503_with_retry_after(make_quorum) -> None:
     assert int(r.headers["retry-after"]) >= 1
     ready = q.client.get(survivor + "/readyz")
     assert ready.status_code == 503
+
+
+def test_replacing_a_controller_under_write_load_loses_nothing(make_quorum) -> None:
+    from controller.cli import main as kfed
+
+    q = make_quorum()
+    writer = Writer(q, "m")
+    writer.start()
+    time.sleep(1.0)
+    new = q.add_node()
+    deadline = time.monotonic() + 20
+    while q.node(new.id) is None:
+        assert time.monotonic() < deadline, "the joining node never answered"
+        time.sleep(0.1)
+    urls = ",".join(q.urls)
+    assert kfed(["quorum", "add-voter", "--id", str(new.id), "--raft", new.raft, "--http", new.http,
+                 "--controller", urls]) == 0  # fmt: skip
+    q.wait_applied(max(writer.acked.values()), node_ids=[new.id], timeout_s=30)
+    leaving = next(n for n in (1, 2, 3) if n != q.leader())
+    assert kfed(["quorum", "remove-voter", "--id", str(leaving), "--controller", urls]) == 0
+    q.kill(leaving)
+    acked_at_removal = len(writer.acked)
+    time.sleep(1.5)
+    writer.finish()
+    assert len(writer.acked) > acked_at_removal + 10, "writes stopped after the replacement"
+    staying = [n for n in (1, 2, 3, new.id) if n != leaving]
+    q.wait_applied(max(writer.acked.values()), node_ids=staying, timeout_s=30)
+    assert_history_holds(q, writer, staying)
+    voters = q.client.get(q.url(staying[0]) + "/v1/quorum").json()["voters"]
+    assert sorted(v["id"] for v in voters) == staying
+    assert all(v["role"] in ("leader", "follower") for v in voters)
+    assert kfed(["quorum", "remove-voter", "--id", str(leaving), "--controller", urls]) == 0, "re-run: no-op"

@@ -14,6 +14,7 @@ from metadata_log.records import (
     PartitionsAdded,
     PartitionStateChanged,
     PhysicalPartitionsReported,
+    QuorumVoterChanged,
     Record,
     TopicCreated,
     TopicDeleted,
@@ -41,5 +42,7 @@ ONE_OF_EACH: list[Record] = [
     NoOp(),
     TopicCreated("id-c", "C", "r1"),
     TopicDeleted("C"),
+    QuorumVoterChanged(4, "127.0.0.1:9104", "http://127.0.0.1:8004", True),
+    QuorumVoterChanged(1, "127.0.0.1:9101", "http://127.0.0.1:8001", False),
 ]
 """A log that uses every record type and every kind of change; it applies cleanly from the empty image."""
