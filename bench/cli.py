@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from . import failover, federation, image, latency, raft_layer, sdk, throughput
+from . import failover, federation, image, latency, operations, raft_layer, sdk, throughput
 from .common import (
     RESULTS_DIR,
     BenchResult,
@@ -45,6 +45,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("image", "4", "A ~1M-partition image: snapshot, new follower, RSS, compaction", image.run),
     Benchmark("federation", "#3", "Sub-cluster kill -> fenced; 60 idle agents: log growth, leader CPU", federation.run),
     Benchmark("sdk", "#4", "FederatedProducer/Consumer vs raw confluent-kafka; fence -> unrouted", sdk.run),
+    Benchmark(
+        "operations", "#5", "Scale-up visible to producers; failure -> routed around; decommission", operations.run
+    ),
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
 
