@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from metadata_log.client import ControllerClient
-from metadata_log.errors import Conflict
+from metadata_log.errors import Conflict, NotFound
 from sdk import FederatedProducer
 
 EVENT_TYPES: Final = ("view", "click", "cart", "purchase")
@@ -65,8 +65,10 @@ def ensure_topic(controllers: Sequence[str] | str, topic: str, region: str = "r1
             client.post("/v1/topics", body)
         deadline = time.monotonic() + timeout_s
         while True:
-            meta = client.get("/v1/metadata", topic=topic)
-            parts = meta["topics"][0]["partitions"]
+            try:
+                parts = client.get("/v1/metadata", topic=topic)["topics"][0]["partitions"]
+            except NotFound:  # a follower that has not applied the creation yet
+                parts = []
             if parts and all(p["writable"] and p["leader"] for p in parts if p["state"] == "writable"):
                 return
             if time.monotonic() > deadline:

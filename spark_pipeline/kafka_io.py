@@ -24,7 +24,8 @@ from .plan import DataLossError, OffsetRange, Watermarks
 
 CONSUME_BATCH: Final = 10_000
 """Messages taken from librdkafka per ``consume()`` call, and so the most rows of one Arrow batch."""
-POLL_S: Final = 0.5
+POLL_S: Final = 0.1
+"""Longest wait of one ``consume()`` call: it returns early only when its batch is full."""
 
 HEADERS_TYPE: Final = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -124,7 +125,7 @@ def _fetch_high_watermarks(
             if remaining <= 0:
                 missing = sorted(set(partitions) - set(highs))
                 raise ClusterUnavailable(f"{bootstrap}: no fetch response for {missing[:5]} in time")
-            for msg in consumer.consume(CONSUME_BATCH, min(POLL_S, remaining)):
+            for msg in consumer.consume(CONSUME_BATCH, min(0.02, remaining)):
                 err = msg.error()
                 if err is not None and err.code() == KafkaError._PARTITION_EOF:
                     highs[(str(msg.topic()), _offset(msg, partition=True))] = _offset(msg)
@@ -152,7 +153,8 @@ def read_range(
         position = r.start
         last_progress = time.monotonic()
         while position < r.end:
-            msgs = consumer.consume(CONSUME_BATCH, POLL_S)
+            # never more than what is left: the call then returns as soon as the range is complete
+            msgs = consumer.consume(min(CONSUME_BATCH, r.end - position), POLL_S)
             data: list[Message] = []
             for msg in msgs:
                 err = msg.error()

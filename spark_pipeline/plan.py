@@ -307,18 +307,18 @@ def next_offset(
 
 
 def rate_limit(begin: Mapping[LogicalKey, int], latest: Mapping[LogicalKey, int], limit: int) -> dict[LogicalKey, int]:
-    """At most ``limit`` offsets in all, spread in proportion to each partition's lag (Spark's rule);
-    every partition with a lag moves by at least one while the limit allows."""
+    """Exactly ``min(limit, total lag)`` offsets, spread in proportion to each partition's lag (Spark's rule),
+    the rounding remainder going to the largest fractions (ties by partition)."""
     lags = {k: max(0, latest[k] - begin[k]) for k in latest}
     total = sum(lags.values())
     if total <= limit:
         return dict(latest)
-    out, left = {}, limit
-    for k in sorted(latest):
-        share = min(lags[k], left, max(1, math.floor(limit * lags[k] / total)) if lags[k] else 0)
-        out[k] = begin[k] + share
-        left -= share
-    return out
+    shares = {k: limit * lag // total for k, lag in lags.items()}
+    remainder = limit - sum(shares.values())
+    by_fraction = sorted(lags, key=lambda k: (-(limit * lags[k] % total), k))
+    for k in by_fraction[:remainder]:
+        shares[k] += 1
+    return {k: begin[k] + shares[k] for k in latest}
 
 
 def stream_ranges(

@@ -30,12 +30,17 @@ class MetadataUnavailable(RuntimeError):
 def latest_image(controllers: Sequence[str], timeout_s: float = 10.0) -> MetadataImage:
     """The image at the quorum's current high watermark (snapshot, then the log after it)."""
     with LogFollower(controllers, wait_ms=0, timeout_s=timeout_s) as follower:
-        try:
-            while follower.poll(0):
-                pass
-        except FollowerError as e:
-            raise MetadataUnavailable(f"kfed source: cannot read the metadata log: {e}") from e
-        return follower.image
+        return catch_up(follower)
+
+
+def catch_up(follower: LogFollower) -> MetadataImage:
+    """Advance a follower to the high watermark it finds, and return its image."""
+    try:
+        while follower.poll(0):
+            pass
+    except FollowerError as e:
+        raise MetadataUnavailable(f"kfed source: cannot read the metadata log: {e}") from e
+    return follower.image
 
 
 def image_at(controllers: Sequence[str], offset: int, timeout_s: float = 10.0) -> MetadataImage:

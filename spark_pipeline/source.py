@@ -32,6 +32,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from metadata_log.follower import LogFollower
+
 from .kafka_io import read_range, watermarks
 from .options import SourceOptions, parse_options
 from .plan import (
@@ -49,7 +51,7 @@ from .plan import (
     split_ranges,
     stream_ranges,
 )
-from .resolve import image_at, latest_image
+from .resolve import catch_up, image_at, latest_image
 
 log = logging.getLogger(__name__)
 
@@ -169,13 +171,16 @@ class KfedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._target: StreamOffset | None = None
+        self._follower: LogFollower | None = None  # the driver's view of the log, kept between micro-batches
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_target": None}
+        return {"options": self.options, "_target": None, "_follower": None}
 
     def _current(self) -> tuple[list[Placement], dict[str, str], dict[tuple[str, str, int], Watermarks]]:
         o = self.options
-        image = latest_image(o.controllers, o.timeout_ms / 1000)
+        if self._follower is None:
+            self._follower = LogFollower(o.controllers, wait_ms=0, timeout_s=o.timeout_ms / 1000)
+        image = catch_up(self._follower)
         placements = resolve_placements(image, o.topics, require_all=False)
         clusters = bootstraps(image, placements)
         return placements, clusters, cluster_watermarks(placements, clusters, o, strict=False)
@@ -214,7 +219,9 @@ class KfedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass  # offsets live in Spark's checkpoint; nothing is committed to the clusters
 
     def stop(self) -> None:
-        pass
+        if self._follower is not None:
+            self._follower.stop()
+            self._follower = None
 
 
 class KfedDataSource(DataSource):
