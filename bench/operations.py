@@ -27,6 +27,7 @@ from metadata_log.follower import LogFollower
 from metadata_log.image import MetadataImage
 from metadata_log.records import ClusterFenced, Record
 from sdk import FederatedConsumer, FederatedProducer
+from sdk.errors import NoWritablePartition
 
 from .common import BenchResult, Goal, Row, fmt, median
 
@@ -49,7 +50,11 @@ class _Producing(threading.Thread):
     def run(self) -> None:
         i = 0
         while not self.stop_flag.is_set():
-            self.producer.produce(TOPIC, value=str(i).encode())
+            try:
+                self.producer.produce(TOPIC, value=str(i).encode())
+            except NoWritablePartition:
+                time.sleep(0.05)
+                continue
             i += 1
             if i % 50 == 0:
                 self.producer.poll(0)
@@ -75,6 +80,11 @@ def run(sizes: object, workdir: Path, result: BenchResult) -> None:
         fed.start()
         fed.wait_clusters_healthy(timeout_s=60)
         create_demo_topic(fed)
+        _wait(
+            lambda: all(p["writable"] and p["leader"] for p in fed.metadata(topic=TOPIC)["topics"][0]["partitions"]),
+            30,
+            "U_TopicA never became writable",
+        )
         producing = _Producing(fed)
         producing.start()
         client = ControllerClient(fed.quorum.urls)

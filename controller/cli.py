@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from metadata_log.state import CorruptState
+from spark_pipeline import cli as pipeline_cli
 
 from . import ops
 from .config import ConfigError
@@ -143,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     ops.add_parsers(sub)
+    pipeline_cli.add_parser(sub)
 
     local = sub.add_parser(
         "local",
@@ -175,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
             return _agent(args)
         if args.command in ("cluster", "topic", "quorum"):
             return ops.run(args)
+        if args.command == "pipeline":
+            result: int = args.func(args)
+            return result
         if args.command == "local" and args.local_command == "up":
             from deploy.local import local_up
 
