@@ -1,5 +1,10 @@
 import sys
 
-from bench.cli import main
+from bench import cli, spark
 
-sys.exit(main())
+# Issue 6: the kfed Spark source vs plain confluent-kafka (pyspark is imported only when it runs).
+SPARK = cli.Benchmark("spark", "#6", "kfed Spark source vs plain confluent-kafka, same partitions", spark.run)
+cli.BENCHMARKS = (*cli.BENCHMARKS, SPARK)
+cli.BY_NAME[SPARK.name] = SPARK
+
+sys.exit(cli.main())

@@ -36,7 +36,12 @@ def local_session(app_name: str = "kfed", master: str | None = None, **conf: str
         builder = builder.master("local[2]")
     if os.environ.get("SPARK_LOCAL_IP") == "127.0.0.1":
         builder = builder.config("spark.driver.host", "127.0.0.1")
-    defaults = {"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": "4"}
+    defaults = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "4",
+    }
     for key, value in {**defaults, **conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

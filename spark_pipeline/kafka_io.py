@@ -147,7 +147,7 @@ def read_range(
     """The records of ``[r.start, r.end)`` as Arrow batches, in offset order."""
     schema = arrow_schema(include_headers)
     p = r.placement
-    consumer = Consumer(consumer_config(r.bootstrap, kafka, fail_on_data_loss))
+    consumer = _cached_consumer(consumer_config(r.bootstrap, kafka, fail_on_data_loss))
     try:
         consumer.assign([TopicPartition(p.physical_topic, p.physical_partition, r.start)])
         position = r.start
@@ -189,7 +189,23 @@ def read_range(
                     f"at offset {position} for {timeout_s:.0f} s (kfed.timeoutMs)"
                 )
     finally:
-        consumer.close()
+        consumer.unassign()  # stops its fetching; the connection stays for the next task in this worker
+
+
+_CONSUMERS: dict[tuple[tuple[str, str], ...], Consumer] = {}
+MAX_CACHED_CONSUMERS: Final = 16
+
+
+def _cached_consumer(config: Mapping[str, Any]) -> Consumer:
+    """One consumer per configuration in this Python worker, kept across tasks (Spark reuses workers and
+    runs one task at a time in each): a task starts without connecting and fetching metadata again."""
+    key = tuple(sorted((k, str(v)) for k, v in config.items()))
+    consumer = _CONSUMERS.get(key)
+    if consumer is None:
+        if len(_CONSUMERS) >= MAX_CACHED_CONSUMERS:
+            _CONSUMERS.pop(next(iter(_CONSUMERS))).close()
+        consumer = _CONSUMERS[key] = Consumer(dict(config))
+    return consumer
 
 
 def _offset(msg: Message, partition: bool = False) -> int:
@@ -200,25 +216,33 @@ def _offset(msg: Message, partition: bool = False) -> int:
     return value
 
 
+_IOTA: Final = pa.array(range(CONSUME_BATCH), pa.int64())  # offsets of a gap-free batch: first + _IOTA[:n]
+
+
 def _to_arrow(
     msgs: list[Message], topic: str, partition: int, cluster_id: str, include_headers: bool, schema: pa.Schema
 ) -> pa.RecordBatch:
-    """One record batch from consumed messages, a column at a time."""
+    """One record batch from consumed messages, a column at a time (one C-level pass per column)."""
     n = len(msgs)
-    stamps = [m.timestamp() for m in msgs]
-    kinds = pa.array([s[0] for s in stamps], pa.int32())
-    millis = pa.array([s[1] for s in stamps], pa.int64())
+    kinds_list, millis_list = zip(*[m.timestamp() for m in msgs], strict=True)
+    kinds = pa.array(kinds_list, pa.int32())
     # librdkafka: 0 not available, 1 create time, 2 log append time; Spark: -1, 0, 1
     spark_kinds = pc.subtract(kinds, pa.scalar(1, pa.int32()))
-    micros = pc.multiply(millis, pa.scalar(1000, pa.int64())).cast(pa.timestamp("us", tz="UTC"))
+    micros = pc.multiply(pa.array(millis_list, pa.int64()), pa.scalar(1000, pa.int64()))
+    micros = micros.cast(pa.timestamp("us", tz="UTC"))
     if pc.min(kinds).as_py() == 0:
         micros = pc.if_else(pc.equal(kinds, 0), pa.scalar(None, micros.type), micros)
+    first, last = _offset(msgs[0]), _offset(msgs[-1])
+    if last - first == n - 1 and n <= CONSUME_BATCH:  # offsets only grow: no gap in between
+        offsets = pc.add(_IOTA.slice(0, n), pa.scalar(first, pa.int64()))
+    else:  # gaps: transaction markers, compaction
+        offsets = pa.array([m.offset() for m in msgs], pa.int64())
     columns = [
         pa.array([m.key() for m in msgs], pa.binary()),
         pa.array([m.value() for m in msgs], pa.binary()),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array([m.offset() for m in msgs], pa.int64()),
+        offsets,
         micros,
         spark_kinds,
     ]

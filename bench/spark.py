@@ -1,0 +1,156 @@
+"""Issue 6 benchmark: the ``kfed`` Spark source vs a plain confluent-kafka read of the same partitions.
+
+N 100-byte messages are produced straight to the physical partitions of U_TopicA (4 on each of the two
+Tansu sub-clusters). Then, interleaved, median of the rounds:
+
+- kfed: ``spark.read.format("kfed")`` on a local[2] session, a batch read of the whole topic with an
+  aggregate over the ``value`` column (count and total length, checked against N). The clock covers the
+  whole query: resolving the partitions from the log, the watermarks, planning, the tasks.
+- plain: the same 8 physical partitions read with confluent-kafka ``assign()`` from 0 to their ends with the
+  same consumer settings, in 2 processes (one per sub-cluster: the same parallelism as local[2]), touching
+  every value. Also shown: the same read in one process.
+
+N is 2,000,000 (200,000 with --quick); ``KFED_BENCH_SPARK_MESSAGES`` overrides it. pyspark is imported only
+when the benchmark runs.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from deploy.local import LocalFederation, create_demo_topic
+
+from .common import BenchResult, Goal, Row, fmt, median
+
+TOPIC = "U_TopicA"
+VALUE = b"x" * 100
+PARTITIONS_PER_CLUSTER = 4
+
+
+def _wait_writable(fed: LocalFederation) -> None:
+    deadline = time.monotonic() + 30
+    while not all(p["writable"] and p["leader"] for p in fed.metadata(topic=TOPIC)["topics"][0]["partitions"]):
+        if time.monotonic() > deadline:
+            raise TimeoutError("U_TopicA not writable")
+        time.sleep(0.1)
+
+
+def produce(fed: LocalFederation, n: int) -> None:
+    producers = [Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 5, "enable.metrics.push": False})
+                 for c in (fed.clusters["c1"], fed.clusters["c2"])]  # fmt: skip
+    for i in range(n):
+        producers[i % 2].produce(TOPIC, VALUE, None, (i // 2) % PARTITIONS_PER_CLUSTER)
+        if i % 5000 == 0:
+            producers[0].poll(0)
+            producers[1].poll(0)
+    for p in producers:
+        if p.flush(120):
+            raise RuntimeError("messages left unsent")
+
+
+def plain_read(bootstrap: str, ends: dict[int, int]) -> tuple[int, int]:
+    """Read partitions 0.. of TOPIC on one cluster from 0 to ``ends``; (messages, value bytes)."""
+    from spark_pipeline.kafka_io import consumer_config
+
+    consumer = Consumer(consumer_config(bootstrap, {}, fail_on_data_loss=True))
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in ends])
+    left = {p: end for p, end in ends.items() if end > 0}
+    count = size = 0
+    deadline = time.monotonic() + 300
+    while left and time.monotonic() < deadline:
+        for m in consumer.consume(10_000, 0.1):
+            if m.error() is not None:
+                continue
+            value = m.value()
+            count += 1
+            size += len(value) if value is not None else 0
+            p = m.partition()
+            if p in left and (m.offset() or 0) + 1 >= left[p]:
+                del left[p]
+    consumer.close()
+    return count, size
+
+
+def _noop(_: int) -> int:
+    return 0
+
+
+def run(sizes: object, workdir: Path, result: BenchResult) -> None:
+    quick = bool(getattr(sizes, "quick", False))
+    n = int(os.environ.get("KFED_BENCH_SPARK_MESSAGES", 200_000 if quick else 2_000_000))
+    rounds = 1 if quick else 3
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import functions as F
+
+    from spark_pipeline import local_session
+    from spark_pipeline.kafka_io import watermarks
+
+    fed = LocalFederation(workdir / "spark")
+    spark = None
+    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        fed.start()
+        fed.wait_clusters_healthy(timeout_s=60)
+        create_demo_topic(fed)
+        _wait_writable(fed)
+        t0 = time.perf_counter()
+        produce(fed, n)
+        produce_s = time.perf_counter() - t0
+        clusters = [fed.clusters["c1"], fed.clusters["c2"]]
+        ends = [{tp[1]: m.high for tp, m in watermarks(c.bootstrap, [(TOPIC, p) for p in range(4)]).items()}
+                for c in clusters]  # fmt: skip
+        assert sum(sum(e.values()) for e in ends) == n, ends
+        list(pool.map(_noop, range(2)))  # the worker processes are up before the clock starts
+        spark = local_session("kfed-bench", "local[2]", **{"spark.driver.host": "127.0.0.1"})
+        spark.sparkContext.setLogLevel("ERROR")
+        controllers = ",".join(fed.quorum.urls)
+
+        def kfed_read() -> float:
+            df = spark.read.format("kfed").option("kfed.controllers", controllers).option("subscribe", TOPIC).load()
+            started = time.perf_counter()
+            row = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("value")).alias("bytes")).collect()[0]
+            elapsed = time.perf_counter() - started
+            assert row["n"] == n and row["bytes"] == n * len(VALUE), row
+            return n / elapsed
+
+        def plain_parallel() -> float:
+            started = time.perf_counter()
+            counts = list(pool.map(plain_read, [c.bootstrap for c in clusters], ends))
+            elapsed = time.perf_counter() - started
+            assert sum(c for c, _ in counts) == n, counts
+            return n / elapsed
+
+        def plain_single() -> float:
+            started = time.perf_counter()
+            total = sum(plain_read(c.bootstrap, e)[0] for c, e in zip(clusters, ends, strict=True))
+            elapsed = time.perf_counter() - started
+            assert total == n
+            return n / elapsed
+
+        kfed_read()  # warm-up: JVM, Python workers
+        kfed_rates, plain_rates, single_rates = [], [], []
+        for _ in range(rounds):
+            plain_rates.append(plain_parallel())
+            kfed_rates.append(kfed_read())
+            single_rates.append(plain_single())
+    finally:
+        if spark is not None:
+            spark.stop()
+        pool.shutdown()
+        fed.stop()
+    kfed, plain, single = median(kfed_rates), median(plain_rates), median(single_rates)
+    result.rows += [
+        Row("kfed source rows/s (batch read, local[2])", kfed, "rows/s",
+            f"plain confluent-kafka, 2 processes {fmt(plain)} rows/s ({kfed / plain:.2f}x)",
+            Goal(">=", 0.8 * plain, "rows/s"), f"{n:,} x 100 B over 8 logical partitions, median of {rounds}"),
+        Row("plain confluent-kafka read, 1 process", single, "rows/s", "", None, "same partitions and settings"),
+        Row("producing the data (raw Producers)", n / produce_s, "msg/s", "", None, "not part of the comparison"),
+    ]  # fmt: skip
+    result.details["spark"] = {"messages": n, "kfed": kfed_rates, "plain_2_processes": plain_rates,
+                               "plain_1_process": single_rates, "produce_s": produce_s}  # fmt: skip
