@@ -155,12 +155,12 @@ def read_range(
         while position < r.end:
             # never more than what is left: the call then returns as soon as the range is complete
             msgs = consumer.consume(min(CONSUME_BATCH, r.end - position), POLL_S)
-            data: list[Message] = []
-            for msg in msgs:
+            data = [m for m in msgs if m.error() is None]
+            for msg in msgs if len(data) < len(msgs) else ():  # events: partition EOF, errors
                 err = msg.error()
                 if err is None:
-                    data.append(msg)
-                elif err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.code() == KafkaError._PARTITION_EOF:
                     eof_at = _offset(msg)
                     if eof_at < r.end and eof_at >= position:
                         where = f"{p.cluster_id} {p.physical_topic}[{p.physical_partition}]"
@@ -168,12 +168,12 @@ def read_range(
                         if fail_on_data_loss:
                             raise DataLossError(detail + " (set failOnDataLoss=false to go on)")
                         position = r.end
-                else:
-                    detail = f"reading {p.topic}/{p.partition} from {p.cluster_id} ({r.bootstrap}): {err.str()}"
-                    if err.code() == KafkaError._AUTO_OFFSET_RESET or err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                        raise DataLossError(detail + " (set failOnDataLoss=false to skip what is lost)")
-                    if err.fatal() or not err.retriable():
-                        raise RuntimeError(detail)
+                    continue
+                detail = f"reading {p.topic}/{p.partition} from {p.cluster_id} ({r.bootstrap}): {err.str()}"
+                if err.code() == KafkaError._AUTO_OFFSET_RESET or err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                    raise DataLossError(detail + " (set failOnDataLoss=false to skip what is lost)")
+                if err.fatal() or not err.retriable():
+                    raise RuntimeError(detail)
             if data:
                 last_progress = time.monotonic()
                 if _offset(data[-1]) >= r.end:
