@@ -193,8 +193,7 @@ class ControllerService:
     # -- quorum membership (one change at a time) --------------------------------------------------
     async def add_voter(self, voter_id: int, raft: str, http: str) -> dict[str, Any]:
         """Make a started node (``kfed controller --join``) a voter: in Raft first, then in the log."""
-        if not self.is_leader():
-            raise Unavailable("this node is not the leader", retry_after_s=0.2)
+        self._require_leader()
         current = self.voters()
         same_id = next((v for v in current.voters if v.id == voter_id), None)
         if same_id is not None and (same_id.raft, same_id.http) != (raft, http):
@@ -209,8 +208,7 @@ class ControllerService:
 
     async def remove_voter(self, voter_id: int) -> dict[str, Any]:
         """Remove a voter; the leader hands its leadership over first (the caller retries)."""
-        if not self.is_leader():
-            raise Unavailable("this node is not the leader", retry_after_s=0.2)
+        self._require_leader()
         current = self.voters()
         voter = next((v for v in current.voters if v.id == voter_id), None)
         if voter is None:
@@ -257,8 +255,7 @@ class ControllerService:
 
         ``render`` rebuilds the reply body from an image, for a retry answered from the first outcome.
         """
-        if not self.is_leader():
-            raise Unavailable("this node is not the leader", retry_after_s=0.2)
+        self._require_leader()
         if idempotency_key is not None:
             replay = self._replay(idempotency_key, request_fingerprint, render)
             if replay is not None:
@@ -305,12 +302,16 @@ class ControllerService:
         self._was_leader = leading
         return leading
 
+    def _require_leader(self, role: str = "") -> None:
+        """Refuse a leader-only call on a follower (503: retry, the client finds the leader)."""
+        if not self._sync_term():
+            raise Unavailable(f"this node is not the leader{role}", retry_after_s=0.2)
+
     async def heartbeat(
         self, cluster_id: str, healthy: bool, reason: str | None, applied_offset: int
     ) -> dict[str, Any]:
         """Renew a cluster's lease (soft state, no record); fence or unfence at once if its health changed."""
-        if not self._sync_term():
-            raise Unavailable("this node is not the leader", retry_after_s=0.2)
+        self._require_leader()
         cluster = self.state.image.clusters.get(cluster_id)
         if cluster is None:
             raise NotFound(f"cluster {cluster_id!r} is not registered; register it first")
@@ -377,16 +378,14 @@ class ControllerService:
     # -- lossless scale-down: drain reports and decisions ----------------------------------------
     def report_drain(self, cluster_id: str, partitions: dict[tuple[str, int], PartitionDrain]) -> dict[str, Any]:
         """Keep an agent's drain measurements (soft state, no record)."""
-        if not self._sync_term():
-            raise Unavailable("this node is not the leader", retry_after_s=0.2)
+        self._require_leader()
         if cluster_id not in self.state.image.clusters:
             raise NotFound(f"cluster {cluster_id!r} is not registered")
         self.drains.report(cluster_id, partitions, time.monotonic())
         return {"cluster_id": cluster_id, "accepted": len(partitions), "offset": self.state.image.offset}
 
     def drain_rows(self) -> list[DrainRow]:
-        if not self._sync_term():
-            raise Unavailable("this node is not the leader", retry_after_s=0.2)
+        self._require_leader()
         return self.drains.rows(self.state.image, time.monotonic())
 
     async def enforce_drains(self) -> None:
@@ -408,8 +407,7 @@ class ControllerService:
         session_timeout_ms: int,
     ) -> dict[str, Any]:
         """Join or renew a member; rebalance when needed; answer with its assignment and what it may start."""
-        if not self._sync_term():
-            raise Unavailable("this node is not the leader (the group coordinator)", retry_after_s=0.2)
+        self._require_leader(" (the group coordinator)")
         try:
             member_id = self.groups.heartbeat(group, member_id, topics, owned, session_timeout_ms, time.monotonic())
         except ValueError as e:
@@ -418,8 +416,7 @@ class ControllerService:
         return self.groups.reply(group, member_id, self.state.image)
 
     async def group_leave(self, group: str, member_id: str) -> dict[str, Any]:
-        if not self._sync_term():
-            raise Unavailable("this node is not the leader (the group coordinator)", retry_after_s=0.2)
+        self._require_leader(" (the group coordinator)")
         left = self.groups.leave(group, member_id)
         await self.enforce_groups()
         return {"group": group, "member_id": member_id, "left": left}
