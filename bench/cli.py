@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from . import failover, federation, image, latency, operations, raft_layer, sdk, throughput
+from . import failover, federation, image, latency, operations, raft_layer, sdk, spark, throughput
 from .common import (
     RESULTS_DIR,
     BenchResult,
@@ -48,6 +48,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "operations", "#5", "Scale-up visible to producers; failure -> routed around; decommission", operations.run
     ),
+    # pyspark is imported only when it runs
+    Benchmark("spark", "#6", "kfed Spark source vs plain confluent-kafka, same partitions", spark.run),
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
 
