@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Self
 
 import httpx
 
@@ -68,7 +68,29 @@ def _kfed(*args: str) -> list[str]:
     return [sys.executable, "-m", "controller.cli", *args]
 
 
-class LocalQuorum:
+class _Processes:
+    """``start()`` on entering, ``stop()`` on leaving — also when ``start()`` fails halfway, so no child
+    process outlives a failed launch."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class LocalQuorum(_Processes):
     """Three (or ``size``) real controller processes on loopback; for ``kfed local up``, tests, benchmarks.
 
     Ports are free ones unless given. ``kill(id)`` is kill -9; ``start(id)`` restarts a node on its data dir.
@@ -105,9 +127,7 @@ class LocalQuorum:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config.write_text(render_quorum(self.voters))
         for v in self.voters if node_id is None else [self.voters[node_id - 1]]:
-            args = ["controller", "--config", str(config), "--node-id", str(v.id),
-                    "--data-dir", str(self.data_dir / f"node-{v.id}"), *self.extra_args]  # fmt: skip
-            self.procs[v.id] = _spawn(_kfed(*args), self.data_dir / f"node-{v.id}.log")
+            self._spawn_node(v.id, config)
 
     def add_node(self) -> Voter:
         """Start one more node with ``--join`` (a config listing the voters and itself); it becomes a voter
@@ -117,10 +137,13 @@ class LocalQuorum:
         self.voters.append(voter)
         config = self.data_dir / f"quorum-{voter.id}.toml"
         config.write_text(render_quorum(self.voters))
-        args = ["controller", "--config", str(config), "--node-id", str(voter.id), "--join",
-                "--data-dir", str(self.data_dir / f"node-{voter.id}"), *self.extra_args]  # fmt: skip
-        self.procs[voter.id] = _spawn(_kfed(*args), self.data_dir / f"node-{voter.id}.log")
+        self._spawn_node(voter.id, config, "--join")
         return voter
+
+    def _spawn_node(self, node_id: int, config: Path, *flags: str) -> None:
+        args = ["controller", "--config", str(config), "--node-id", str(node_id), *flags,
+                "--data-dir", str(self.data_dir / f"node-{node_id}"), *self.extra_args]  # fmt: skip
+        self.procs[node_id] = _spawn(_kfed(*args), self.data_dir / f"node-{node_id}.log")
 
     def running(self, node_id: int) -> bool:
         proc = self.procs.get(node_id)
@@ -181,13 +204,6 @@ class LocalQuorum:
     def stop(self) -> None:
         stop_processes(list(self.procs.values()))
         self.client.close()
-
-    def __enter__(self) -> LocalQuorum:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def tansu_binary() -> Path:
@@ -255,7 +271,7 @@ def _wait_port(port: int, timeout_s: float) -> None:
             time.sleep(0.02)
 
 
-class LocalFederation:
+class LocalFederation(_Processes):
     """A quorum plus Tansu sub-clusters with their agents. ``clusters``: (cluster_id, region, port or 0)."""
 
     def __init__(
@@ -312,13 +328,6 @@ class LocalFederation:
     def stop(self) -> None:
         stop_processes([p for c in self.clusters.values() for p in c.processes()])
         self.quorum.stop()
-
-    def __enter__(self) -> LocalFederation:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 # -- kfed local up -------------------------------------------------------------------------------
