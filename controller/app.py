@@ -6,9 +6,10 @@ JSON by default, msgpack with ``Accept: application/msgpack``; errors are proble
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any, Final
 from urllib.parse import urlparse
 
@@ -174,7 +175,8 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
     app.add_middleware(_MeasureAndLimit, latency=latency)
 
     async def forward_to_leader(request: Request) -> Response | None:
-        """A write on a follower is sent on to the leader; returns None when this node leads."""
+        """A leader-only request (a write, a lease, a group call) on a follower is sent on to the leader;
+        returns None when this node leads."""
         if service.is_leader():
             return None
         if request.headers.get(FORWARDED_HEADER):
@@ -201,6 +203,16 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
             if k.lower() in ("content-type", "retry-after", "idempotent-replayed")
         }
         return Response(upstream.content, status_code=upstream.status_code, headers=passthrough)
+
+    def leader_only(route: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
+        """Serve ``route`` on the leader only: on a follower the request is forwarded to the leader."""
+
+        @functools.wraps(route)  # FastAPI reads the route's parameters through __wrapped__
+        async def on_leader(request: Request, **params: Any) -> Response:
+            forwarded = await forward_to_leader(request)
+            return forwarded if forwarded is not None else await route(request, **params)
+
+        return on_leader
 
     async def do_write(
         request: Request,
@@ -397,10 +409,8 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
         return Response(await asyncio.to_thread(lambda: snap.json), media_type="application/json")
 
     @v1.post("/quorum/voters", summary="Add a started node (kfed controller --join) as a voter")
+    @leader_only
     async def add_voter(request: Request, body: AddVoter) -> Response:
-        forwarded = await forward_to_leader(request)
-        if forwarded is not None:
-            return forwarded
         raft = commands.check_bootstrap(body.raft, "raft")
         if "," in raft:
             raise InvalidRequest("raft", "raft must be one 'host:port'")
@@ -410,10 +420,8 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
         return respond(request, await service.add_voter(body.id, raft, body.http.rstrip("/")))
 
     @v1.delete("/quorum/voters/{voter_id}", summary="Remove a voter (the leader hands over leadership first)")
+    @leader_only
     async def remove_voter(request: Request, voter_id: int) -> Response:
-        forwarded = await forward_to_leader(request)
-        if forwarded is not None:
-            return forwarded
         return respond(request, await service.remove_voter(voter_id))
 
     # -- cluster admin -----------------------------------------------------------------------------
@@ -454,10 +462,8 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
         )
 
     @v1.get("/drain", summary="Partitions on their way out and what each still waits for (the leader's view)")
+    @leader_only
     async def drain_status(request: Request, cluster_id: str | None = None, topic: str | None = None) -> Response:
-        forwarded = await forward_to_leader(request)
-        if forwarded is not None:
-            return forwarded
         rows = [
             r.view()
             for r in service.drain_rows()
@@ -528,10 +534,8 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
 
     # -- agents ------------------------------------------------------------------------------------
     @v1.post("/agents/{cluster_id}/heartbeat", summary="Renew a cluster's agent lease (no log record)")
+    @leader_only
     async def heartbeat(request: Request, cluster_id: str, body: Heartbeat) -> Response:
-        forwarded = await forward_to_leader(request)
-        if forwarded is not None:
-            return forwarded
         return respond(request, await service.heartbeat(cluster_id, body.healthy, body.reason, body.applied_offset))
 
     @v1.post("/agents/{cluster_id}/partitions", summary="Report physical partitions; records only what changed")
@@ -549,10 +553,8 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
         )
 
     @v1.post("/agents/{cluster_id}/drain", summary="Report drain measurements of a cluster (no log record)")
+    @leader_only
     async def report_drain(request: Request, cluster_id: str, body: DrainReport) -> Response:
-        forwarded = await forward_to_leader(request)
-        if forwarded is not None:
-            return forwarded
         measured = {
             (p.physical_topic, p.physical_partition): PartitionDrain(p.start, p.end, p.committed)
             for p in body.partitions
@@ -560,10 +562,8 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
         return respond(request, service.report_drain(cluster_id, measured))
 
     @v1.get("/agents", summary="Agent leases as the leader sees them (health, applied offset, last heartbeat)")
+    @leader_only
     async def agents(request: Request) -> Response:
-        forwarded = await forward_to_leader(request)
-        if forwarded is not None:
-            return forwarded
         return respond(request, {"agents": service.leases.view(time.monotonic()), "lease_ms": service.leases.lease_ms})
 
     # -- consumer groups ---------------------------------------------------------------------------
@@ -578,20 +578,16 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
                                  "recorded_coordinator_id": recorded.coordinator_id if recorded else None})  # fmt: skip
 
     @v1.post("/groups/{group}/heartbeat", summary="Join or renew a group member; its assignment and what it may start")
+    @leader_only
     async def group_heartbeat(request: Request, group: str, body: GroupHeartbeat) -> Response:
         check_name(group, "group")
-        forwarded = await forward_to_leader(request)
-        if forwarded is not None:
-            return forwarded
         owned = [(t, p) for t, p in body.owned]
         return respond(request, await service.group_heartbeat(
             group, body.member_id, body.topics, owned, body.session_timeout_ms))  # fmt: skip
 
     @v1.post("/groups/{group}/leave", summary="Leave a group (its partitions go to the other members)")
+    @leader_only
     async def group_leave(request: Request, group: str, body: GroupLeave) -> Response:
-        forwarded = await forward_to_leader(request)
-        if forwarded is not None:
-            return forwarded
         return respond(request, await service.group_leave(group, body.member_id))
 
     @v1.get("/groups/{group}", summary="A group's generation and assignment (from the log)")
