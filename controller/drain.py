@@ -85,11 +85,23 @@ def draining_partitions(image: MetadataImage) -> list[tuple[str, PartitionImage]
     ]
 
 
-def readers(image: MetadataImage, topic: str) -> set[str]:
-    """Groups whose current generation is assigned partitions of ``topic``."""
-    return {
-        g.group for g in image.groups.values() if any(t == topic for member in g.members for t, _ in member.assignment)
-    }
+def readers_by_topic(image: MetadataImage) -> dict[str, set[str]]:
+    """For each topic, the groups whose current generation is assigned partitions of it."""
+    by_topic: dict[str, set[str]] = {}
+    for g in image.groups.values():
+        for member in g.members:
+            for topic, _ in member.assignment:
+                by_topic.setdefault(topic, set()).add(g.group)
+    return by_topic
+
+
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    """What drain decisions need from one image: computed once per image offset, as both scan it all."""
+
+    offset: int
+    draining: list[tuple[str, PartitionImage]]
+    readers: Mapping[str, set[str]]
 
 
 class DrainTracker:
@@ -99,7 +111,7 @@ class DrainTracker:
         self.grace_s = grace_ms / 1000
         self._reports: dict[tuple[str, str, int], tuple[float, PartitionDrain]] = {}  # (cluster, topic, p)
         self._since: dict[tuple[str, int], float] = {}  # logical (topic, partition) -> first seen draining
-        self._cache: tuple[int, list[tuple[str, PartitionImage]]] | None = None
+        self._last_scan: _Scan | None = None
 
     def start_term(self) -> None:
         self._reports.clear()
@@ -109,66 +121,68 @@ class DrainTracker:
         for (physical_topic, physical_partition), drain in partitions.items():
             self._reports[(cluster_id, physical_topic, physical_partition)] = (now, drain)
 
-    def draining(self, image: MetadataImage) -> list[tuple[str, PartitionImage]]:
-        """``draining_partitions`` of the image, computed once per image offset (it scans every partition)."""
-        if self._cache is None or self._cache[0] != image.offset:
-            self._cache = (image.offset, draining_partitions(image))
-        return self._cache[1]
+    def _scan(self, image: MetadataImage) -> _Scan:
+        """The draining partitions and the topics' readers, once per image offset (a check runs every 500 ms)."""
+        if self._last_scan is None or self._last_scan.offset != image.offset:
+            draining = draining_partitions(image)
+            self._last_scan = _Scan(image.offset, draining, readers_by_topic(image) if draining else {})
+        return self._last_scan
 
     def rows(self, image: MetadataImage, now: float) -> list[DrainRow]:
-        draining = self.draining(image)
-        live = {(t, p.partition) for t, p in draining}
+        scan = self._scan(image)
+        live = {(t, p.partition) for t, p in scan.draining}
         for key in [k for k in self._since if k not in live]:
             del self._since[key]
         for key in live:
             self._since.setdefault(key, now)
-        return [self._row(image, topic, p, now) for topic, p in draining]
+        return [
+            self._row(topic, p, image.topics[topic].retention_ms, scan.readers.get(topic, set()), now)
+            for topic, p in scan.draining
+        ]
 
-    def _row(self, image: MetadataImage, topic: str, p: PartitionImage, now: float) -> DrainRow:
+    def _row(self, topic: str, p: PartitionImage, retention_ms: int | None, readers: set[str], now: float) -> DrainRow:
         since = self._since[(topic, p.partition)]
-        retention_ms = image.topics[topic].retention_ms
         seen = self._reports.get((p.cluster_id, p.physical_topic, p.physical_partition))
         drain = seen[1] if seen is not None and seen[0] >= since + self.grace_s else None
+        drained, waiting_for, lag = self._progress(p.cluster_id, drain, readers, retention_ms, now - since)
+        return DrainRow(
+            topic, p.partition, p.cluster_id, p.physical_topic, p.physical_partition, p.state,
+            drained, waiting_for, lag,
+            drain.end if drain else None, drain.committed if drain else {},
+        )  # fmt: skip
 
-        def row(drained: bool, waiting_for: str, lag: int | None = None) -> DrainRow:
-            return DrainRow(
-                topic, p.partition, p.cluster_id, p.physical_topic, p.physical_partition, p.state,
-                drained, waiting_for, lag,
-                drain.end if drain else None, drain.committed if drain else {},
-            )  # fmt: skip
-
-        if retention_ms is not None and now - since >= retention_ms / 1000:
-            return row(True, "")
+    def _progress(
+        self, cluster_id: str, drain: PartitionDrain | None, readers: set[str], retention_ms: int | None, age_s: float
+    ) -> tuple[bool, str, int | None]:
+        """(drained, what it still waits for, lag) of one draining partition."""
+        if retention_ms is not None and age_s >= retention_ms / 1000:
+            return True, "", None
         if drain is None:
-            return row(False, f"a measurement of {p.cluster_id}'s agent taken {self.grace_s:g} s after writes stopped")
+            return False, f"a measurement of {cluster_id}'s agent taken {self.grace_s:g} s after writes stopped", None
         if drain.start >= drain.end:
-            return row(True, "", 0)
-        groups = readers(image, topic) | set(drain.committed)
+            return True, "", 0
+        groups = readers | set(drain.committed)
         if not groups:
-            return row(False, "a consumer group to read it, or its retention to expire", drain.end - drain.start)
+            return False, "a consumer group to read it, or its retention to expire", drain.end - drain.start
         behind = {g: drain.end - drain.committed.get(g, drain.start) for g in groups}
         lag = max(behind.values())
         if lag > 0:
             slowest = sorted(g for g, n in behind.items() if n == lag)
-            return row(False, f"group {', '.join(slowest[:3])} to commit {lag} more message(s)", lag)
-        return row(True, "", 0)
+            return False, f"group {', '.join(slowest[:3])} to commit {lag} more message(s)", lag
+        return True, "", 0
 
     def decide(self, image: MetadataImage, now: float) -> list[Record]:
         """The records that finish what is drained: partitions removed, drained clusters decommissioned."""
         rows = self.rows(image, now)
-        done = {(r.topic, r.partition) for r in rows if r.drained}
-        records: list[Record] = []
-        pending_by_cluster: dict[str, bool] = {}
-        for r in rows:
-            pending_by_cluster[r.cluster_id] = pending_by_cluster.get(r.cluster_id, False) or not r.drained
-        finished_clusters = {
-            c.cluster_id
-            for c in image.clusters.values()
-            if c.state == "draining" and not pending_by_cluster.get(c.cluster_id, False)
+        pending = {r.cluster_id for r in rows if not r.drained}
+        finished = {
+            c.cluster_id for c in image.clusters.values() if c.state == "draining" and c.cluster_id not in pending
         }
-        for r in rows:
-            if r.state == "read_only" and (r.topic, r.partition) in done and r.cluster_id not in finished_clusters:
-                records.append(PartitionStateChanged(r.topic, r.partition, "removed"))
-        for cluster_id in sorted(finished_clusters):
+        records: list[Record] = [
+            PartitionStateChanged(r.topic, r.partition, "removed")
+            for r in rows
+            if r.drained and r.state == "read_only" and r.cluster_id not in finished
+        ]
+        for cluster_id in sorted(finished):
             records.extend(decommissioned(image, cluster_id))
         return records

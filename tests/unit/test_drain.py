@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.drain import DrainTracker, PartitionDrain, draining_partitions
+from controller.drain import DrainTracker, PartitionDrain, draining_partitions, readers_by_topic
 from metadata_log import commands
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
 from metadata_log.records import (
@@ -47,6 +47,12 @@ def test_only_read_only_partitions_and_those_of_draining_clusters_drain(image: M
     assert [(t, p.partition) for t, p in draining_partitions(image)] == [("t", 1)]
     image = apply(image, [ClusterStateChanged("c2", "read_only"), ClusterStateChanged("c2", "draining")])
     assert [(t, p.partition) for t, p in draining_partitions(image)] == [("t", 1), ("t", 2), ("t", 3)]
+
+
+def test_readers_are_the_groups_assigned_partitions_of_the_topic(image: MetadataImage) -> None:
+    image = apply(image, [GroupGenerationStarted("h", 1, (GroupMember("m", (("u", 0),)), GroupMember("n", ())))])
+    assert readers_by_topic(image) == {"t": {"g"}, "u": {"h"}}
+    assert readers_by_topic(apply(image, [GroupGenerationStarted("g", 2, ())])) == {"u": {"h"}}
 
 
 def test_removed_once_every_reader_committed_to_the_end_measured_after_the_grace(image: MetadataImage) -> None:
