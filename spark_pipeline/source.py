@@ -20,21 +20,13 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema  # pyarrow only; pandas is not imported
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
 from metadata_log.follower import LogFollower
 
-from .kafka_io import read_range, watermarks
+from .kafka_io import arrow_schema, read_range, watermarks
 from .options import SourceOptions, parse_options
 from .plan import (
     EMPTY_STREAM_OFFSET,
@@ -55,24 +47,11 @@ from .resolve import catch_up, image_at, latest_image
 
 log = logging.getLogger(__name__)
 
-HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
-
 
 def spark_schema(include_headers: bool) -> StructType:
-    """Spark's Kafka source schema (``topic``/``partition`` are logical) plus ``cluster_id``."""
-    fields = [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-        StructField("timestampType", IntegerType()),
-    ]
-    if include_headers:
-        fields.append(StructField("headers", HEADERS))
-    fields.append(StructField("cluster_id", StringType()))
-    return StructType(fields)
+    """Spark's Kafka source schema (``topic``/``partition`` are logical) plus ``cluster_id``: derived from the
+    Arrow schema the tasks' batches are built with, so the two cannot drift apart."""
+    return from_arrow_schema(arrow_schema(include_headers))
 
 
 class KfedPartition(InputPartition):

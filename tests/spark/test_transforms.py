@@ -85,3 +85,14 @@ def test_audit_reports_a_dropped_message_and_unaccounted_events(spark: Any) -> N
     report = audit(events, raw_df(spark, [audit_row(0, 0, 2), audit_row(1, 1, 1, producer="other")])).collect()
     by_key = {(r["producer"], r["window_start_ms"]): r["missing"] for r in report}
     assert by_key == {("p", T0): 1, ("other", T0 + 60_000): 1, ("p", T0 + 60_000): -1}
+
+
+def test_the_source_schema_is_the_kafka_source_schema_plus_cluster_id() -> None:
+    assert spark_schema(True).simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,"
+        "timestampType:int,headers:array<struct<key:string,value:binary>>,cluster_id:string>"
+    )
+    assert [f.name for f in spark_schema(False).fields] == [
+        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "cluster_id"
+    ]  # fmt: skip
+    assert all(f.nullable for f in spark_schema(True).fields)
