@@ -39,13 +39,11 @@ class ControllerClient:
         *,
         deadline_s: float = DEFAULT_DEADLINE_S,
         timeout_s: float = 10.0,
-        token: str | None = None,
     ) -> None:
         self.urls = controller_urls(controllers)
         self.deadline_s = deadline_s
         self._current = 0
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=2.0), headers=headers)
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=2.0))
 
     def request(
         self,

@@ -55,11 +55,10 @@ class LogFollower:
         self.wait_ms = wait_ms
         self.limit = limit
         self.image: MetadataImage = EMPTY_IMAGE
-        self._listeners: list[Listener] = [listener] if listener else []
+        self._listener = listener
         self._client = client or httpx.Client(timeout=httpx.Timeout(timeout_s + wait_ms / 1000, connect=timeout_s))
         self._owns_client = client is None
         self._current = 0
-        self._backoff_s = BACKOFF_MIN_S
         self._advanced = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -74,9 +73,6 @@ class LogFollower:
     @property
     def url(self) -> str:
         return self.urls[self._current]
-
-    def add_listener(self, listener: Listener) -> None:
-        self._listeners.append(listener)
 
     # -- one step ----------------------------------------------------------------------------------
     def poll(self, wait_ms: int | None = None) -> int:
@@ -152,9 +148,9 @@ class LogFollower:
         with self._advanced:
             self.image = image
             self._advanced.notify_all()
-        for listener in self._listeners:
+        if self._listener is not None:
             try:
-                listener(image, entries)
+                self._listener(image, entries)
             except Exception:
                 log.exception("log follower listener failed")
 
@@ -167,14 +163,15 @@ class LogFollower:
         return self
 
     def _run(self) -> None:
+        backoff_s = BACKOFF_MIN_S
         while not self._stopping.is_set():
             try:
                 self.poll()
-                self._backoff_s = BACKOFF_MIN_S
+                backoff_s = BACKOFF_MIN_S
             except FollowerError as e:
-                log.warning("log follower: %s; retrying in %.2f s", e, self._backoff_s)
-                self._stopping.wait(self._backoff_s)
-                self._backoff_s = min(BACKOFF_MAX_S, self._backoff_s * 2)
+                log.warning("log follower: %s; retrying in %.2f s", e, backoff_s)
+                self._stopping.wait(backoff_s)
+                backoff_s = min(BACKOFF_MAX_S, backoff_s * 2)
 
     def wait_for(self, offset: int, timeout_s: float) -> bool:
         """Block until the image reflects ``offset`` (True) or ``timeout_s`` passes (False)."""
