@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
 from metadata_log.client import ControllerClient
-from metadata_log.errors import KfedError
+from metadata_log.errors import KfedError, NotFound
 
 DEFAULT_CONTROLLERS: Final = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
 POLL_S: Final = 0.5
@@ -180,8 +180,7 @@ def cluster_status(client: ControllerClient, args: argparse.Namespace, out: Text
     leases = {a["cluster_id"]: a for a in client.get("/v1/agents")["agents"]}
     clusters = [c for c in metadata["clusters"] if args.cluster_id in (None, c["cluster_id"])]
     if args.cluster_id is not None and not clusters:
-        print(f"kfed: cluster {args.cluster_id!r} is not registered", file=sys.stderr)
-        return 1
+        raise NotFound(f"cluster {args.cluster_id!r} is not registered")
     counts: dict[str, int] = {}
     for topic in metadata["topics"]:
         for p in topic["partitions"]:
@@ -208,22 +207,22 @@ def cluster_decommission(client: ControllerClient, args: argparse.Namespace, out
     print(f"cluster {args.cluster_id} is {reply['state']}", file=out)
     if args.no_wait:
         return 0
-    progress = _Progress(out)
 
-    def step() -> bool:
+    def step(show: Callable[[str], None]) -> bool:
         cluster = client.get(f"/v1/clusters/{args.cluster_id}")
         if cluster["state"] == "decommissioned":
             return True
         rows = client.get("/v1/drain", cluster_id=args.cluster_id)["partitions"]
-        progress.show(_drain_line(f"{args.cluster_id} {cluster['state']}", rows))
+        show(_drain_line(f"{args.cluster_id} {cluster['state']}", rows))
         return False
 
-    if not _watch(step, args.timeout_s):
-        progress.done("")
-        print(f"kfed: {args.cluster_id} is not decommissioned yet; re-run to keep watching", file=sys.stderr)
-        return 3
-    progress.done(f"{args.cluster_id} decommissioned: consumers dropped it; its agent deletes its physical topics")
-    return 0
+    return _watch(
+        step,
+        args.timeout_s,
+        out,
+        done=f"{args.cluster_id} decommissioned: consumers dropped it; its agent deletes its physical topics",
+        not_yet=f"{args.cluster_id} is not decommissioned yet",
+    )
 
 
 # -- topics ------------------------------------------------------------------------------------------
@@ -252,8 +251,13 @@ def topic_status(client: ControllerClient, args: argparse.Namespace, out: TextIO
 
 
 def topic_expand(client: ControllerClient, args: argparse.Namespace, out: TextIO) -> int:
+    def live_on_cluster(topic: dict[str, Any]) -> list[int]:
+        return [
+            p["partition"] for p in topic["partitions"] if p["cluster_id"] == args.cluster and p["state"] != "removed"
+        ]
+
     topic = client.get(f"/v1/topics/{args.name}")
-    live = [p for p in topic["partitions"] if p["cluster_id"] == args.cluster and p["state"] != "removed"]
+    live = live_on_cluster(topic)
     missing = args.partitions - len(live)
     if missing > 0:
         body: dict[str, Any] = {"cluster_id": args.cluster, "count": missing}
@@ -263,54 +267,50 @@ def topic_expand(client: ControllerClient, args: argparse.Namespace, out: TextIO
         print(f"{args.name}: added {missing} partition(s) on {args.cluster}", file=out)
     else:
         print(f"{args.name} already has {len(live)} live partition(s) on {args.cluster}", file=out)
-    wanted = [
-        p["partition"] for p in topic["partitions"] if p["cluster_id"] == args.cluster and p["state"] != "removed"
-    ]
+    wanted = live_on_cluster(topic)
     if args.no_wait:
         return 0
-    progress = _Progress(out)
 
-    def step() -> bool:
+    def step(show: Callable[[str], None]) -> bool:
         now = client.get(f"/v1/topics/{args.name}")["partitions"]
         ready = [p["partition"] for p in now if p["partition"] in wanted and p["leader"]]
-        progress.show(f"{args.name} on {args.cluster}: {len(ready)}/{len(wanted)} partitions created by the agent")
+        show(f"{args.name} on {args.cluster}: {len(ready)}/{len(wanted)} partitions created by the agent")
         return len(ready) == len(wanted)
 
-    if not _watch(step, args.timeout_s):
-        progress.done("")
-        print(
-            f"kfed: the agent of {args.cluster} has not created them all yet; re-run to keep watching", file=sys.stderr
-        )
-        return 3
-    progress.done(f"{args.name}: partitions {_ranges(wanted)} live on {args.cluster}; producers use them now")
-    return 0
+    return _watch(
+        step,
+        args.timeout_s,
+        out,
+        done=f"{args.name}: partitions {_partition_names(wanted)} live on {args.cluster}; producers use them now",
+        not_yet=f"the agent of {args.cluster} has not created them all yet",
+    )
 
 
 def topic_shrink(client: ControllerClient, args: argparse.Namespace, out: TextIO) -> int:
     partitions = sorted({p for group in args.partitions for p in group})
     topic = client.post(f"/v1/topics/{args.name}/shrink", {"partitions": partitions})
     states = {p["partition"]: p["state"] for p in topic["partitions"]}
-    print(f"{args.name}: partitions {_ranges(partitions)} read_only (producers stop writing there)", file=out)
+    print(f"{args.name}: partitions {_partition_names(partitions)} read_only (producers stop writing there)", file=out)
     if args.no_wait:
         return 0
-    progress = _Progress(out)
 
-    def step() -> bool:
+    def step(show: Callable[[str], None]) -> bool:
         now = client.get(f"/v1/topics/{args.name}")["partitions"]
         states.update({p["partition"]: p["state"] for p in now})
         left = [p for p in partitions if states[p] != "removed"]
         if not left:
             return True
         rows = [r for r in client.get("/v1/drain", topic=args.name)["partitions"] if r["partition"] in left]
-        progress.show(_drain_line(f"{args.name}: {len(partitions) - len(left)}/{len(partitions)} removed", rows))
+        show(_drain_line(f"{args.name}: {len(partitions) - len(left)}/{len(partitions)} removed", rows))
         return False
 
-    if not _watch(step, args.timeout_s):
-        progress.done("")
-        print(f"kfed: {args.name} still has partitions draining; re-run to keep watching", file=sys.stderr)
-        return 3
-    progress.done(f"{args.name}: partitions {_ranges(partitions)} removed (their ids are never reused)")
-    return 0
+    return _watch(
+        step,
+        args.timeout_s,
+        out,
+        done=f"{args.name}: partitions {_partition_names(partitions)} removed (their ids are never reused)",
+        not_yet=f"{args.name} still has partitions draining",
+    )
 
 
 # -- quorum ------------------------------------------------------------------------------------------
@@ -364,14 +364,22 @@ class _Progress:
         self.out.flush()
 
 
-def _watch(step: Callable[[], bool], timeout_s: float) -> bool:
-    """Call ``step`` every POLL_S until it returns True (or the timeout passes, when there is one)."""
+def _watch(
+    step: Callable[[Callable[[str], None]], bool], timeout_s: float, out: TextIO, done: str, not_yet: str
+) -> int:
+    """Call ``step`` (which shows a status line) every POLL_S until it returns True, then print ``done``
+    and return 0. After ``timeout_s`` (when above 0) say what is ``not_yet`` done and return 3: the
+    operation goes on, and re-running the command watches it again."""
+    progress = _Progress(out)
     deadline = time.monotonic() + timeout_s if timeout_s > 0 else None
-    while not step():
+    while not step(progress.show):
         if deadline is not None and time.monotonic() >= deadline:
-            return False
+            progress.done("")
+            print(f"kfed: {not_yet}; re-run to keep watching", file=sys.stderr)
+            return 3
         time.sleep(POLL_S)
-    return True
+    progress.done(done)
+    return 0
 
 
 def _drain_line(prefix: str, rows: list[dict[str, Any]]) -> str:
@@ -391,7 +399,8 @@ def _table(rows: list[list[str]], out: TextIO) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip(), file=out)
 
 
-def _ranges(ids: list[int]) -> str:
+def _partition_names(ids: list[int]) -> str:
+    """``P6, P7``: logical partition ids as operators read them."""
     return ", ".join(f"P{i}" for i in ids)
 
 
