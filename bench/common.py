@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -82,23 +82,20 @@ class Sizes:
 
     @staticmethod
     def quick_run() -> Sizes:
-        return Sizes(
+        """A smoke run of the harness: only what differs from ``full()``."""
+        return replace(
+            Sizes.full(),
             quick=True,
             warmup_s=0.5,
             measure_s=2.0,
-            single_clients=64,
             bulk_clients=4,
-            bulk_partitions=500,
             raft_seconds=1.5,
             raft_rounds=1,
-            raft_records_per_command=(1, 100),
             raft_big_command=0,
-            raft_inflight=64,
             tailer_configs=((1, 20.0), (100, 10.0)),
             tailer_seconds=2.0,
             failover_trials=2,
             image_partitions=20_000,
-            image_clusters=60,
             image_partitions_per_cluster=4,
             compaction=False,
         )

@@ -21,7 +21,7 @@ from metadata_log.follower import LogFollower
 from metadata_log.image import MetadataImage
 from metadata_log.records import ClusterFenced, Record
 
-from .common import BenchResult, Goal, Row, fmt, median
+from .common import BenchResult, Goal, Row, Sizes, fmt, median
 
 FENCING_GOAL_S = 3.0
 
@@ -124,7 +124,7 @@ def run_idle(clusters: int, measure_s: float, workdir: Path, result: BenchResult
         result.notes.append(f"only {len(agents)} of {clusters} agents held a lease at the end")
 
 
-def run(sizes: object, workdir: Path, result: BenchResult) -> None:
-    quick = bool(getattr(sizes, "quick", False))
+def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
+    quick = sizes.quick
     run_fencing(2 if quick else 5, workdir, result)
     run_idle(6 if quick else 60, 10.0 if quick else 60.0, workdir, result)

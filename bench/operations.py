@@ -29,7 +29,7 @@ from metadata_log.records import ClusterFenced, Record
 from sdk import FederatedConsumer, FederatedProducer
 from sdk.errors import NoWritablePartition
 
-from .common import BenchResult, Goal, Row, fmt, median
+from .common import BenchResult, Goal, Row, Sizes, fmt, median
 
 TOPIC = "U_TopicA"
 
@@ -71,8 +71,8 @@ def _wait(predicate: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def run(sizes: object, workdir: Path, result: BenchResult) -> None:
-    trials = 2 if getattr(sizes, "quick", False) else 3
+def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
+    trials = 2 if sizes.quick else 3
     fed = LocalFederation(workdir / "operations")
     scale_up_s: list[float] = []
     fenced_s: list[float] = []

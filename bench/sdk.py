@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from deploy.local import LocalFederation, create_demo_topic
 from sdk import FederatedConsumer, FederatedProducer
 
-from .common import BenchResult, Goal, Row, fmt, median
+from .common import BenchResult, Goal, Row, Sizes, fmt, median
 
 TOPIC = "U_TopicA"
 VALUE = b"x" * 100
@@ -157,8 +157,8 @@ def fence_to_unrouted(fed: LocalFederation) -> float:
     return max(0.0, last_to_c2 - fenced_at)
 
 
-def run(sizes: object, workdir: Path, result: BenchResult) -> None:
-    quick = bool(getattr(sizes, "quick", False))
+def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
+    quick = sizes.quick
     n = 100_000 if quick else 500_000
     fed = LocalFederation(workdir / "sdk")
     try:

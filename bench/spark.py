@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from deploy.local import LocalFederation, create_demo_topic
 
-from .common import BenchResult, Goal, Row, fmt, median
+from .common import BenchResult, Goal, Row, Sizes, fmt, median
 
 TOPIC = "U_TopicA"
 VALUE = b"x" * 100
@@ -82,8 +82,8 @@ def _noop(_: int) -> int:
     return 0
 
 
-def run(sizes: object, workdir: Path, result: BenchResult) -> None:
-    quick = bool(getattr(sizes, "quick", False))
+def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
+    quick = sizes.quick
     n = int(os.environ.get("KFED_BENCH_SPARK_MESSAGES", 200_000 if quick else 2_000_000))
     rounds = 1 if quick else 3
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
