@@ -1,7 +1,7 @@
 """The node's read model on the asyncio loop: the latest image and the retention window of the log.
 
 ``LogState`` publishes each committed command from the Raft thread; ``ReadModel.publish`` runs on the
-loop (via ``call_soon_threadsafe``), encodes each record once (JSON and, lazily, msgpack) and wakes the
+loop (via ``call_soon_threadsafe``), encodes each record to JSON once and wakes the
 long-poll and SSE tailers. Because the Raft thread hands over the publish before it completes the
 write's future, a write's reply is never sent before its records are readable here.
 """
@@ -24,24 +24,17 @@ DEFAULT_RETENTION_RECORDS: Final = 100_000
 
 
 class Entry:
-    """One committed record with its encodings, made once and shared by every reader."""
+    """One committed record with its JSON encoding, made once and shared by every reader."""
 
-    __slots__ = ("_msgpack", "json", "offset", "record")
+    __slots__ = ("json", "offset", "record")
 
     def __init__(self, offset: int, record: Record) -> None:
         self.offset = offset
         self.record = record
-        self.json = orjson.dumps({"offset": offset, "type": record.TYPE, "data": record_to_dict(record)})
-        self._msgpack: bytes | None = None
+        self.json = orjson.dumps(self.as_dict())
 
     def as_dict(self) -> dict[str, Any]:
         return {"offset": self.offset, "type": self.record.TYPE, "data": record_to_dict(self.record)}
-
-    @property
-    def msgpack(self) -> bytes:
-        if self._msgpack is None:
-            self._msgpack = pack(self.as_dict())
-        return self._msgpack
 
 
 @dataclass(frozen=True, slots=True)
