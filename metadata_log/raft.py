@@ -238,7 +238,7 @@ class RaftNode:
         _journal_fsync.on = self.settings.journal_fsync
         try:
             self._conf = self.settings.conf(data_dir, state, self)
-            self._syncobj = _Replica(self_raft, list(peers_raft), self._conf, state, self)
+            self._syncobj = _Replica(self_raft, list(peers_raft), self._conf, self)
         finally:
             _journal_fsync.on = False
 
@@ -428,8 +428,8 @@ _FAIL_NAMES: Final = {v: k for k, v in vars(FAIL_REASON).items() if isinstance(v
 class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
     """The pysyncobj object. Its single replicated method is the whole state machine."""
 
-    def __init__(self, self_raft: str, peers: list[str], conf: SyncObjConf, state: LogState, node: RaftNode) -> None:
-        self._kfed_state = state
+    def __init__(self, self_raft: str, peers: list[str], conf: SyncObjConf, node: RaftNode) -> None:
+        self._kfed_state = node.state
         self._kfed_node = node
         super().__init__(self_raft, peers, conf)
 
