@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,3 +41,31 @@ def session(app: str, master: str | None) -> Any:
     from spark_pipeline import local_session
 
     return local_session(app, master)
+
+
+def rebuild(
+    spark: Any,
+    transform: Callable[[Any], Any],
+    warehouse: Path,
+    topic: str,
+    source: str,
+    target: str,
+    partition_by: Sequence[str] = (),
+) -> int:
+    """Overwrite the ``target`` layer of ``topic`` with ``transform`` of its whole ``source`` layer; its rows."""
+    out = layer(warehouse, target, topic)
+    writer = transform(spark.read.parquet(layer(warehouse, source, topic))).write.mode("overwrite")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.parquet(out)
+    return int(spark.read.parquet(out).count())
+
+
+def rebuild_main(
+    job: str, doc: str | None, target: str, run: Callable[[Any, str, Path], int], argv: list[str] | None
+) -> int:
+    """``main`` of a job that rebuilds one layer from the one below (no Kafka): parse, run, print."""
+    args = parser(job, doc.splitlines()[0] if doc else "", kafka=False).parse_args(argv)
+    rows = run(session(f"kfed-{job}", args.master), args.topic, args.warehouse)
+    print(f"{job}: {rows} rows in {layer(args.warehouse, target, args.topic)}")
+    return 0

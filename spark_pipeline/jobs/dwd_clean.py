@@ -11,21 +11,16 @@ from typing import Any
 
 from spark_pipeline.transforms import dwd
 
-from .common import layer, parser, session
+from .common import rebuild, rebuild_main
 
 
 def run(spark: Any, topic: str, warehouse: Path) -> int:
     """Rows in the DWD table."""
-    out = layer(warehouse, "dwd", topic)
-    dwd(spark.read.parquet(layer(warehouse, "ods", topic))).write.mode("overwrite").partitionBy("dt").parquet(out)
-    return int(spark.read.parquet(out).count())
+    return rebuild(spark, dwd, warehouse, topic, "ods", "dwd", partition_by=("dt",))
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser("dwd_clean", __doc__.splitlines()[0] if __doc__ else "", kafka=False).parse_args(argv)
-    rows = run(session("kfed-dwd_clean", args.master), args.topic, args.warehouse)
-    print(f"dwd_clean: {rows} rows in {layer(args.warehouse, 'dwd', args.topic)}")
-    return 0
+    return rebuild_main("dwd_clean", __doc__, "dwd", run, argv)
 
 
 if __name__ == "__main__":

@@ -11,21 +11,16 @@ from typing import Any
 
 from spark_pipeline.transforms import dws
 
-from .common import layer, parser, session
+from .common import rebuild, rebuild_main
 
 
 def run(spark: Any, topic: str, warehouse: Path) -> int:
     """Rows in the DWS table."""
-    out = layer(warehouse, "dws", topic)
-    dws(spark.read.parquet(layer(warehouse, "dwd", topic))).write.mode("overwrite").parquet(out)
-    return int(spark.read.parquet(out).count())
+    return rebuild(spark, dws, warehouse, topic, "dwd", "dws")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser("dws_aggregate", __doc__.splitlines()[0] if __doc__ else "", kafka=False).parse_args(argv)
-    rows = run(session("kfed-dws_aggregate", args.master), args.topic, args.warehouse)
-    print(f"dws_aggregate: {rows} rows in {layer(args.warehouse, 'dws', args.topic)}")
-    return 0
+    return rebuild_main("dws_aggregate", __doc__, "dws", run, argv)
 
 
 if __name__ == "__main__":

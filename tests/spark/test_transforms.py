@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 from typing import Any
 
+from spark_pipeline.jobs import dwd_clean, dws_aggregate
+from spark_pipeline.jobs.common import layer
 from spark_pipeline.source import spark_schema
 from spark_pipeline.transforms import audit, dwd, dws, ods
 
@@ -96,3 +99,12 @@ def test_the_source_schema_is_the_kafka_source_schema_plus_cluster_id() -> None:
         "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "cluster_id"
     ]  # fmt: skip
     assert all(f.nullable for f in spark_schema(True).fields)
+
+
+def test_the_layer_jobs_rebuild_dwd_and_dws_from_the_layer_below(spark: Any, tmp_path: Path) -> None:
+    rows = [message(i, ev(i, i % 2)) for i in range(4)] + [message(9, ev(0, 0))]  # the last is a resend
+    ods(raw_df(spark, rows)).write.parquet(layer(tmp_path, "ods", "T"))
+    assert dwd_clean.run(spark, "T", tmp_path) == 4
+    assert [d.name for d in (tmp_path / "dwd" / "T").iterdir() if d.is_dir()] == ["dt=2027-01-15"]
+    assert dws_aggregate.run(spark, "T", tmp_path) == 2
+    assert dwd_clean.run(spark, "T", tmp_path) == 4, "a rebuild overwrites the layer"
