@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from broker_agent import reconcile
+from controller.groups import GroupCoordinator
 from controller.leases import LEASE_EXPIRED, LeaseTable
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
 from metadata_log.records import (
@@ -10,6 +11,9 @@ from metadata_log.records import (
     ClusterRegistered,
     ClusterStateChanged,
     ClusterUnfenced,
+    GroupCoordinatorAssigned,
+    GroupGenerationStarted,
+    GroupMember,
     PartitionsAdded,
     PartitionStateChanged,
     TopicCreated,
@@ -110,9 +114,6 @@ def test_recovering_cluster_recreates_auto_created_topics_with_too_few_partition
 
 
 def test_group_generations_follow_members_and_partitions() -> None:
-    from controller.groups import GroupCoordinator
-    from metadata_log.records import GroupGenerationStarted
-
     groups = GroupCoordinator()
     groups.start_term(0.0)
     groups.heartbeat("g", "m2", ["A"], [], 5000, 0.1)
@@ -142,9 +143,6 @@ def test_group_generations_follow_members_and_partitions() -> None:
 
 
 def test_a_new_leader_waits_for_known_members_before_rebalancing() -> None:
-    from controller.groups import GroupCoordinator
-    from metadata_log.records import GroupCoordinatorAssigned, GroupGenerationStarted, GroupMember
-
     image = apply(BASE, [GroupCoordinatorAssigned("g", 1),
                          GroupGenerationStarted("g", 3, (GroupMember("m1", (("A", 0), ("A", 1), ("A", 2))),
                                                          GroupMember("m2", ())))])  # fmt: skip
