@@ -8,7 +8,7 @@ re-checks every record at commit time, so two writers validated against the same
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -19,6 +19,7 @@ from .image import (
     ClusterImage,
     InvalidRecord,
     MetadataImage,
+    TopicImage,
     apply,
 )
 from .records import (
@@ -41,6 +42,9 @@ from .views import cluster_view, topic_view
 
 MAX_PARTITIONS_PER_REQUEST: Final = 100_000
 """Most logical partitions one request may create (keeps one Raft command a few MB at most)."""
+
+MAX_PARTITIONS_PER_TOPIC: Final = 1_000_000
+"""Most logical partitions one topic may have; removed ones count, as their ids are never reused."""
 
 MAX_REASON_CHARS: Final = 500
 MAX_NAME_CHARS: Final = 249  # Kafka's topic name limit, applied to every name
@@ -81,6 +85,19 @@ def _registered_cluster(image: MetadataImage, cluster_id: str) -> ClusterImage:
     if cluster is None:
         raise NotFound(f"cluster {cluster_id!r} is not registered")
     return cluster
+
+
+def _existing_topic(image: MetadataImage, name: str) -> TopicImage:
+    topic = image.topics.get(name)
+    if topic is None:
+        raise NotFound(f"topic {name!r} does not exist")
+    return topic
+
+
+def _check_keeps_a_writable(topic: TopicImage, leaving: Container[int], field_name: str, hint: str = "") -> None:
+    """Producers must keep somewhere to write: a writable partition outside ``leaving`` must remain."""
+    if not any(p.state == "writable" and p.partition not in leaving for p in topic.partitions):
+        raise Conflict(f"topic {topic.name!r} must keep at least one writable partition{hint}", field=field_name)
 
 
 def _apply_checked(image: MetadataImage, records: Sequence[Record]) -> MetadataImage:
@@ -196,9 +213,7 @@ def add_partitions(
     The physical partitions continue after the highest one this topic already uses in that physical
     topic on that cluster; a cluster new to the topic starts at 0.
     """
-    image_topic = image.topics.get(topic)
-    if image_topic is None:
-        raise NotFound(f"topic {topic!r} does not exist")
+    image_topic = _existing_topic(image, topic)
     check_name(cluster_id, "cluster_id")
     _check_count(count, "count")
     physical = check_name(physical_topic, "physical_topic") if physical_topic is not None else topic
@@ -214,8 +229,8 @@ def add_partitions(
         raise Conflict(
             f"cluster {cluster_id!r} is {cluster.state}; new partitions need an active cluster", field="cluster_id"
         )
-    if len(image_topic.partitions) + count > MAX_PARTITIONS_PER_REQUEST * 10:
-        raise InvalidRequest("count", "topic would exceed 1,000,000 logical partitions")
+    if len(image_topic.partitions) + count > MAX_PARTITIONS_PER_TOPIC:
+        raise InvalidRequest("count", f"topic would exceed {MAX_PARTITIONS_PER_TOPIC:,} logical partitions")
     used = [
         p.physical_partition
         for p in image_topic.partitions
@@ -232,9 +247,7 @@ def add_partitions(
 
 def change_partition_state(image: MetadataImage, topic: str, partition: int, state: str) -> Result:
     """Move one logical partition along writable <-> read_only -> removed."""
-    image_topic = image.topics.get(topic)
-    if image_topic is None:
-        raise NotFound(f"topic {topic!r} does not exist")
+    image_topic = _existing_topic(image, topic)
     if not isinstance(partition, int) or not 0 <= partition < len(image_topic.partitions):
         raise NotFound(f"topic {topic!r} has no partition {partition}", field="partition")
     if state not in PARTITION_STATES:
@@ -250,9 +263,7 @@ def change_partition_state(image: MetadataImage, topic: str, partition: int, sta
             field="state",
         )
     if target != "writable":
-        writable_left = sum(1 for p in image_topic.partitions if p.state == "writable" and p.partition != partition)
-        if writable_left == 0:
-            raise Conflict(f"topic {topic!r} must keep at least one writable partition", field="state")
+        _check_keeps_a_writable(image_topic, (partition,), "state")
     records = (PartitionStateChanged(topic, partition, target),)
     after = _apply_checked(image, records)
     return Result(records, topic_view(after, after.topics[topic]))
@@ -260,8 +271,7 @@ def change_partition_state(image: MetadataImage, topic: str, partition: int, sta
 
 def delete_topic(image: MetadataImage, name: str) -> Result:
     """Delete a logical topic (its physical topics are removed by the agents)."""
-    if name not in image.topics:
-        raise NotFound(f"topic {name!r} does not exist")
+    _existing_topic(image, name)
     return Result((TopicDeleted(name),), {"name": name, "deleted": True})
 
 
@@ -332,9 +342,7 @@ def shrink_partitions(image: MetadataImage, topic: str, partitions: Sequence[int
     reading the topic has committed to its end) or its data has expired. Re-running is a no-op for the
     partitions already on their way out.
     """
-    image_topic = image.topics.get(topic)
-    if image_topic is None:
-        raise NotFound(f"topic {topic!r} does not exist")
+    image_topic = _existing_topic(image, topic)
     if not isinstance(partitions, (list, tuple)) or not partitions:
         raise InvalidRequest("partitions", "partitions must be a non-empty list of logical partition ids")
     if len(partitions) > MAX_PARTITIONS_PER_REQUEST:
@@ -344,12 +352,7 @@ def shrink_partitions(image: MetadataImage, topic: str, partitions: Sequence[int
         if not isinstance(p, int) or isinstance(p, bool) or not 0 <= p < len(image_topic.partitions):
             raise InvalidRequest("partitions", f"topic {topic!r} has no partition {p!r}")
         wanted.add(p)
-    writable_left = [p.partition for p in image_topic.partitions if p.state == "writable" and p.partition not in wanted]
-    if not writable_left:
-        raise Conflict(
-            f"topic {topic!r} must keep at least one writable partition; shrink fewer partitions",
-            field="partitions",
-        )
+    _check_keeps_a_writable(image_topic, wanted, "partitions", hint="; shrink fewer partitions")
     records = tuple(
         PartitionStateChanged(topic, p, "read_only")
         for p in sorted(wanted)
