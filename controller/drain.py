@@ -97,7 +97,7 @@ def readers_by_topic(image: MetadataImage) -> dict[str, set[str]]:
 
 @dataclass(frozen=True, slots=True)
 class _Scan:
-    """What drain decisions need from one image: computed once per image offset, as both scan it all."""
+    """What drain decisions need from one image, computed once per image offset (each scans the whole image)."""
 
     offset: int
     draining: list[tuple[str, PartitionImage]]
