@@ -76,7 +76,8 @@ async def test_propose_dump_and_restart(tmp_path: Path) -> None:
 
 async def test_proposals_without_a_leader_fail_fast(tmp_path: Path) -> None:
     # Two voters, only one running: no leader can be elected, and a proposal must not queue forever.
-    node = raft.RaftNode(f"127.0.0.1:{free_ports(1)[0]}", [f"127.0.0.1:{free_ports(1)[0]}"], tmp_path, LogState())
+    self_port, peer_port = free_ports(2)  # one call: two calls may hand out the same port twice
+    node = raft.RaftNode(f"127.0.0.1:{self_port}", [f"127.0.0.1:{peer_port}"], tmp_path, LogState())
     try:
         with pytest.raises(Unavailable):
             await asyncio.wait_for(node.propose([Proposal((NoOp(),))]), 5)
