@@ -117,7 +117,7 @@ def _check_types(record: Record) -> None:
 
 def encode(records: Iterable[Record]) -> bytes:
     """msgpack bytes of a sequence of records."""
-    return msgpack.packb([record_to_wire(r) for r in records], use_bin_type=True)
+    return pack([record_to_wire(r) for r in records])
 
 
 def decode(data: bytes) -> list[Record]:
