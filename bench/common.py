@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import httpx
 
@@ -323,7 +323,26 @@ def wait_writable(q: LocalQuorum, timeout_s: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-class Agents:
+class Background:
+    """Runs ``_run`` in a daemon thread from ``with`` entry until exit, which sets ``_stop`` and joins."""
+
+    def __init__(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class Agents(Background):
     """Stand-in broker agents: one task per cluster heartbeats every 0.5 s on its own connection (any node
     forwards to the leader), like real agents, so the quorum does not fence the clusters after its agent
     lease (3 s) and topics can still be placed on them. Runs its own event loop in a thread."""
@@ -333,8 +352,7 @@ class Agents:
         self.cluster_ids = list(cluster_ids)
         self.interval_s = interval_s
         self.failures = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), name="agents", daemon=True)
+        super().__init__("agents")
 
     async def _agent(self, i: int, cluster_id: str) -> None:
         turn = i % len(self.urls)
@@ -356,16 +374,11 @@ class Agents:
             for c in conns:
                 await c.close()
 
-    async def _run(self) -> None:
+    async def _agents(self) -> None:
         await asyncio.gather(*(self._agent(i, c) for i, c in enumerate(self.cluster_ids)))
 
-    def __enter__(self) -> Agents:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def _run(self) -> None:
+        asyncio.run(self._agents())
 
 
 LOG_PROBLEMS = {

@@ -32,7 +32,6 @@ import os
 import re
 import shutil
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,7 @@ from metadata_log.raft import RaftSettings
 from .common import (
     NO_FSYNC,
     Agents,
+    Background,
     BenchResult,
     Goal,
     Row,
@@ -228,14 +228,13 @@ def steer_leader(q: LocalQuorum, target: int, attempts: int = 12) -> int:
     return leader
 
 
-class RoleWatcher:
+class RoleWatcher(Background):
     """Samples every node's role and term every 100 ms in a thread, for the whole benchmark."""
 
     def __init__(self, q: LocalQuorum) -> None:
         self.urls = {v.id: v.http for v in q.voters}
         self.samples: list[tuple[float, int, str, int]] = []  # (wall time, node, role, term)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="role-watcher", daemon=True)
+        super().__init__("role-watcher")
 
     def _run(self) -> None:
         with httpx.Client(timeout=0.5) as client:
@@ -244,14 +243,6 @@ class RoleWatcher:
                     with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
                         s = client.get(url + "/v1/node").json()
                         self.samples.append((time.time(), node_id, s["role"], int(s["term"])))
-
-    def __enter__(self) -> RoleWatcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
     def leader_at(self, wall: float) -> int | None:
         led = [node for t, node, role, _ in self.samples if t <= wall and role == "leader"]
@@ -269,7 +260,7 @@ class RoleWatcher:
         return out
 
 
-class ProbeWriter:
+class ProbeWriter(Background):
     """One sequential writer in a thread (re-registers one cluster with a new port each time: one record per
     write; rotates nodes on errors): keeps entries flowing so there is something to compact, and measures
     write latency meanwhile."""
@@ -277,8 +268,7 @@ class ProbeWriter:
     def __init__(self, urls: list[str]) -> None:
         self.urls = urls
         self.writes: list[tuple[float, float, bool]] = []  # (wall time sent, seconds, acknowledged)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="probe-writer", daemon=True)
+        super().__init__("probe-writer")
 
     def _run(self) -> None:
         turn, seq = 0, 0
@@ -298,14 +288,6 @@ class ProbeWriter:
                 self.writes.append((t0, time.time() - t0, ok))
                 if not ok:
                     turn = (turn + 1) % len(self.urls)
-
-    def __enter__(self) -> ProbeWriter:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
     def worst(self, t0: float, t1: float) -> tuple[float, int]:
         """Longest write latency and failed writes among writes sent in [t0, t1]."""
