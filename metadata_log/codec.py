@@ -8,7 +8,9 @@ missing trailing fields from their defaults and ignores trailing fields it does 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Iterable, Mapping
+from types import UnionType
 from typing import Any, Final
 
 import msgpack
@@ -84,18 +86,22 @@ _INT: Final[tuple[type, ...]] = (int,)
 
 
 def _checks_for(cls: type[Record]) -> tuple[tuple[str, tuple[type, ...], bool], ...]:
-    """(field, accepted types, nullable) for each scalar field, from the annotations (computed once)."""
+    """(field, accepted types, nullable) for each str / int field (a ``Literal`` of strings is a str),
+    from the resolved type hints, so a new alias needs no entry here (computed once)."""
+    hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
-        ann = str(f.type).replace(" ", "")
-        nullable = ann.endswith("|None")
-        base = ann.removesuffix("|None")
-        if base == "str":
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        nullable = isinstance(hint, UnionType) and type(None) in args
+        if nullable and len(args) == 2:
+            hint = args[0] if args[1] is type(None) else args[1]
+        if typing.get_origin(hint) is typing.Literal and all(isinstance(a, str) for a in typing.get_args(hint)):
+            hint = str
+        if hint is str:
             out.append((f.name, _STR, nullable))
-        elif base == "int":
+        elif hint is int:
             out.append((f.name, _INT, nullable))
-        elif base in ("ClusterState", "PartitionState"):
-            out.append((f.name, _STR, nullable))
     return tuple(out)
 
 

@@ -52,6 +52,8 @@ def test_unknown_trailing_fields_from_a_newer_writer_are_ignored() -> None:
         (["PartitionsAdded", 0, "t"], "needs at least"),
         (["PartitionsAdded", 0, "t", "zero", "c1", "t", 0], "must be an integer"),
         (["ClusterRegistered", 0, 1, "r1", "x:1"], "must be a string"),
+        (["ClusterStateChanged", 0, "c1", 5], "state must be a string"),  # a Literal of strings
+        (["TopicCreated", 0, "i", "t", "r1", "5"], "retention_ms must be an integer or null"),
         ("not a list", "must be a list"),
     ],
 )
