@@ -20,7 +20,7 @@ from typing import Any, Literal, Self
 
 import httpx
 
-from deploy.local import LocalQuorum, stop_processes
+from deploy.local import DEMO_TOPIC, LocalFederation, LocalQuorum, create_demo_topic, stop_processes
 
 from .httpconn import TRANSPORT_ERRORS, Connection
 
@@ -320,6 +320,19 @@ def wait_writable(q: LocalQuorum, timeout_s: float = 30.0) -> None:
                     return
         if time.monotonic() > deadline:
             raise TimeoutError(f"no node accepted a write within {timeout_s} s; logs in {q.data_dir}")
+        time.sleep(0.1)
+
+
+def start_demo_federation(fed: LocalFederation, timeout_s: float = 60.0) -> None:
+    """Start ``fed``, wait for its sub-clusters, create the demo topic U_TopicA and wait until it takes
+    writes everywhere. The caller stops ``fed``."""
+    fed.start()
+    fed.wait_clusters_healthy(timeout_s=timeout_s)
+    create_demo_topic(fed)
+    deadline = time.monotonic() + timeout_s
+    while not all(p["writable"] and p["leader"] for p in fed.metadata(topic=DEMO_TOPIC)["topics"][0]["partitions"]):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{DEMO_TOPIC} not writable within {timeout_s} s; logs in {fed.data_dir}")
         time.sleep(0.1)
 
 

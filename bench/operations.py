@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from deploy.local import LocalFederation, create_demo_topic
+from deploy.local import DEMO_TOPIC as TOPIC
+from deploy.local import LocalFederation
 from metadata_log.client import ControllerClient
 from metadata_log.follower import LogFollower
 from metadata_log.image import MetadataImage
@@ -29,9 +30,7 @@ from metadata_log.records import ClusterFenced, Record
 from sdk import FederatedConsumer, FederatedProducer
 from sdk.errors import NoWritablePartition
 
-from .common import BenchResult, Goal, Row, Sizes, fmt, median
-
-TOPIC = "U_TopicA"
+from .common import BenchResult, Goal, Row, Sizes, fmt, median, start_demo_federation
 
 
 class _Producing(threading.Thread):
@@ -77,14 +76,7 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
     scale_up_s: list[float] = []
     fenced_s: list[float] = []
     try:
-        fed.start()
-        fed.wait_clusters_healthy(timeout_s=60)
-        create_demo_topic(fed)
-        _wait(
-            lambda: all(p["writable"] and p["leader"] for p in fed.metadata(topic=TOPIC)["topics"][0]["partitions"]),
-            30,
-            "U_TopicA never became writable",
-        )
+        start_demo_federation(fed)
         producing = _Producing(fed)
         producing.start()
         client = ControllerClient(fed.quorum.urls)

@@ -22,24 +22,16 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from deploy.local import LocalFederation, create_demo_topic
+from deploy.local import DEMO_TOPIC as TOPIC
+from deploy.local import LocalFederation
 from sdk import FederatedConsumer, FederatedProducer
 
-from .common import BenchResult, Goal, Row, Sizes, fmt, median
+from .common import BenchResult, Goal, Row, Sizes, fmt, median, start_demo_federation
 
-TOPIC = "U_TopicA"
 VALUE = b"x" * 100
 PRODUCER_CONFIG = {"linger.ms": 5, "enable.metrics.push": False}
 CONSUMER_CONFIG = {"enable.metrics.push": False, "fetch.queue.backoff.ms": 10, "queued.min.messages": 200_000,
                    "enable.auto.commit": False, "auto.offset.reset": "earliest"}  # fmt: skip
-
-
-def _wait_writable(fed: LocalFederation) -> None:
-    deadline = time.monotonic() + 30
-    while not all(p["writable"] and p["leader"] for p in fed.metadata(topic=TOPIC)["topics"][0]["partitions"]):
-        if time.monotonic() > deadline:
-            raise TimeoutError("U_TopicA not writable")
-        time.sleep(0.1)
 
 
 def raw_produce(fed: LocalFederation, n: int) -> float:
@@ -162,10 +154,7 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
     n = 100_000 if quick else 500_000
     fed = LocalFederation(workdir / "sdk")
     try:
-        fed.start()
-        fed.wait_clusters_healthy(timeout_s=60)
-        create_demo_topic(fed)
-        _wait_writable(fed)
+        start_demo_federation(fed)
         rounds = 1 if quick else 3  # interleaved: the machine is shared, so compare medians of pairs
         raw_ps, fed_ps, raw_cs, fed_cs, joins = [], [], [], [], []
         for r in range(rounds):

@@ -25,21 +25,13 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from deploy.local import LocalFederation, create_demo_topic
+from deploy.local import DEMO_TOPIC as TOPIC
+from deploy.local import LocalFederation
 
-from .common import BenchResult, Goal, Row, Sizes, fmt, median
+from .common import BenchResult, Goal, Row, Sizes, fmt, median, start_demo_federation
 
-TOPIC = "U_TopicA"
 VALUE = b"x" * 100
 PARTITIONS_PER_CLUSTER = 4
-
-
-def _wait_writable(fed: LocalFederation) -> None:
-    deadline = time.monotonic() + 30
-    while not all(p["writable"] and p["leader"] for p in fed.metadata(topic=TOPIC)["topics"][0]["partitions"]):
-        if time.monotonic() > deadline:
-            raise TimeoutError("U_TopicA not writable")
-        time.sleep(0.1)
 
 
 def produce(fed: LocalFederation, n: int) -> None:
@@ -96,10 +88,7 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
     spark = None
     pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"))
     try:
-        fed.start()
-        fed.wait_clusters_healthy(timeout_s=60)
-        create_demo_topic(fed)
-        _wait_writable(fed)
+        start_demo_federation(fed)
         t0 = time.perf_counter()
         produce(fed, n)
         produce_s = time.perf_counter() - t0
