@@ -325,6 +325,18 @@ class LocalFederation(_Processes):
                 raise TimeoutError(f"clusters not healthy after {timeout_s} s: {clusters}; logs in {self.data_dir}")
             time.sleep(0.1)
 
+    def wait_writable(self, topic: str, timeout_s: float = 30.0) -> None:
+        """Until every writable partition of ``topic`` has a leader and takes writes (its physical topic
+        exists and its cluster is healthy): what a producer needs before its first message."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            parts = self.metadata(topic=topic)["topics"][0]["partitions"]
+            if all(p["writable"] and p["leader"] for p in parts if p["state"] == "writable"):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic} not writable after {timeout_s} s: {parts}; logs in {self.data_dir}")
+            time.sleep(0.1)
+
     def stop(self) -> None:
         stop_processes([p for c in self.clusters.values() for p in c.processes()])
         self.quorum.stop()

@@ -1,14 +1,22 @@
-"""Real controller processes on free loopback ports, started and cleaned up by the tests themselves."""
+"""Real processes on free loopback ports, started and cleaned up by the tests themselves: controller
+quorums, and the local federation (quorum, Tansu sub-clusters, agents) with the helpers its tests share."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
-from deploy.local import LocalQuorum
+from deploy.local import DEMO_TOPIC, LocalFederation, LocalQuorum, create_demo_topic
 from metadata_log.client import ControllerClient
+from sdk import FederatedConsumer
+
+TOPIC = DEMO_TOPIC
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +50,16 @@ def client(quorum: LocalQuorum) -> Iterator[ControllerClient]:
         yield c
 
 
+@pytest.fixture
+def fed(tmp_path: Path) -> Iterator[LocalFederation]:
+    """The local federation (c1 and c2 in r1, their agents) with the demo topic writable on both."""
+    with LocalFederation(tmp_path) as federation:
+        federation.wait_clusters_healthy(timeout_s=40)
+        create_demo_topic(federation)
+        federation.wait_writable(TOPIC, timeout_s=20)
+        yield federation
+
+
 def log_of(q: LocalQuorum, node_id: int) -> list[dict]:
     """The whole retained log of one node, read page by page."""
     records: list[dict] = []
@@ -52,3 +70,79 @@ def log_of(q: LocalQuorum, node_id: int) -> list[dict]:
         if body["next_offset"] >= body["high_watermark"]:
             return records
         offset = body["next_offset"]
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """The first truthy value of ``predicate``; fails the test when there is none within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.05)
+
+
+def controllers(fed: LocalFederation) -> str:
+    return ",".join(fed.quorum.urls)
+
+
+def physical_topics(bootstrap: str) -> dict[str, int]:
+    """Topic -> partition count as the broker itself reports it (confluent-kafka's AdminClient, not kfed)."""
+    md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3}).list_topics(timeout=5)
+    return {name: len(t.partitions) for name, t in md.topics.items() if not name.startswith("__")}
+
+
+def partitions(fed: LocalFederation, topic: str = TOPIC) -> list[dict[str, Any]]:
+    """The logical partitions of ``topic`` in the merged metadata."""
+    return list(fed.metadata(topic=topic)["topics"][0]["partitions"])
+
+
+class Member(threading.Thread):
+    """One group member in a thread: records every message and its ownership intervals."""
+
+    def __init__(self, fed: LocalFederation, name: str, group: str) -> None:
+        super().__init__(daemon=True, name=name)
+        self.consumer = FederatedConsumer(
+            {"kfed.controllers": controllers(fed), "group.id": group, "auto.offset.reset": "earliest",
+             "kfed.session.timeout.ms": 6000}
+        )  # fmt: skip
+        self.received: list[tuple[str, int, int]] = []  # (value, logical partition, physical offset)
+        self.intervals: list[tuple[tuple[str, int], float, float]] = []
+        self._owned_since: dict[tuple[str, int], float] = {}
+        self.stop_flag = threading.Event()
+
+    def on_assign(self, consumer: Any, partitions: list[tuple[str, int]]) -> None:
+        now = time.monotonic()
+        for tp in partitions:
+            self._owned_since[tp] = now
+
+    def on_revoke(self, consumer: Any, partitions: list[tuple[str, int]]) -> None:
+        now = time.monotonic()
+        for tp in partitions:
+            self.intervals.append((tp, self._owned_since.pop(tp), now))
+
+    def run(self) -> None:
+        self.consumer.subscribe([TOPIC], on_assign=self.on_assign, on_revoke=self.on_revoke)
+        while not self.stop_flag.is_set():
+            self.consume_once()
+        self.consumer.close()  # commits and leaves: on_revoke closes the open intervals
+
+    def consume_once(self) -> None:
+        for m in self.consumer.consume(1000, 0.2):
+            self.received.append((m.value().decode(), m.partition(), m.offset()))
+
+    def finish(self) -> None:
+        self.stop_flag.set()
+        self.join(30)
+
+
+def wait_for(members: list[Member], expected: set[str], timeout_s: float) -> set[str]:
+    """What the members have received once it covers ``expected``, or after ``timeout_s`` (the caller asserts)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        seen = {v for m in members for v, _, _ in m.received}
+        if expected <= seen or time.monotonic() > deadline:
+            return seen
+        time.sleep(0.2)

@@ -6,35 +6,18 @@ Physical state is checked with confluent-kafka's AdminClient directly, not throu
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient
 
 from deploy.local import LocalFederation, create_demo_topic
 from metadata_log.client import ControllerClient
 
-from .conftest import log_of
+from .conftest import log_of, partitions, physical_topics, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-def physical_topics(bootstrap: str) -> dict[str, int]:
-    md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3}).list_topics(timeout=5)
-    return {name: len(t.partitions) for name, t in md.topics.items() if not name.startswith("__")}
-
-
-def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.05)
 
 
 def cluster(fed: LocalFederation, cluster_id: str) -> dict[str, Any]:
@@ -43,18 +26,12 @@ def cluster(fed: LocalFederation, cluster_id: str) -> dict[str, Any]:
 
 @pytest.fixture
 def fed(tmp_path: Path) -> Iterator[LocalFederation]:
-    federation = LocalFederation(tmp_path, (("c1", "r1", 0), ("c2", "r1", 0), ("c3", "r2", 0)))
-    try:
-        federation.start()
+    """Overrides conftest's: a third cluster in another region, and the demo topic not yet awaited (the
+    first test measures how soon its partitions get leaders)."""
+    with LocalFederation(tmp_path, (("c1", "r1", 0), ("c2", "r1", 0), ("c3", "r2", 0))) as federation:
         federation.wait_clusters_healthy(timeout_s=40)
         create_demo_topic(federation)
         yield federation
-    finally:
-        federation.stop()
-
-
-def demo_partitions(fed: LocalFederation) -> list[dict[str, Any]]:
-    return list(fed.metadata(topic="U_TopicA")["topics"][0]["partitions"])
 
 
 def all_led(partitions: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -64,7 +41,7 @@ def all_led(partitions: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
 
 def test_sub_clusters_join_and_the_demo_topic_is_placed_with_live_leaders(fed: LocalFederation) -> None:
     c1, c2 = fed.clusters["c1"], fed.clusters["c2"]
-    parts = wait_until(lambda: all_led(demo_partitions(fed)), 15, "every partition has a leader")
+    parts = wait_until(lambda: all_led(partitions(fed)), 15, "every partition has a leader")
     assert [(p["partition"], p["cluster_id"], p["physical_partition"]) for p in parts] == [
         (i, "c1" if i < 4 else "c2", i % 4) for i in range(8)
     ]
@@ -89,18 +66,18 @@ def test_regions_keep_topics_on_their_own_clusters(fed: LocalFederation) -> None
 
 def test_killed_broker_is_fenced_then_unfenced_after_restart(fed: LocalFederation) -> None:
     c1 = fed.clusters["c1"]
-    wait_until(lambda: all(p["leader"] for p in demo_partitions(fed)), 15, "leaders reported")
+    wait_until(lambda: all(p["leader"] for p in partitions(fed)), 15, "leaders reported")
     c1.kill_broker()
     killed = time.monotonic()
     wait_until(lambda: cluster(fed, "c1")["fenced"], 10, "c1 fenced")
     fenced_after = time.monotonic() - killed
-    parts = demo_partitions(fed)
+    parts = partitions(fed)
     assert [p["writable"] for p in parts] == [False] * 4 + [True] * 4
     assert fenced_after < 5, f"fencing took {fenced_after:.1f} s"
     c1.start_broker()  # memory storage: it comes back empty
     wait_until(lambda: not cluster(fed, "c1")["fenced"], 20, "c1 unfenced")
     assert physical_topics(c1.bootstrap).get("U_TopicA") == 4  # recreated by the agent
-    assert all(p["writable"] for p in demo_partitions(fed))
+    assert all(p["writable"] for p in partitions(fed))
     fences = [r for r in log_of(fed.quorum, fed.quorum.leader()) if r["type"] in ("ClusterFenced", "ClusterUnfenced")]
     assert [r["type"] for r in fences][-2:] == ["ClusterFenced", "ClusterUnfenced"]
 

@@ -5,38 +5,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from controller.cli import main as kfed
-from deploy.local import LocalFederation, create_demo_topic
+from deploy.local import LocalFederation
 from metadata_log.client import ControllerClient
 from sdk import FederatedProducer
-from tests.integration.test_federation import physical_topics, wait_until
-from tests.integration.test_sdk import TOPIC, Member, controllers, wait_for
+
+from .conftest import TOPIC, Member, controllers, partitions, physical_topics, wait_for, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def fed(tmp_path: Path) -> Iterator[LocalFederation]:
-    federation = LocalFederation(tmp_path)
-    try:
-        federation.start()
-        federation.wait_clusters_healthy(timeout_s=40)
-        create_demo_topic(federation)
-        wait_until(lambda: all(p["writable"] and p["leader"] for p in partitions(federation)), 20, "U_TopicA writable")
-        yield federation
-    finally:
-        federation.stop()
-
-
-def partitions(fed: LocalFederation) -> list[dict[str, Any]]:
-    topics: list[dict[str, Any]] = fed.metadata(topic=TOPIC)["topics"]
-    return topics[0]["partitions"] if topics else []
 
 
 class Producing(threading.Thread):
@@ -85,14 +65,9 @@ class SlowMember(Member):
         self.running = threading.Event()
         self.running.set()
 
-    def run(self) -> None:
-        self.consumer.subscribe([TOPIC], on_assign=self.on_assign, on_revoke=self.on_revoke)
-        while not self.stop_flag.is_set():
-            if not self.running.wait(0.1):
-                continue  # membership is kept by the consumer's heartbeat thread
-            for m in self.consumer.consume(1000, 0.2):
-                self.received.append((m.value().decode(), m.partition(), m.offset()))
-        self.consumer.close()
+    def consume_once(self) -> None:
+        if self.running.wait(0.1):  # held back: membership is kept by the consumer's heartbeat thread
+            super().consume_once()
 
 
 def consume_everything(member: Member, producing: Producing) -> None:

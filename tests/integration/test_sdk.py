@@ -7,76 +7,17 @@ import itertools
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from deploy.local import LocalFederation, create_demo_topic
+from deploy.local import LocalFederation
 from metadata_log.client import ControllerClient
-from sdk import FederatedConsumer, FederatedProducer
+from sdk import FederatedProducer
+
+from .conftest import TOPIC, Member, controllers, wait_for, wait_until
 
 pytestmark = pytest.mark.slow
-TOPIC = "U_TopicA"
-
-
-@pytest.fixture
-def fed(tmp_path: Path) -> Iterator[LocalFederation]:
-    federation = LocalFederation(tmp_path)
-    try:
-        federation.start()
-        federation.wait_clusters_healthy(timeout_s=40)
-        create_demo_topic(federation)
-        deadline = time.monotonic() + 20
-        while not all(
-            p["writable"] and p["leader"] for p in federation.metadata(topic=TOPIC)["topics"][0]["partitions"]
-        ):
-            assert time.monotonic() < deadline, "U_TopicA never became writable everywhere"
-            time.sleep(0.1)
-        yield federation
-    finally:
-        federation.stop()
-
-
-def controllers(fed: LocalFederation) -> str:
-    return ",".join(fed.quorum.urls)
-
-
-class Member(threading.Thread):
-    """One group member in a thread: records every message and its ownership intervals."""
-
-    def __init__(self, fed: LocalFederation, name: str, group: str) -> None:
-        super().__init__(daemon=True, name=name)
-        self.consumer = FederatedConsumer(
-            {"kfed.controllers": controllers(fed), "group.id": group, "auto.offset.reset": "earliest",
-             "kfed.session.timeout.ms": 6000}
-        )  # fmt: skip
-        self.received: list[tuple[str, int, int]] = []  # (value, logical partition, physical offset)
-        self.intervals: list[tuple[tuple[str, int], float, float]] = []
-        self._owned_since: dict[tuple[str, int], float] = {}
-        self.stop_flag = threading.Event()
-
-    def on_assign(self, consumer: Any, partitions: list[tuple[str, int]]) -> None:
-        now = time.monotonic()
-        for tp in partitions:
-            self._owned_since[tp] = now
-
-    def on_revoke(self, consumer: Any, partitions: list[tuple[str, int]]) -> None:
-        now = time.monotonic()
-        for tp in partitions:
-            self.intervals.append((tp, self._owned_since.pop(tp), now))
-
-    def run(self) -> None:
-        self.consumer.subscribe([TOPIC], on_assign=self.on_assign, on_revoke=self.on_revoke)
-        while not self.stop_flag.is_set():
-            for m in self.consumer.consume(1000, 0.2):
-                self.received.append((m.value().decode(), m.partition(), m.offset()))
-        self.consumer.close()  # commits and leaves: on_revoke closes the open intervals
-
-    def finish(self) -> None:
-        self.stop_flag.set()
-        self.join(30)
 
 
 def produce(fed: LocalFederation, ids: range, acked: dict[str, int] | None = None) -> None:
@@ -92,15 +33,6 @@ def produce(fed: LocalFederation, ids: range, acked: dict[str, int] | None = Non
         assert p.flush(60) == 0
 
 
-def wait_for(members: list[Member], expected: set[str], timeout_s: float) -> set[str]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        seen = {v for m in members for v, _, _ in m.received}
-        if expected <= seen or time.monotonic() > deadline:
-            return seen
-        time.sleep(0.2)
-
-
 def test_two_members_read_every_message_own_partitions_exclusively_and_resume_from_commits(fed) -> None:
     n = 100_000
     first = Member(fed, "m1", "g-e2e")
@@ -109,10 +41,7 @@ def test_two_members_read_every_message_own_partitions_exclusively_and_resume_fr
     second = Member(fed, "m2", "g-e2e")  # joins mid-stream: a rebalance under load
     second.start()
     produce(fed, range(40_000, 70_000))
-    deadline = time.monotonic() + 20
-    while not second.consumer.assignment():
-        assert time.monotonic() < deadline, "the second member never got partitions"
-        time.sleep(0.05)
+    wait_until(second.consumer.assignment, 20, "the second member got partitions")
     produce(fed, range(70_000, n))
     expected = {str(i) for i in range(n)}
     seen = wait_for([first, second], expected, 120)
