@@ -45,12 +45,13 @@ class Producing(threading.Thread):
             if i % 50 == 0:
                 self.producer.poll(0)
                 time.sleep(0.01)  # ~5k messages/s: load, not a benchmark
-        assert self.producer.flush(60) == 0
-        self.producer.close()
 
     def finish(self) -> None:
+        """Stop producing, then deliver what is queued (on the test's thread, where a failed assert counts)."""
         self.stop_flag.set()
         self.join(90)
+        assert self.producer.flush(60) == 0
+        self.producer.close()
 
     def first_ack_on(self, partition_ids: set[int]) -> float | None:
         times = [t for p, t in list(self.acked.values()) if p in partition_ids]
