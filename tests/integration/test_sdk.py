@@ -20,12 +20,8 @@ from .conftest import TOPIC, Member, controllers, wait_for, wait_until
 pytestmark = pytest.mark.slow
 
 
-def produce(fed: LocalFederation, ids: range, acked: dict[str, int] | None = None) -> None:
-    def report(err: Any, msg: Any) -> None:
-        if err is None and acked is not None:
-            acked[msg.value().decode()] = msg.partition()
-
-    with FederatedProducer({"kfed.controllers": controllers(fed), "linger.ms": 5, "on_delivery": report}) as p:
+def produce(fed: LocalFederation, ids: range) -> None:
+    with FederatedProducer({"kfed.controllers": controllers(fed), "linger.ms": 5}) as p:
         for i in ids:
             p.produce(TOPIC, value=str(i).encode(), key=f"key-{i % 997}".encode() if i % 2 else None)
             if i % 2000 == 0:
