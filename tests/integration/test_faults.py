@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from controller.cli import main as kfed
 from deploy.local import LocalQuorum
 from metadata_log.client import ControllerClient
 from metadata_log.errors import KfedError
 from metadata_log.follower import LogFollower
 from metadata_log.views import metadata_view
 
-from .conftest import log_of
+from .conftest import log_of, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -78,9 +79,9 @@ def test_leader_kill9_loses_no_acknowledged_write_and_restarted_node_catches_up(
     killed_at = time.monotonic()
     new_leader = q.leader(exclude=old_leader, timeout_s=10)
     assert new_leader != old_leader
-    while len(writer.acked) <= acked_before_kill + 5:  # the new leader commits
-        assert time.monotonic() - killed_at < 15, "no write committed after the leader was killed"
-        time.sleep(0.05)
+    wait_until(  # within 15 s of the kill
+        lambda: len(writer.acked) > acked_before_kill + 5, killed_at + 15 - time.monotonic(), "writes after the kill"
+    )
     q.start(old_leader)  # same data dir
     time.sleep(1.5)
     writer.finish()
@@ -97,12 +98,10 @@ def test_restart_of_all_nodes_keeps_every_acknowledged_write(make_quorum) -> Non
     q = make_quorum("--compaction-min-entries", "50", "--compaction-period-s", "3")
     writer = Writer(q, "r")
     writer.start()
-    while len(writer.acked) < 400:
-        time.sleep(0.1)
-    deadline = time.monotonic() + 20
-    while not all((q.data_dir / f"node-{n}" / "raft.dump").exists() for n in (1, 2, 3)):
-        assert time.monotonic() < deadline, "not every node dumped its state"
-        time.sleep(0.1)
+    wait_until(lambda: len(writer.acked) >= 400, 60, "400 writes acknowledged")
+    wait_until(
+        lambda: all((q.data_dir / f"node-{n}" / "raft.dump").exists() for n in (1, 2, 3)), 20, "every node dumped"
+    )
     writer.finish()
     before = q.client.get(q.url(1) + "/v1/metadata", params={"min_offset": max(writer.acked.values())}).json()
     for n in (1, 2, 3):
@@ -151,10 +150,7 @@ def test_damaged_dump_stops_the_node_with_a_clear_error(make_quorum) -> None:
         for i in range(60):
             c.post("/v1/clusters", {"cluster_id": f"d{i}", "region": "r1", "bootstrap_servers": "127.0.0.1:1"})
     dumps = [q.data_dir / f"node-{n}" / "raft.dump" for n in (1, 2, 3)]
-    deadline = time.monotonic() + 20
-    while not any(d.exists() for d in dumps):
-        assert time.monotonic() < deadline, "no node wrote a dump"
-        time.sleep(0.1)
+    wait_until(lambda: any(d.exists() for d in dumps), 20, "a node wrote a dump")
     node = next(n for n, d in zip((1, 2, 3), dumps, strict=True) if d.exists())
     q.kill(node)
     dump = dumps[node - 1]
@@ -224,17 +220,12 @@ def test_no_leader_is_503_with_retry_after(make_quorum) -> None:
 
 
 def test_replacing_a_controller_under_write_load_loses_nothing(make_quorum) -> None:
-    from controller.cli import main as kfed
-
     q = make_quorum()
     writer = Writer(q, "m")
     writer.start()
     time.sleep(1.0)
     new = q.add_node()
-    deadline = time.monotonic() + 20
-    while q.node(new.id) is None:
-        assert time.monotonic() < deadline, "the joining node never answered"
-        time.sleep(0.1)
+    wait_until(lambda: q.node(new.id), 20, "the joining node answers")
     urls = ",".join(q.urls)
     assert kfed(["quorum", "add-voter", "--id", str(new.id), "--raft", new.raft, "--http", new.http,
                  "--controller", urls]) == 0  # fmt: skip
