@@ -28,6 +28,7 @@ from confluent_kafka import OFFSET_STORED, Consumer, KafkaError, KafkaException,
 from metadata_log.client import ControllerClient
 from metadata_log.errors import KfedError
 from metadata_log.follower import LogFollower
+from metadata_log.image import MetadataImage, PartitionImage
 
 from .config import split_config
 from .messages import FederatedMessage
@@ -180,21 +181,15 @@ class FederatedConsumer:
         image = self._follower.image
         revoked = []
         for tp in list(self._owned):
-            topic = image.topics.get(tp[0])
-            removed = topic is None or tp[1] >= len(topic.partitions) or topic.partitions[tp[1]].state == "removed"
-            if tp not in wanted or removed:
+            p = _partition(image, tp)
+            if tp not in wanted or p is None or p.state == "removed":
                 revoked.append(tp)
         self._revoke_all(revoked)
         started: list[LogicalPartition] = []
         for tp in sorted(startable - set(self._owned)):
-            topic = image.topics.get(tp[0])
-            if (
-                topic is None
-                or tp[1] >= len(topic.partitions)
-                or image.clusters.get(topic.partitions[tp[1]].cluster_id) is None
-            ):
+            p = _partition(image, tp)
+            if p is None or p.cluster_id not in image.clusters:
                 continue  # the followed image is behind the coordinator: start it on a later poll
-            p = topic.partitions[tp[1]]
             self._start(tp, _Placement(p.cluster_id, p.physical_topic, p.physical_partition))
             started.append(tp)
         if started and self._on_assign is not None:
@@ -373,7 +368,14 @@ class FederatedConsumer:
         self.close()
 
 
+def _partition(image: MetadataImage, tp: LogicalPartition) -> PartitionImage | None:
+    """The image's logical partition ``tp``, or None when the image does not have it (yet, or any more)."""
+    topic = image.topics.get(tp[0])
+    return topic.partitions[tp[1]] if topic is not None and tp[1] < len(topic.partitions) else None
+
+
 def _commit(consumer: Consumer, offsets: list[TopicPartition], asynchronous: bool) -> None:
+    """``commit`` with a literal ``asynchronous``: confluent-kafka types each value as its own overload."""
     if asynchronous:
         consumer.commit(offsets=offsets, asynchronous=True)
     else:
