@@ -2,9 +2,9 @@
 
 Broker quirks are kept here (see shared/TANSU.md): the latest offsets reported by Tansu are the start of
 the last batch + 1 (wrong, but they never go backwards on a healthy cluster, which is all the loss check
-uses them for); true end offsets, which drain decisions need, come from fetching at that offset until
-the end of the partition (on Kafka that is one empty fetch). Tansu has no CreatePartitions (physical
-topics are created with their final count).
+uses them for); true end offsets, which drain decisions need, are the high watermark of a fetch response:
+a reader assigned at the end reports it with its end-of-partition event (on Kafka that is one empty
+fetch). Tansu has no CreatePartitions (physical topics are created with their final count).
 """
 
 from __future__ import annotations
@@ -13,7 +13,14 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_END,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 
@@ -94,19 +101,19 @@ class PhysicalCluster:
         if not partitions:
             return {}
         earliest = OffsetSpec.earliest()  # type: ignore[no-untyped-call]  # untyped in confluent-kafka
+        futures = self._admin.list_offsets(
+            {TopicPartition(t, p): earliest for t, p in partitions}, request_timeout=self.timeout_s
+        )  # in flight while the ends are read
+        ends = self._end_offsets(partitions)
         try:
-            futures = self._admin.list_offsets(
-                {TopicPartition(t, p): earliest for t, p in partitions}, request_timeout=self.timeout_s
-            )
             starts = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
         except KafkaException as e:
             raise ClusterUnreachable(_describe(e)) from None
-        ends = self._end_offsets(self.latest_offsets(partitions))
         return {tp: (starts[tp], end) for tp, end in ends.items() if tp in starts}
 
-    def _end_offsets(self, latest: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """Read from the reported latest offset to the end of each partition: the end-of-partition event
-        carries the true end (Tansu reports the last batch's start as latest; Kafka the end itself)."""
+    def _end_offsets(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Assigned at the end of each partition, the end-of-partition event carries the true end: the
+        fetch response's high watermark (not Tansu's ListOffsets(latest), the last batch's start)."""
         if self._end_reader is None:
             self._end_reader = Consumer(
                 {
@@ -123,11 +130,11 @@ class PhysicalCluster:
                 }
             )
         reader = self._end_reader
-        reader.assign([TopicPartition(t, p, max(0, o)) for (t, p), o in latest.items()])
+        reader.assign([TopicPartition(t, p, OFFSET_END) for t, p in partitions])
         ends: dict[tuple[str, int], int] = {}
         deadline = time.monotonic() + self.timeout_s * 2
         try:
-            while len(ends) < len(latest) and time.monotonic() < deadline:
+            while len(ends) < len(partitions) and time.monotonic() < deadline:
                 for m in reader.consume(10_000, 0.1):
                     error = m.error()
                     topic, partition, offset = m.topic(), m.partition(), m.offset()
@@ -141,20 +148,25 @@ class PhysicalCluster:
     def committed_offsets(
         self, groups: Iterable[str], partitions: Sequence[tuple[str, int]]
     ) -> dict[tuple[str, int], dict[str, int]]:
-        """Committed offset per partition and group, for the groups that have committed there."""
+        """Committed offset per partition and group, for the groups that have committed there.
+
+        confluent-kafka lists one group per request: they are all sent before any answer is awaited, so
+        this takes one round trip (at most ``timeout_s``) however many groups the log knows."""
         committed: dict[tuple[str, int], dict[str, int]] = {tp: {} for tp in partitions}
         if not partitions:
             return committed
+        topic_partitions = [TopicPartition(t, p) for t, p in partitions]
+        futures = {}
         for group in sorted(groups):
-            request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])]
-            try:
-                futures = self._admin.list_consumer_group_offsets(request, request_timeout=self.timeout_s)
-                for future in futures.values():
-                    for tp in future.result().topic_partitions:
-                        if tp.error is None and tp.offset >= 0:
-                            committed[(tp.topic, tp.partition)][group] = tp.offset
-            except KafkaException as e:
-                raise ClusterUnreachable(_describe(e)) from None
+            request = [ConsumerGroupTopicPartitions(group, topic_partitions)]
+            futures.update(self._admin.list_consumer_group_offsets(request, request_timeout=self.timeout_s))
+        try:
+            for group, future in futures.items():
+                for tp in future.result().topic_partitions:
+                    if tp.error is None and tp.offset >= 0:
+                        committed[(tp.topic, tp.partition)][group] = tp.offset
+        except KafkaException as e:
+            raise ClusterUnreachable(_describe(e)) from None
         return committed
 
     def close(self) -> None:
