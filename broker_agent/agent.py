@@ -132,9 +132,7 @@ class Agent:
             self._loss_fenced = bool(reply and reply.get("fenced"))
             if not self._loss_fenced:
                 return
-        done = self._reconcile(image, scan)
-        if done is not None:
-            scan = done
+        scan = self._reconcile(image, scan)
         self._report_leaders(image, scan)
         if self._beats % self.settings.drain_report_every == 0 and self._loss is None:
             self._report_drain(image)
@@ -161,10 +159,10 @@ class Agent:
             else:
                 self._seen_offsets.update(offsets)
 
-    def _reconcile(self, image: MetadataImage, scan: Scan) -> Scan | None:
-        """Carry out the plan; returns a fresh scan when something changed."""
+    def _reconcile(self, image: MetadataImage, scan: Scan) -> Scan:
+        """Carry out the plan; returns the cluster as it is now (scanned again when something changed)."""
         if self.follower.snapshots_loaded == 0:
-            return None  # not following the log yet: nothing to compare with
+            return scan  # not following the log yet: nothing to compare with
         where = self._placement(image)
         plan = reconcile.plan(where, scan.partition_counts(), self._deleted_topics, recovering=self._loss is not None)
         try:
@@ -182,8 +180,9 @@ class Agent:
                 self._deleted_topics -= set(plan.delete)
         except ClusterUnreachable as e:
             log.warning("%s: reconciliation failed: %s", self.cluster_id, e)
-            return None
-        scan = self.cluster.scan() if not plan.empty else scan
+            return scan
+        if not plan.empty:
+            scan = self.cluster.scan()
         desired = where.desired
         counts = scan.partition_counts()
         complete = all(counts.get(t, 0) >= n for t, n in desired.items())
@@ -194,7 +193,7 @@ class Agent:
             self._loss = None
             self._loss_fenced = False
             self._seen_offsets.clear()
-        return scan if not plan.empty else None
+        return scan
 
     def _placement(self, image: MetadataImage) -> reconcile.Placement:
         """This cluster's placement, computed once per image offset (it scans every partition)."""

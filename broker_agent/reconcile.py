@@ -19,7 +19,6 @@ class Plan:
     create: Mapping[str, int] = field(default_factory=dict)  # physical topic -> partition count
     recreate: Mapping[str, int] = field(default_factory=dict)  # exists with too few partitions: delete + create
     delete: tuple[str, ...] = ()
-    missing: tuple[str, ...] = ()  # managed topics the cluster should hold but does not (created here)
 
     @property
     def empty(self) -> bool:
@@ -71,4 +70,4 @@ def plan(
     recreate = {t: n for t, n in desired.items() if t in physical and physical[t] < n and recovering}
     gone = (where.retired | set(also_delete)) - set(desired)
     delete = tuple(sorted(t for t in gone if t in physical))
-    return Plan(create=create, recreate=recreate, delete=delete, missing=tuple(sorted(create)))
+    return Plan(create=create, recreate=recreate, delete=delete)
