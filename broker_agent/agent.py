@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from metadata_log.client import ControllerClient
@@ -42,6 +42,9 @@ class AgentSettings:
     # not fence a cluster (and fill the log with fence/unfence pairs); costs one beat of fencing latency.
     failures_to_fence: int = 2
     drain_report_every: int = 2  # beats between drain measurements while partitions here are draining
+    # A physical topic the log retired is deleted this long after the agent first saw it retired, so that
+    # clients following the log have dropped it by then (see _due_for_deletion).
+    retire_grace_ms: int = 3000
     replication_factor: int = -1
 
 
@@ -72,6 +75,7 @@ class Agent:
         self._beats = 0
         self._placement_cache: tuple[int, reconcile.Placement] | None = None
         self._failed_probes = 0
+        self._retired_since: dict[str, float] = {}  # physical topic -> when first seen retired
         self._stop = threading.Event()
         self.healthy = False
         self.reason: str | None = "starting"
@@ -91,7 +95,6 @@ class Agent:
             self._stop.wait(max(0.0, interval - (time.monotonic() - started)))
         self.follower.stop()
         self.client.close()
-        self.cluster.close()
 
     def stop(self) -> None:
         self._stop.set()
@@ -165,6 +168,7 @@ class Agent:
             return scan  # not following the log yet: nothing to compare with
         where = self._placement(image)
         plan = reconcile.plan(where, scan.partition_counts(), self._deleted_topics, recovering=self._loss is not None)
+        plan = replace(plan, delete=self._due_for_deletion(plan.delete))
         try:
             if plan.recreate:
                 log.warning("%s: recreating %s with their partition counts", self.cluster_id, dict(plan.recreate))
@@ -194,6 +198,18 @@ class Agent:
             self._loss_fenced = False
             self._seen_offsets.clear()
         return scan
+
+    def _due_for_deletion(self, retired: tuple[str, ...]) -> tuple[str, ...]:
+        """The retired topics first seen retired at least ``retire_grace_ms`` ago.
+
+        Consumers drop a partition when they see its removal in the log; deleting the topic before they
+        have would pull it from under them — and librdkafka 2.16 crashes (SIGSEGV in its metadata cache)
+        when a topic a live consumer has known is deleted on Tansu.
+        """
+        now = time.monotonic()
+        self._retired_since = {t: self._retired_since.get(t, now) for t in retired}
+        grace_s = self.settings.retire_grace_ms / 1000
+        return tuple(t for t in retired if now - self._retired_since[t] >= grace_s)
 
     def _placement(self, image: MetadataImage) -> reconcile.Placement:
         """This cluster's placement, computed once per image offset (it scans every partition)."""

@@ -43,7 +43,6 @@ class PhysicalCluster:
         self.bootstrap = bootstrap
         self.timeout_s = timeout_s
         self.replication_factor = replication_factor  # -1: the broker's default
-        self._end_reader: Consumer | None = None
         self._admin = AdminClient(
             {
                 "bootstrap.servers": bootstrap,
@@ -113,23 +112,24 @@ class PhysicalCluster:
 
     def _end_offsets(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """Assigned at the end of each partition, the end-of-partition event carries the true end: the
-        fetch response's high watermark (not Tansu's ListOffsets(latest), the last batch's start)."""
-        if self._end_reader is None:
-            self._end_reader = Consumer(
-                {
-                    "bootstrap.servers": self.bootstrap,
-                    "group.id": "kfed-agent-drain-probe",  # required by assign(); nothing is ever committed
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                    "auto.offset.reset": "earliest",
-                    "isolation.level": "read_uncommitted",
-                    "fetch.wait.max.ms": 10,
-                    "fetch.queue.backoff.ms": 10,
-                    "enable.metrics.push": False,
-                    "log_level": 3,
-                }
-            )
-        reader = self._end_reader
+        fetch response's high watermark (not Tansu's ListOffsets(latest), the last batch's start).
+
+        A reader per measurement, closed at once: a live consumer that has known a topic crashes in
+        librdkafka 2.16 when that topic is deleted on Tansu (and a drained topic is deleted next)."""
+        reader = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": "kfed-agent-drain-probe",  # required by assign(); nothing is ever committed
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_uncommitted",
+                "fetch.wait.max.ms": 10,
+                "fetch.queue.backoff.ms": 10,
+                "enable.metrics.push": False,
+                "log_level": 3,
+            }
+        )
         reader.assign([TopicPartition(t, p, OFFSET_END) for t, p in partitions])
         ends: dict[tuple[str, int], int] = {}
         deadline = time.monotonic() + self.timeout_s * 2
@@ -142,7 +142,7 @@ class PhysicalCluster:
                     if eof and topic is not None and partition is not None and offset is not None:
                         ends[(topic, partition)] = offset
         finally:
-            reader.unassign()
+            reader.close()
         return ends
 
     def committed_offsets(
@@ -168,11 +168,6 @@ class PhysicalCluster:
         except KafkaException as e:
             raise ClusterUnreachable(_describe(e)) from None
         return committed
-
-    def close(self) -> None:
-        if self._end_reader is not None:
-            self._end_reader.close()
-            self._end_reader = None
 
     def _wait(self, futures: Mapping[str, object], tolerated: int) -> None:
         for name, future in futures.items():
