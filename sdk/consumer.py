@@ -204,6 +204,11 @@ class FederatedConsumer:
             self._on_revoke(self, partitions)
         for tp in partitions:
             self._revoke(tp)
+        # A cluster this member no longer reads from loses its client at once: its physical topic may be
+        # deleted next (a shrink, a decommission), and librdkafka 2.16 crashes a live consumer that has
+        # known a topic deleted on Tansu. _start makes a new client when partitions there come back.
+        for cluster_id in set(self._consumers) - {p.cluster_id for p in self._owned.values()}:
+            self._consumers.pop(cluster_id).close()
 
     def _start(self, tp: LogicalPartition, placement: _Placement) -> None:
         consumer = self._consumer(placement.cluster_id)
@@ -257,8 +262,7 @@ class FederatedConsumer:
                 self.commit(asynchronous=True)
             if self._buffer:
                 return self._hand_out(num_messages)
-            consumers = [(cid, c) for cid, c in self._consumers.items()
-                         if any(pl.cluster_id == cid for pl in self._owned.values())]  # fmt: skip
+            consumers = list(self._consumers.items())  # each reads at least one owned partition
             if consumers:
                 wait = 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
                 self._next_consumer = (self._next_consumer + 1) % len(consumers)
