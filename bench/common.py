@@ -20,7 +20,7 @@ from typing import Any, Literal, Self
 
 import httpx
 
-from deploy.local import DEMO_TOPIC, LocalFederation, LocalQuorum, create_demo_topic, stop_processes
+from deploy.local import LocalFederation, LocalQuorum, ready_demo_topic, stop_processes
 
 from .httpconn import TRANSPORT_ERRORS, Connection
 
@@ -299,14 +299,10 @@ class Children:
 @contextlib.contextmanager
 def running_quorum(data_dir: Path, extra_args: Sequence[str] = ()) -> Iterator[LocalQuorum]:
     """A started 3-node quorum that has a leader able to commit; always stopped on exit."""
-    q = LocalQuorum(data_dir, extra_args=extra_args)
-    try:
-        q.start()
+    with LocalQuorum(data_dir, extra_args=extra_args) as q:
         q.leader(timeout_s=30)
         wait_writable(q)
         yield q
-    finally:
-        q.stop()
 
 
 def wait_writable(q: LocalQuorum, timeout_s: float = 30.0) -> None:
@@ -327,13 +323,7 @@ def start_demo_federation(fed: LocalFederation, timeout_s: float = 60.0) -> None
     """Start ``fed``, wait for its sub-clusters, create the demo topic U_TopicA and wait until it takes
     writes everywhere. The caller stops ``fed``."""
     fed.start()
-    fed.wait_clusters_healthy(timeout_s=timeout_s)
-    create_demo_topic(fed)
-    deadline = time.monotonic() + timeout_s
-    while not all(p["writable"] and p["leader"] for p in fed.metadata(topic=DEMO_TOPIC)["topics"][0]["partitions"]):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{DEMO_TOPIC} not writable within {timeout_s} s; logs in {fed.data_dir}")
-        time.sleep(0.1)
+    ready_demo_topic(fed, timeout_s)
 
 
 class Background:

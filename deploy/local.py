@@ -380,6 +380,14 @@ def create_demo_topic(fed: LocalFederation) -> dict[str, Any]:
             return dict(client.get(f"/v1/topics/{DEMO_TOPIC}"))
 
 
+def ready_demo_topic(fed: LocalFederation, timeout_s: float = 40.0) -> None:
+    """On a started ``fed``: wait for its sub-clusters, create ``U_TopicA`` and wait until it takes writes
+    everywhere (what tests and benchmarks need before their first message)."""
+    fed.wait_clusters_healthy(timeout_s=timeout_s)
+    create_demo_topic(fed)
+    fed.wait_writable(DEMO_TOPIC, timeout_s)
+
+
 def local_up(data_dir: Path, http_base_port: int, raft_base_port: int, once: bool = False) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops the children too, like Ctrl-C
     quorum = LocalQuorum(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from deploy.local import DEMO_TOPIC, LocalFederation, LocalQuorum, create_demo_topic
+from deploy.local import DEMO_TOPIC, LocalFederation, LocalQuorum, ready_demo_topic
 from metadata_log.client import ControllerClient
 from sdk import FederatedConsumer
 
@@ -54,9 +54,7 @@ def client(quorum: LocalQuorum) -> Iterator[ControllerClient]:
 def fed(tmp_path: Path) -> Iterator[LocalFederation]:
     """The local federation (c1 and c2 in r1, their agents) with the demo topic writable on both."""
     with LocalFederation(tmp_path) as federation:
-        federation.wait_clusters_healthy(timeout_s=40)
-        create_demo_topic(federation)
-        federation.wait_writable(TOPIC, timeout_s=20)
+        ready_demo_topic(federation)
         yield federation
 
 

@@ -20,8 +20,6 @@ from spark_pipeline.events import ensure_topic, produce_events
 from spark_pipeline.jobs import audit as audit_job
 from spark_pipeline.jobs import ods_ingest
 
-from .conftest import wait_writable
-
 pytestmark = pytest.mark.slow
 
 
@@ -86,7 +84,7 @@ def test_metadata_offset_pins_the_partition_set(spark: Any, fed: LocalFederation
     pinned = int(fed.metadata()["offset"])
     with ControllerClient(fed.quorum.urls) as client:
         client.post(f"/v1/topics/{topic}/partitions", {"cluster_id": "c1", "count": 1, "physical_topic": "T_pin_b"})
-    wait_writable(fed, topic)
+    fed.wait_writable(topic)
     landed = produce(fed, topic, [f"v{i}" for i in range(600)])
     assert set(landed.values()) == {0, 1, 2}
 
@@ -201,7 +199,7 @@ def test_a_partition_added_by_scale_up_is_read_by_the_next_run(
     fed.wait_clusters_healthy(["c3"], timeout_s=30)
     with ControllerClient(fed.quorum.urls) as client:
         client.post(f"/v1/topics/{topic}/partitions", {"cluster_id": "c3", "count": 2})
-    wait_writable(fed, topic)
+    fed.wait_writable(topic)
     landed = produce(fed, topic, [f"b{i}" for i in range(900)])
     assert {2, 3} <= set(landed.values())
     second = Sink()
