@@ -158,7 +158,7 @@ def raw_conf(data_dir: Path) -> Any:
     dump serializer classes back in place (importing ``metadata_log.raft`` replaces them module-wide)."""
     _pso.createJournal = pysyncobj.journal.createJournal
     _pso.Serializer = pysyncobj.serializer.Serializer
-    return RaftSettings().conf(data_dir, LogState(), cast(RaftNode, _NoHooks()))
+    return RaftSettings().conf(data_dir, cast(RaftNode, _NoHooks()))
 
 
 def conf_summary(conf: Any) -> dict[str, Any]:

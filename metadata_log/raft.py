@@ -58,7 +58,7 @@ class RaftSettings:
     password: str | None = None  # encrypts + authenticates Raft traffic (needs `cryptography`)
     command_queue_size: int = 10_000
 
-    def conf(self, data_dir: Path, state: LogState, node: RaftNode) -> SyncObjConf:
+    def conf(self, data_dir: Path, node: RaftNode) -> SyncObjConf:
         return SyncObjConf(
             # Entries leave at once instead of on the next heartbeat (100 ms commits otherwise);
             # we batch records per command ourselves (group commit in the controller).
@@ -237,7 +237,7 @@ class RaftNode:
         self._loaded_raft_internal = self._validate_dump(data_dir / "raft.dump")
         _journal_fsync.on = self.settings.journal_fsync
         try:
-            self._conf = self.settings.conf(data_dir, state, self)
+            self._conf = self.settings.conf(data_dir, self)
             self._syncobj = _Replica(self_raft, list(peers_raft), self._conf, self)
         finally:
             _journal_fsync.on = False
