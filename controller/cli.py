@@ -26,13 +26,6 @@ and catches up; a damaged state file stops the node with an error instead of sta
 """
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return value
-
-
 def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -60,33 +53,33 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--data-dir", required=True, type=Path, help="journal and state dump of this node")
     c.add_argument(
         "--retention-records",
-        type=_positive_int,
+        type=ops.positive_int,
         default=100_000,
         help="records kept in memory for readers by offset (default 100000); older ones are served as a snapshot",
     )
     c.add_argument(
         "--commit-timeout-ms",
-        type=_positive_int,
+        type=ops.positive_int,
         default=5000,
         help="a write not committed by then answers 504 'outcome unknown' (default 5000)",
     )
-    c.add_argument("--election-timeout-ms-min", type=_positive_int, default=300)
-    c.add_argument("--election-timeout-ms-max", type=_positive_int, default=900)
+    c.add_argument("--election-timeout-ms-min", type=ops.positive_int, default=300)
+    c.add_argument("--election-timeout-ms-max", type=ops.positive_int, default=900)
     c.add_argument(
         "--lease-ms",
-        type=_positive_int,
+        type=ops.positive_int,
         default=3000,
         help="an agent that has not heartbeat for this long has its cluster fenced (default 3000)",
     )
     c.add_argument(
         "--compaction-min-entries",
-        type=_positive_int,
+        type=ops.positive_int,
         default=100_000,
         help="Raft entries between state dumps (default 100000; each dump writes the whole image)",
     )
     c.add_argument(
         "--compaction-period-s",
-        type=_positive_int,
+        type=ops.positive_int,
         default=120,
         help="each node dumps its state at most once per period, in its own slice of it so that nodes "
         "never dump at the same time (default 120)",
@@ -99,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--drain-grace-ms",
-        type=_positive_int,
+        type=ops.positive_int,
         default=2000,
         help="after a partition stops taking writes, wait this long before trusting its end offset for "
         "removal (covers producers that have not yet seen the change; default 2000)",
@@ -123,16 +116,16 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--region", required=True, help="region (federation group) the cluster serves")
     a.add_argument("--bootstrap", required=True, help="bootstrap servers of the cluster, host:port[,host:port]")
     a.add_argument("--controller", required=True, help="controller URLs, comma-separated")
-    a.add_argument("--heartbeat-ms", type=_positive_int, default=500, help="beat interval (default 500)")
+    a.add_argument("--heartbeat-ms", type=ops.positive_int, default=500, help="beat interval (default 500)")
     a.add_argument(
         "--probe-timeout-ms",
-        type=_positive_int,
+        type=ops.positive_int,
         default=1000,
         help="a metadata request slower than this counts as a failed probe (default 1000)",
     )
     a.add_argument(
         "--probe-failures",
-        type=_positive_int,
+        type=ops.positive_int,
         default=2,
         help="failed probes in a row before the cluster is reported unhealthy and fenced (default 2)",
     )
@@ -159,8 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir, and a live status line. Ctrl-C stops everything.",
     )
     up.add_argument("--data-dir", type=Path, default=Path("var/local"), help="default: var/local")
-    up.add_argument("--http-base-port", type=_positive_int, default=8001, help="default 8001 (8001-8003)")
-    up.add_argument("--raft-base-port", type=_positive_int, default=9101, help="default 9101 (9101-9103)")
+    up.add_argument("--http-base-port", type=ops.positive_int, default=8001, help="default 8001 (8001-8003)")
+    up.add_argument("--raft-base-port", type=ops.positive_int, default=9101, help="default 9101 (9101-9103)")
     up.add_argument("--once", action="store_true", help="start, wait until a leader is elected, print, stop")
     return parser
 

@@ -99,8 +99,8 @@ def add_parsers(sub: Any) -> None:
     create = tsub.add_parser("create", parents=[client], help="create a logical topic over its region's clusters")
     create.add_argument("name")
     create.add_argument("--region", required=True)
-    create.add_argument("--partitions-per-cluster", type=_positive_int, required=True)
-    create.add_argument("--retention-ms", type=_positive_int, default=None)
+    create.add_argument("--partitions-per-cluster", type=positive_int, required=True)
+    create.add_argument("--retention-ms", type=positive_int, default=None)
     create.set_defaults(func=topic_create)
     show = tsub.add_parser("status", parents=[client], help="a topic's logical partitions and where they live")
     show.add_argument("name")
@@ -114,7 +114,7 @@ def add_parsers(sub: Any) -> None:
     )
     expand.add_argument("name")
     expand.add_argument("--cluster", required=True, help="the cluster that takes the new partitions")
-    expand.add_argument("--partitions", type=_positive_int, required=True, help="live partitions wanted there")
+    expand.add_argument("--partitions", type=positive_int, required=True, help="live partitions wanted there")
     expand.add_argument("--physical-topic", default=None, help="physical topic name (default: the logical name)")
     expand.set_defaults(func=topic_expand)
     shrink = tsub.add_parser(
@@ -410,7 +410,8 @@ def _when(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError("must be a positive integer")

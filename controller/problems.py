@@ -20,7 +20,6 @@ from metadata_log.errors import (
     NotFound,
     OutcomeUnknown,
     PayloadTooLarge,
-    Unauthorized,
     Unavailable,
 )
 
@@ -33,7 +32,6 @@ _STATUS: dict[type[KfedError], int] = {
     NotFound: 404,
     Conflict: 409,
     Gone: 410,
-    Unauthorized: 401,
     PayloadTooLarge: 413,
     Unavailable: 503,
     OutcomeUnknown: 504,

@@ -60,7 +60,3 @@ class OutcomeUnknown(KfedError):
 
 class PayloadTooLarge(KfedError):
     title = "Payload too large"
-
-
-class Unauthorized(KfedError):
-    title = "Unauthorized"
