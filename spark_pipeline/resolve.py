@@ -13,13 +13,12 @@ from typing import Any, Final
 import httpx
 
 from metadata_log.codec import CodecError, record_from_dict, unpack
-from metadata_log.follower import FollowerError, LogFollower
+from metadata_log.follower import MSGPACK, FollowerError, LogFollower
 from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire
 from metadata_log.records import Record
 
 from .options import SourceOptionError
 
-MSGPACK: Final = "application/msgpack"
 PAGE_RECORDS: Final = 5_000
 
 
