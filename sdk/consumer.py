@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 DEFAULT_SESSION_TIMEOUT_MS: Final = 10_000
 DEFAULT_MAX_POLL_INTERVAL_MS: Final = 300_000
 HEARTBEAT_S: Final = 0.5
+CLIENT_DEADLINE_S: Final = 2.0
+"""How long one call to the quorum (heartbeat, leave) may retry over the controllers."""
 LogicalPartition = tuple[str, int]
 PartitionsCallback = Callable[["FederatedConsumer", list[LogicalPartition]], None]
 
@@ -77,7 +79,7 @@ class FederatedConsumer:
         self._follower = LogFollower(controllers, wait_ms=2000)
         self._follower.poll(0)
         self._follower.start()
-        self._client = ControllerClient(controllers, deadline_s=2.0)
+        self._client = ControllerClient(controllers, deadline_s=CLIENT_DEADLINE_S)
         self._consumers: dict[str, Consumer] = {}
         self._owned: dict[LogicalPartition, _Placement] = {}
         # offset after the last message handed to the application, per owned partition: what commits use
@@ -355,6 +357,9 @@ class FederatedConsumer:
         self._revoke_all(list(self._owned))
         self._closed.set()
         self._beat_now.set()
+        if self._heartbeat_thread is not None:
+            # A beat in flight must end before the leave (it would rejoin) and before the client closes.
+            self._heartbeat_thread.join(CLIENT_DEADLINE_S + 1)
         if self._member_id is not None:
             try:
                 self._client.post(f"/v1/groups/{self.group}/leave", {"member_id": self._member_id})
