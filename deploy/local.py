@@ -325,13 +325,16 @@ class LocalFederation(_Processes):
                 raise TimeoutError(f"clusters not healthy after {timeout_s} s: {clusters}; logs in {self.data_dir}")
             time.sleep(0.1)
 
-    def wait_writable(self, topic: str, timeout_s: float = 30.0) -> None:
+    def wait_writable(self, topic: str, timeout_s: float = 30.0, min_offset: int = -1) -> None:
         """Until every writable partition of ``topic`` has a leader and takes writes (its physical topic
-        exists and its cluster is healthy): what a producer needs before its first message."""
+        exists and its cluster is healthy): what a producer needs before its first message.
+
+        ``min_offset``: the offset of a write just made (a follower may not have applied it yet)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            parts = self.metadata(topic=topic)["topics"][0]["partitions"]
-            if all(p["writable"] and p["leader"] for p in parts if p["state"] == "writable"):
+            topics = self.metadata(topic=topic, min_offset=min_offset)["topics"]
+            parts = topics[0]["partitions"] if topics else []
+            if parts and all(p["writable"] and p["leader"] for p in parts if p["state"] == "writable"):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{topic} not writable after {timeout_s} s: {parts}; logs in {self.data_dir}")

@@ -83,8 +83,10 @@ def test_metadata_offset_pins_the_partition_set(spark: Any, fed: LocalFederation
     ensure_topic(controllers(fed), topic)  # one partition per cluster: P0 on c1, P1 on c2
     pinned = int(fed.metadata()["offset"])
     with ControllerClient(fed.quorum.urls) as client:
-        client.post(f"/v1/topics/{topic}/partitions", {"cluster_id": "c1", "count": 1, "physical_topic": "T_pin_b"})
-    fed.wait_writable(topic)
+        added = client.post(
+            f"/v1/topics/{topic}/partitions", {"cluster_id": "c1", "count": 1, "physical_topic": "T_pin_b"}
+        )
+    fed.wait_writable(topic, min_offset=added["offset"])
     landed = produce(fed, topic, [f"v{i}" for i in range(600)])
     assert set(landed.values()) == {0, 1, 2}
 
@@ -198,8 +200,8 @@ def test_a_partition_added_by_scale_up_is_read_by_the_next_run(
     fed.add_cluster("c3", "r1")
     fed.wait_clusters_healthy(["c3"], timeout_s=30)
     with ControllerClient(fed.quorum.urls) as client:
-        client.post(f"/v1/topics/{topic}/partitions", {"cluster_id": "c3", "count": 2})
-    fed.wait_writable(topic)
+        added = client.post(f"/v1/topics/{topic}/partitions", {"cluster_id": "c3", "count": 2})
+    fed.wait_writable(topic, min_offset=added["offset"])
     landed = produce(fed, topic, [f"b{i}" for i in range(900)])
     assert {2, 3} <= set(landed.values())
     second = Sink()
