@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test test-fast lint bench clean
+.PHONY: run test test-fast lint bench faults browser clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,8 +21,21 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy metadata_log controller deploy broker_agent sdk spark_pipeline
 
-test: lint
+test: lint browser
 	$(BIN)/pytest -q
+
+# The dashboard tests (tests/ui) drive Debian's chromium through Playwright; install it when missing.
+browser:
+	@command -v chromium >/dev/null || { \
+		echo "installing Debian's chromium for the dashboard tests (tests/ui)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+# Seeded fault injection against a real 3-node quorum: make faults SEED=7 DURATION=120
+SEED     ?= 1
+DURATION ?= 60
+faults: $(STAMP)
+	$(BIN)/python -m tests.faults --seed $(SEED) --duration $(DURATION)
 
 # Everything except the multi-process scenarios marked slow.
 test-fast: lint
