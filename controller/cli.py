@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -96,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=2000,
         help="after a partition stops taking writes, wait this long before trusting its end offset for "
         "removal (covers producers that have not yet seen the change; default 2000)",
+    )
+    c.add_argument(
+        "--raft-bind",
+        metavar="HOST:PORT",
+        help="listen for Raft traffic here instead of on this node's raft address in the config (which "
+        "peers dial and which identifies the node): behind a port mapping or a proxy",
     )
     c.add_argument(
         "--no-journal-fsync",
@@ -193,6 +200,8 @@ def _controller(args: argparse.Namespace) -> int:
 
     if args.election_timeout_ms_max <= args.election_timeout_ms_min:
         raise ConfigError("--election-timeout-ms-max must be above --election-timeout-ms-min")
+    if args.raft_bind is not None and not re.fullmatch(r"[^\s:,]+:\d{1,5}", args.raft_bind):
+        raise ConfigError(f"--raft-bind must be host:port, got {args.raft_bind!r}")
     quorum = load_quorum(args.config)
     quorum.voter(args.node_id)
     settings = NodeSettings(
@@ -207,6 +216,7 @@ def _controller(args: argparse.Namespace) -> int:
             journal_fsync=not args.no_journal_fsync,
             compaction_min_entries=args.compaction_min_entries,
             compaction_min_s=args.compaction_period_s,
+            bind_address=args.raft_bind,
         ),
     )
     run_node(quorum, args.node_id, args.data_dir, settings)

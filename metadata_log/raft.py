@@ -56,6 +56,9 @@ class RaftSettings:
     compaction_min_s: int = 120
     journal_fsync: bool = True  # msync the journal after every append before it is acknowledged
     password: str | None = None  # encrypts + authenticates Raft traffic (needs `cryptography`)
+    # Listen here instead of on the node's own Raft address (which peers dial and which identifies the
+    # node): for a node behind a NAT or port mapping, or a fault-injection proxy in tests.
+    bind_address: str | None = None
     command_queue_size: int = 10_000
 
     def conf(self, data_dir: Path, node: RaftNode) -> SyncObjConf:
@@ -93,6 +96,7 @@ class RaftSettings:
             logCompactionMinTime=self.compaction_min_s,
             logCompactionSplit=True,  # nodes compact at different times, never all at once
             password=self.password,
+            bindAddress=self.bind_address,
             onStateChanged=node._on_state_changed,
         )
 
