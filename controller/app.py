@@ -27,7 +27,7 @@ from metadata_log.errors import Gone, InvalidRequest, NotFound, OutcomeUnknown, 
 from metadata_log.image import MetadataImage
 from metadata_log.views import cluster_view, metadata_view, topic_view
 
-from . import metrics, problems
+from . import dashboard, metrics, problems
 from .drain import PartitionDrain
 from .groups import SESSION_TIMEOUT_MS_DEFAULT, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN
 from .service import ControllerService, WriteReply, check_idempotency_key, fingerprint
@@ -652,6 +652,7 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
             media_type="application/json",
         )
 
+    dashboard.mount(app)
     app.state.forwarder = forwarder
     return app
 
