@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from metadata_log.access import NO_ACCESS, Access
 from metadata_log.client import ControllerClient
 from metadata_log.commands import PhysicalPartition
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
@@ -56,7 +57,9 @@ class Agent:
         bootstrap: str,
         controllers: Sequence[str] | str,
         settings: AgentSettings | None = None,
+        access: Access = NO_ACCESS,
     ) -> None:
+        """``access``: the admin token (agents report for their cluster) and the controllers' CA."""
         self.cluster_id = cluster_id
         self.region = region
         self.bootstrap = bootstrap
@@ -64,8 +67,9 @@ class Agent:
         self.cluster = PhysicalCluster(
             bootstrap, self.settings.probe_timeout_ms / 1000, self.settings.replication_factor
         )
-        self.client = ControllerClient(controllers, deadline_s=max(1.0, 2 * self.settings.heartbeat_ms / 1000))
-        self.follower = LogFollower(controllers, wait_ms=5000, listener=self._on_log)
+        deadline_s = max(1.0, 2 * self.settings.heartbeat_ms / 1000)
+        self.client = ControllerClient(controllers, deadline_s=deadline_s, access=access)
+        self.follower = LogFollower(controllers, wait_ms=5000, listener=self._on_log, access=access)
         self._previous_image: MetadataImage = EMPTY_IMAGE
         self._deleted_topics: set[str] = set()  # physical topics of logical topics deleted from the log
         self._seen_topics: set[str] = set()  # managed topics this agent has seen on the cluster

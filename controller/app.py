@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,7 +28,7 @@ from metadata_log.errors import Gone, InvalidRequest, NotFound, OutcomeUnknown, 
 from metadata_log.image import MetadataImage
 from metadata_log.views import cluster_view, metadata_view, topic_view
 
-from . import dashboard, metrics, problems
+from . import auth, dashboard, metrics, problems
 from .drain import PartitionDrain
 from .groups import SESSION_TIMEOUT_MS_DEFAULT, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN
 from .service import ControllerService, WriteReply, check_idempotency_key, fingerprint
@@ -159,7 +160,14 @@ def write_response(request: Request, reply: WriteReply, status: int = 200) -> Re
     return respond(request, body, status, headers)
 
 
-def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
+def build_app(
+    service: ControllerService,
+    lifespan: Any = None,
+    tokens: auth.Tokens = auth.Tokens(),  # noqa: B008 - immutable
+    peer_verify: ssl.SSLContext | bool = True,
+) -> FastAPI:
+    """``tokens``: what requests need (see ``auth``); ``peer_verify``: how this node verifies the other
+    voters' HTTPS certificates when it forwards to the leader or asks them for their status."""
     app = FastAPI(
         title="kfed controller",
         version="1",
@@ -167,12 +175,17 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
         lifespan=lifespan,
     )
     problems.install(app)
+    auth.document(app, tokens)
     latency = metrics.RequestLatency()
-    forwarder = httpx.AsyncClient(timeout=httpx.Timeout(service.commit_timeout_s + 2, connect=1.0))
+    forwarder = httpx.AsyncClient(timeout=httpx.Timeout(service.commit_timeout_s + 2, connect=1.0), verify=peer_verify)
+    # The node's own token for its status calls to the other voters (forwarded requests carry the caller's).
+    own_token = tokens.admin or tokens.read
+    peer_headers = {"Authorization": f"Bearer {own_token}"} if own_token else {}
     sse_subscribers = 0
     full_view = _RenderedView()
 
-    app.add_middleware(_MeasureAndLimit, latency=latency)
+    app.add_middleware(auth.Authorize, tokens=tokens)
+    app.add_middleware(_MeasureAndLimit, latency=latency)  # added last: outermost, so refusals are measured too
 
     async def forward_to_leader(request: Request) -> Response | None:
         """A leader-only request (a write, a lease, a group call) on a follower is sent on to the leader;
@@ -254,7 +267,7 @@ def build_app(service: ControllerService, lifespan: Any = None) -> FastAPI:
 
         async def ask(voter_http: str) -> dict[str, Any] | None:
             try:
-                r = await forwarder.get(voter_http + "/v1/node", timeout=0.5)
+                r = await forwarder.get(voter_http + "/v1/node", timeout=0.5, headers=peer_headers)
                 return r.json() if r.status_code == 200 else None
             except (httpx.HTTPError, ValueError):
                 return None

@@ -14,12 +14,14 @@ from starlette.responses import Response
 
 from metadata_log.errors import (
     Conflict,
+    Forbidden,
     Gone,
     InvalidRequest,
     KfedError,
     NotFound,
     OutcomeUnknown,
     PayloadTooLarge,
+    Unauthorized,
     Unavailable,
 )
 
@@ -29,6 +31,8 @@ PROBLEM_JSON = "application/problem+json"
 
 _STATUS: dict[type[KfedError], int] = {
     InvalidRequest: 422,
+    Unauthorized: 401,
+    Forbidden: 403,
     NotFound: 404,
     Conflict: 409,
     Gone: 410,
@@ -48,6 +52,8 @@ def kfed_error_response(error: KfedError) -> Response:
     headers = None
     if isinstance(error, Unavailable):
         headers = {"Retry-After": str(max(1, math.ceil(error.retry_after_s)))}
+    elif isinstance(error, Unauthorized):
+        headers = {"WWW-Authenticate": 'Bearer realm="kfed"'}
     return problem(status, error.title, error.detail, headers, **error.extra)
 
 

@@ -13,7 +13,18 @@ from typing import Any, Final
 
 import httpx
 
-from .errors import Conflict, Gone, InvalidRequest, KfedError, NotFound, OutcomeUnknown, Unavailable
+from .access import NO_ACCESS, Access
+from .errors import (
+    Conflict,
+    Forbidden,
+    Gone,
+    InvalidRequest,
+    KfedError,
+    NotFound,
+    OutcomeUnknown,
+    Unauthorized,
+    Unavailable,
+)
 
 RETRYABLE_STATUSES: Final = frozenset({502, 503, 504})
 
@@ -39,11 +50,12 @@ class ControllerClient:
         *,
         deadline_s: float = DEFAULT_DEADLINE_S,
         timeout_s: float = 10.0,
+        access: Access = NO_ACCESS,
     ) -> None:
         self.urls = controller_urls(controllers)
         self.deadline_s = deadline_s
         self._current = 0
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=2.0))
+        self._http = access.http_client(httpx.Timeout(timeout_s, connect=2.0))
 
     def request(
         self,
@@ -109,6 +121,8 @@ class ControllerClient:
 
 
 _BY_STATUS: Final[dict[int, type[KfedError]]] = {
+    401: Unauthorized,
+    403: Forbidden,
     404: NotFound,
     409: Conflict,
     410: Gone,

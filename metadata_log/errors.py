@@ -26,6 +26,18 @@ class InvalidRequest(KfedError):
         self.field = field
 
 
+class Unauthorized(KfedError):
+    """No credentials, or a token this node does not know (401)."""
+
+    title = "Unauthorized"
+
+
+class Forbidden(KfedError):
+    """A known token that does not allow this request, e.g. the read token on an admin write (403)."""
+
+    title = "Forbidden"
+
+
 class NotFound(KfedError):
     title = "Not found"
 

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 import httpx
 
+from .access import NO_ACCESS, Access
 from .client import controller_urls
 from .codec import CodecError, record_from_dict, unpack
 from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire
@@ -50,13 +51,14 @@ class LogFollower:
         listener: Listener | None = None,
         client: httpx.Client | None = None,
         timeout_s: float = 5.0,
+        access: Access = NO_ACCESS,
     ) -> None:
         self.urls = controller_urls(controllers)
         self.wait_ms = wait_ms
         self.limit = limit
         self.image: MetadataImage = EMPTY_IMAGE
         self._listener = listener
-        self._client = client or httpx.Client(timeout=httpx.Timeout(timeout_s + wait_ms / 1000, connect=timeout_s))
+        self._client = client or access.http_client(httpx.Timeout(timeout_s + wait_ms / 1000, connect=timeout_s))
         self._owns_client = client is None
         self._current = 0
         self._advanced = threading.Condition()

@@ -3,18 +3,44 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from metadata_log.access import Access, AccessError
 from metadata_log.client import controller_urls
 
+KFED_KEYS_HELP = """\
+kfed.controllers       controller URLs, comma-separated or a list (required)
+kfed.token.file        file holding the token sent to the controllers (a read token is enough)
+kfed.token             the token itself (instead of kfed.token.file)
+kfed.ssl.ca.location   CA bundle that verifies the controllers' HTTPS certificates (default: the system's)
+"""
 
-def split_config(config: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
-    """(controller URLs, the rest): ``kfed.controllers`` is required; ``bootstrap.servers`` is refused
-    because each physical cluster's comes from the metadata."""
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    controllers: list[str]
+    access: Access
+    kafka: dict[str, Any]  # passed through to the confluent-kafka clients
+
+
+def split_config(config: Mapping[str, Any]) -> ClientConfig:
+    """The ``kfed.*`` keys (see ``KFED_KEYS_HELP``) and the rest. ``bootstrap.servers`` is refused because
+    each physical cluster's comes from the metadata."""
     rest = dict(config)
     controllers = rest.pop("kfed.controllers", None)
     if not controllers:
         raise ValueError("config needs 'kfed.controllers': the controller URLs (comma-separated or a list)")
     if "bootstrap.servers" in rest:
         raise ValueError("do not set 'bootstrap.servers': each physical cluster's comes from the metadata")
-    return controller_urls(controllers), rest
+    token, token_file = rest.pop("kfed.token", None), rest.pop("kfed.token.file", None)
+    ca_file = rest.pop("kfed.ssl.ca.location", None)
+    if token and token_file:
+        raise ValueError("set 'kfed.token' or 'kfed.token.file', not both")
+    try:
+        access = Access.from_files(token_file, ca_file)
+    except AccessError as e:
+        raise ValueError(str(e)) from None
+    if token:
+        access = Access(str(token), access.ca_file)
+    return ClientConfig(controller_urls(controllers), access, rest)

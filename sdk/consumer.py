@@ -53,7 +53,8 @@ class _Placement:
 
 class FederatedConsumer:
     def __init__(self, config: Mapping[str, Any]) -> None:
-        controllers, cfg = split_config(config)
+        client_config = split_config(config)
+        controllers, access, cfg = client_config.controllers, client_config.access, client_config.kafka
         self.group = cfg.get("group.id")
         if not self.group:
             raise ValueError("config needs 'group.id'")
@@ -76,10 +77,10 @@ class FederatedConsumer:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
         }
-        self._follower = LogFollower(controllers, wait_ms=2000)
+        self._follower = LogFollower(controllers, wait_ms=2000, access=access)
         self._follower.poll(0)
         self._follower.start()
-        self._client = ControllerClient(controllers, deadline_s=CLIENT_DEADLINE_S)
+        self._client = ControllerClient(controllers, deadline_s=CLIENT_DEADLINE_S, access=access)
         self._consumers: dict[str, Consumer] = {}
         self._owned: dict[LogicalPartition, _Placement] = {}
         # offset after the last message handed to the application, per owned partition: what commits use

@@ -80,7 +80,8 @@ class _Route:
 
 class FederatedProducer:
     def __init__(self, config: Mapping[str, Any]) -> None:
-        controllers, cfg = split_config(config)
+        client_config = split_config(config)
+        cfg = client_config.kafka
         self._mute_s = int(cfg.pop("kfed.mute.ms", DEFAULT_MUTE_MS)) / 1000
         self._default_callback: DeliveryCallback | None = cfg.pop("on_delivery", None)
         self._physical_config = {"enable.metrics.push": False, **cfg}
@@ -94,7 +95,9 @@ class FederatedProducer:
         self._to_purge: set[str] = set()
         self._lock = threading.Lock()  # guards _to_purge and _fenced (the follower thread writes them)
         self._rr = 0
-        self._follower = LogFollower(controllers, wait_ms=2000, listener=self._on_metadata)
+        self._follower = LogFollower(
+            client_config.controllers, wait_ms=2000, listener=self._on_metadata, access=client_config.access
+        )
         self._follower.poll(0)  # an image before the first produce
         self._follower.start()
 

@@ -29,6 +29,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from metadata_log.access import NO_ACCESS, Access
 from metadata_log.client import ControllerClient
 from metadata_log.errors import Conflict, NotFound
 from sdk import FederatedProducer
@@ -57,9 +58,10 @@ def event(producer: str, seq: int, event_time_ms: int, rng: random.Random) -> di
 
 
 def ensure_topic(controllers: Sequence[str] | str, topic: str, region: str = "r1", partitions_per_cluster: int = 1,
-                 timeout_s: float = 30.0) -> None:  # fmt: skip
-    """Create the logical topic if it does not exist and wait until every partition takes writes."""
-    with ControllerClient(controllers) as client:
+                 timeout_s: float = 30.0, access: Access = NO_ACCESS) -> None:  # fmt: skip
+    """Create the logical topic if it does not exist and wait until every partition takes writes
+    (``access``: the admin token when the controllers require one)."""
+    with ControllerClient(controllers, access=access) as client:
         body = {"name": topic, "region": region, "partitions_per_cluster": partitions_per_cluster}
         with contextlib.suppress(Conflict):  # it exists already
             client.post("/v1/topics", body)
@@ -89,6 +91,7 @@ def produce_events(
     drop: Collection[int] = (),
     resend_every: int = 0,
     seed: int = 1,
+    access: Access = NO_ACCESS,
 ) -> Produced:
     """Send ``count`` events (seqs ``first_seq..``) spread evenly over ``span_ms`` of event time.
 
@@ -108,6 +111,10 @@ def produce_events(
 
     sent = dropped = 0
     config = {"kfed.controllers": controllers, "linger.ms": 5, "on_delivery": report, "enable.idempotence": False}
+    if access.token:
+        config["kfed.token"] = access.token
+    if access.ca_file:
+        config["kfed.ssl.ca.location"] = access.ca_file
     with FederatedProducer(config) as producer:
         for i in range(count):
             seq = first_seq + i

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from metadata_log.access import NO_ACCESS, Access, AccessError
 from metadata_log.client import controller_urls
 
 EARLIEST: Final = -2
@@ -43,6 +44,8 @@ _KNOWN: Final = frozenset(
         "kfed.maxoffsetspertask",
         "kfed.endoffsets",
         "kfed.timeoutms",
+        "kfed.token.file",
+        "kfed.ssl.ca.location",
         "path",  # Spark passes load(path) as an option; refused below with a reason
     }
 )
@@ -77,6 +80,7 @@ class SourceOptions:
     end_offsets_from: Literal["fetch", "list"] = "fetch"
     timeout_ms: int = 10_000
     kafka: Mapping[str, str] = field(default_factory=dict)
+    access: Access = NO_ACCESS  # token and CA for the controllers
 
 
 def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
@@ -130,6 +134,11 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
     if end_from not in ("fetch", "list"):
         raise SourceOptionError("kfed.endOffsets", "must be 'fetch' (works on every broker) or 'list' (ListOffsets)")
     kafka = {k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")}
+    try:
+        access = Access.from_files(opts.get("kfed.token.file"), opts.get("kfed.ssl.ca.location"))
+    except AccessError as e:
+        option = "kfed.ssl.ca.location" if str(e).startswith("CA file") else "kfed.token.file"
+        raise SourceOptionError(option, str(e)) from None
     return SourceOptions(
         controllers=controllers,
         topics=topics,
@@ -144,6 +153,7 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
         end_offsets_from="list" if end_from == "list" else "fetch",
         timeout_ms=_positive(opts, "kfed.timeoutMs") or 10_000,
         kafka=kafka,
+        access=access,
     )
 
 

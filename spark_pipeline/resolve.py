@@ -12,6 +12,7 @@ from typing import Any, Final
 
 import httpx
 
+from metadata_log.access import NO_ACCESS, Access
 from metadata_log.codec import CodecError, record_from_dict, unpack
 from metadata_log.follower import MSGPACK, FollowerError, LogFollower
 from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire
@@ -26,9 +27,9 @@ class MetadataUnavailable(RuntimeError):
     """No controller answered with the metadata log."""
 
 
-def latest_image(controllers: Sequence[str], timeout_s: float = 10.0) -> MetadataImage:
+def latest_image(controllers: Sequence[str], timeout_s: float = 10.0, access: Access = NO_ACCESS) -> MetadataImage:
     """The image at the quorum's current high watermark (snapshot, then the log after it)."""
-    with LogFollower(controllers, wait_ms=0, timeout_s=timeout_s) as follower:
+    with LogFollower(controllers, wait_ms=0, timeout_s=timeout_s, access=access) as follower:
         return catch_up(follower)
 
 
@@ -42,11 +43,13 @@ def catch_up(follower: LogFollower) -> MetadataImage:
     return follower.image
 
 
-def image_at(controllers: Sequence[str], offset: int, timeout_s: float = 10.0) -> MetadataImage:
+def image_at(
+    controllers: Sequence[str], offset: int, timeout_s: float = 10.0, access: Access = NO_ACCESS
+) -> MetadataImage:
     """The image after exactly the records ``0..offset``; ``SourceOptionError('metadataOffset')`` when the
     controllers no longer hold them (below their window) or do not have them yet (above the high watermark)."""
     errors = []
-    with httpx.Client(timeout=timeout_s) as client:
+    with access.http_client(timeout_s) as client:
         for url in controllers:
             try:
                 return _replay(client, url, offset)

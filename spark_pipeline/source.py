@@ -128,9 +128,9 @@ class KfedBatchReader(DataSourceReader):
         o = self.options
         timeout_s = o.timeout_ms / 1000
         image = (
-            image_at(o.controllers, o.metadata_offset, timeout_s)
+            image_at(o.controllers, o.metadata_offset, timeout_s, o.access)
             if o.metadata_offset is not None
-            else latest_image(o.controllers, timeout_s)
+            else latest_image(o.controllers, timeout_s, o.access)
         )
         placements = resolve_placements(image, o.topics, require_all=True)
         clusters = bootstraps(image, placements)
@@ -158,7 +158,7 @@ class KfedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _current(self) -> tuple[list[Placement], dict[str, str], dict[tuple[str, str, int], Watermarks]]:
         o = self.options
         if self._follower is None:
-            self._follower = LogFollower(o.controllers, wait_ms=0, timeout_s=o.timeout_ms / 1000)
+            self._follower = LogFollower(o.controllers, wait_ms=0, timeout_s=o.timeout_ms / 1000, access=o.access)
         image = catch_up(self._follower)
         placements = resolve_placements(image, o.topics, require_all=False)
         clusters = bootstraps(image, placements)

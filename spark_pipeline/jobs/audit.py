@@ -7,21 +7,33 @@ whose difference is not zero, writes the whole report under the warehouse, and e
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from spark_pipeline.transforms import audit, dwd, ods
 
-from .common import layer, parser, session
+from .common import access, layer, parser, session, source_options
 
 
-def read_topic(spark: Any, controllers: str, topic: str) -> Any:
-    return spark.read.format("kfed").option("kfed.controllers", controllers).option("subscribe", topic).load()
+def read_topic(spark: Any, controllers: str, topic: str, options: Mapping[str, str]) -> Any:
+    reader = spark.read.format("kfed").option("kfed.controllers", controllers).option("subscribe", topic)
+    return reader.options(**options).load()
 
 
-def run(spark: Any, controllers: str, topic: str, audit_topic: str, warehouse: Path | None) -> list[Any]:
-    """The report rows with a non-zero difference (the whole report goes to ``warehouse``/audit/)."""
-    report = audit(dwd(ods(read_topic(spark, controllers, topic))), read_topic(spark, controllers, audit_topic))
+def run(
+    spark: Any,
+    controllers: str,
+    topic: str,
+    audit_topic: str,
+    warehouse: Path | None,
+    options: Mapping[str, str] | None = None,
+) -> list[Any]:
+    """The report rows with a non-zero difference (the whole report goes to ``warehouse``/audit/).
+    ``options``: more ``kfed`` source options (e.g. ``common.source_options``)."""
+    opts = options or {}
+    events = dwd(ods(read_topic(spark, controllers, topic, opts)))
+    report = audit(events, read_topic(spark, controllers, audit_topic, opts))
     report = report.cache()
     if warehouse is not None:
         report.write.mode("overwrite").parquet(layer(warehouse, "audit", topic))
@@ -41,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--audit-topic", help="logical topic of the audit records (default: TOPIC.audit)")
     args = p.parse_args(argv)
     diffs = run(session("kfed-audit", args.master), args.controllers, args.topic,
-                args.audit_topic or f"{args.topic}.audit", args.warehouse)  # fmt: skip
+                args.audit_topic or f"{args.topic}.audit", args.warehouse, source_options(access(args)))  # fmt: skip
     return 1 if diffs else 0
 
 

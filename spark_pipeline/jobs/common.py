@@ -8,6 +8,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from controller.ops import access_from, add_access_arguments
+from metadata_log.access import Access
+
 DEFAULT_CONTROLLERS: Final = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
 DEFAULT_TOPIC: Final = "U_TopicA"
 DEFAULT_WAREHOUSE: Final = "var/warehouse"
@@ -21,6 +24,7 @@ def parser(prog: str, description: str, *, kafka: bool = True) -> argparse.Argum
             default=os.environ.get("KFED_CONTROLLERS", DEFAULT_CONTROLLERS),
             help="controller URLs, comma-separated (default: $KFED_CONTROLLERS or those of `kfed local up`)",
         )
+        add_access_arguments(p)
     p.add_argument("--topic", default=DEFAULT_TOPIC, help=f"logical topic of the events (default {DEFAULT_TOPIC})")
     p.add_argument(
         "--warehouse",
@@ -30,6 +34,21 @@ def parser(prog: str, description: str, *, kafka: bool = True) -> argparse.Argum
     )
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[2])")
     return p
+
+
+def access(args: argparse.Namespace) -> Access:
+    """The token and CA of ``--token-file`` / ``--tls-ca`` (default: the local federation's token)."""
+    return access_from(args)
+
+
+def source_options(access: Access) -> dict[str, str]:
+    """The ``kfed`` source options that carry ``access``: file paths, so no secret shows in a query plan."""
+    options = {}
+    if access.token_file:
+        options["kfed.token.file"] = access.token_file
+    if access.ca_file:
+        options["kfed.ssl.ca.location"] = access.ca_file
+    return options
 
 
 def layer(warehouse: Path, name: str, topic: str) -> str:

@@ -7,21 +7,30 @@ run reads what arrived since the last one, exactly once, and stops.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from spark_pipeline.transforms import ods
 
-from .common import layer, parser, session
+from .common import access, layer, parser, session, source_options
 
 
-def run(spark: Any, controllers: str, topic: str, warehouse: Path, max_offsets_per_trigger: int | None = None) -> int:
-    """Rows ingested by this run."""
+def run(
+    spark: Any,
+    controllers: str,
+    topic: str,
+    warehouse: Path,
+    max_offsets_per_trigger: int | None = None,
+    options: Mapping[str, str] | None = None,
+) -> int:
+    """Rows ingested by this run. ``options``: more ``kfed`` source options (e.g. ``common.source_options``)."""
     reader = (
         spark.readStream.format("kfed")
         .option("kfed.controllers", controllers)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
+        .options(**(options or {}))
     )
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
@@ -43,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-offsets-per-trigger", type=int, help="cap each micro-batch (default: no cap)")
     args = p.parse_args(argv)
     spark = session("kfed-ods_ingest", args.master)
-    rows = run(spark, args.controllers, args.topic, args.warehouse, args.max_offsets_per_trigger)
+    rows = run(spark, args.controllers, args.topic, args.warehouse, args.max_offsets_per_trigger,
+               source_options(access(args)))  # fmt: skip
     print(f"ods_ingest: {rows} rows from {args.topic} into {layer(args.warehouse, 'ods', args.topic)}")
     return 0
 

@@ -1,0 +1,80 @@
+"""How a client reaches the controllers: the bearer token it sends and the CA bundle it verifies TLS with.
+
+Agents, the SDK, Spark jobs and the ``kfed`` CLI all build their HTTP clients through ``Access``, so a
+quorum that requires a token or serves HTTPS only needs the two settings here.
+"""
+
+from __future__ import annotations
+
+import secrets
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import httpx
+
+MIN_SECRET_CHARS: Final = 16
+
+
+class AccessError(ValueError):
+    """A token, secret or CA file that cannot be used; the message names the file."""
+
+
+def read_secret(path: str | Path, what: str) -> str:
+    """A token or shared secret from a file (surrounding whitespace stripped; at least 16 characters)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise AccessError(f"{what} {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise AccessError(f"{what} {path}: cannot be read: {e}") from None
+    if len(text) < MIN_SECRET_CHARS or any(c.isspace() for c in text):
+        raise AccessError(f"{what} {path}: must hold one token of at least {MIN_SECRET_CHARS} characters, no spaces")
+    return text
+
+
+def write_secret(path: Path) -> str:
+    """Create ``path`` with a fresh random token readable by its owner only, or keep the one it holds."""
+    if path.exists():
+        return read_secret(path, "token file")
+    token = secrets.token_urlsafe(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(token + "\n", encoding="utf-8")
+    return token
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """``token``: sent as ``Authorization: Bearer``; ``ca_file``: CA bundle for HTTPS (None: the system's);
+    ``token_file``: where the token was read from, if it was (to hand on to other processes)."""
+
+    token: str | None = field(default=None, repr=False)
+    ca_file: str | None = None
+    token_file: str | None = None
+
+    @classmethod
+    def from_files(cls, token_file: str | Path | None = None, ca_file: str | Path | None = None) -> Access:
+        token = read_secret(token_file, "token file") if token_file else None
+        if ca_file and not Path(ca_file).is_file():
+            raise AccessError(f"CA file {ca_file}: no such file")
+        return cls(token, str(ca_file) if ca_file else None, str(token_file) if token_file else None)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def verify(self) -> ssl.SSLContext | bool:
+        if self.ca_file is None:
+            return True
+        try:
+            return ssl.create_default_context(cafile=self.ca_file)
+        except (OSError, ssl.SSLError) as e:
+            raise AccessError(f"CA file {self.ca_file}: not a PEM certificate bundle: {e}") from None
+
+    def http_client(self, timeout: httpx.Timeout | float) -> httpx.Client:
+        return httpx.Client(timeout=timeout, headers=self.headers, verify=self.verify())
+
+
+NO_ACCESS: Final = Access()
