@@ -297,9 +297,12 @@ class Children:
 
 
 @contextlib.contextmanager
-def running_quorum(data_dir: Path, extra_args: Sequence[str] = ()) -> Iterator[LocalQuorum]:
-    """A started 3-node quorum that has a leader able to commit; always stopped on exit."""
-    with LocalQuorum(data_dir, extra_args=extra_args) as q:
+def running_quorum(data_dir: Path, extra_args: Sequence[str] = (), secure: bool = False) -> Iterator[LocalQuorum]:
+    """A started 3-node quorum that has a leader able to commit; always stopped on exit.
+
+    Unsecured by default (no admin token, plain Raft traffic) so that it compares like for like with
+    the raw pysyncobj baseline; ``secure`` measures the cost of the Raft secret and the token check."""
+    with LocalQuorum(data_dir, extra_args=extra_args, secure=secure) as q:
         q.leader(timeout_s=30)
         wait_writable(q)
         yield q

@@ -23,7 +23,6 @@ from typing import Any
 
 from deploy.local import DEMO_TOPIC as TOPIC
 from deploy.local import LocalFederation
-from metadata_log.client import ControllerClient
 from metadata_log.follower import LogFollower
 from metadata_log.image import MetadataImage
 from metadata_log.records import ClusterFenced, Record
@@ -79,7 +78,7 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
         start_demo_federation(fed)
         producing = _Producing(fed)
         producing.start()
-        client = ControllerClient(fed.quorum.urls)
+        client = fed.quorum.controller_client()
         for trial in range(trials):
             cluster_id = f"n{trial}"
             fed.add_cluster(cluster_id, "r1")

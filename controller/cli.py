@@ -8,6 +8,7 @@ import re
 import sys
 from pathlib import Path
 
+from metadata_log.access import AccessError
 from metadata_log.state import CorruptState
 from spark_pipeline import cli as pipeline_cli
 
@@ -99,6 +100,29 @@ def build_parser() -> argparse.ArgumentParser:
         "removal (covers producers that have not yet seen the change; default 2000)",
     )
     c.add_argument(
+        "--admin-token-file",
+        type=Path,
+        help="admin writes (POST/PUT/DELETE, agents' reports) need 'Authorization: Bearer <this token>'",
+    )
+    c.add_argument(
+        "--read-token-file",
+        type=Path,
+        help="reads and consumer-group calls need this token (or the admin one); default: reads are open",
+    )
+    c.add_argument(
+        "--raft-secret-file",
+        type=Path,
+        help="shared secret of the voters: Raft traffic is encrypted and authenticated with it, so a stranger "
+        "on the Raft port can neither join nor inject (every voter needs the same secret; costs latency)",
+    )
+    c.add_argument("--tls-cert", type=Path, help="serve the API over HTTPS with this certificate (PEM chain)")
+    c.add_argument("--tls-key", type=Path, help="private key of --tls-cert (PEM)")
+    c.add_argument(
+        "--tls-ca",
+        type=Path,
+        help="CA bundle to verify the other voters' HTTPS certificates (default: the system's CAs)",
+    )
+    c.add_argument(
         "--raft-bind",
         metavar="HOST:PORT",
         help="listen for Raft traffic here instead of on this node's raft address in the config (which "
@@ -123,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--region", required=True, help="region (federation group) the cluster serves")
     a.add_argument("--bootstrap", required=True, help="bootstrap servers of the cluster, host:port[,host:port]")
     a.add_argument("--controller", required=True, help="controller URLs, comma-separated")
+    a.add_argument(
+        "--token-file",
+        type=Path,
+        help="file with the admin token, when the controllers require one (agents report for their cluster)",
+    )
+    a.add_argument("--tls-ca", type=Path, help="CA bundle to verify the controllers' HTTPS certificates")
     a.add_argument("--heartbeat-ms", type=ops.positive_int, default=500, help="beat interval (default 500)")
     a.add_argument(
         "--probe-timeout-ms",
@@ -184,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             from deploy.local import local_up
 
             return local_up(args.data_dir, args.http_base_port, args.raft_base_port, once=args.once)
-    except (ConfigError, CorruptState) as e:
+    except (ConfigError, CorruptState, AccessError) as e:
         print(f"kfed: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -193,23 +223,39 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _controller(args: argparse.Namespace) -> int:
+    from metadata_log.access import read_secret
     from metadata_log.raft import RaftSettings
 
+    from .auth import Tokens
     from .config import load_quorum
-    from .node import NodeSettings, run_node
+    from .node import NodeSettings, TlsFiles, run_node
 
     if args.election_timeout_ms_max <= args.election_timeout_ms_min:
         raise ConfigError("--election-timeout-ms-max must be above --election-timeout-ms-min")
     if args.raft_bind is not None and not re.fullmatch(r"[^\s:,]+:\d{1,5}", args.raft_bind):
         raise ConfigError(f"--raft-bind must be host:port, got {args.raft_bind!r}")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    for flag in ("tls_cert", "tls_key", "tls_ca"):
+        path = getattr(args, flag)
+        if path is not None and not path.is_file():
+            raise ConfigError(f"--{flag.replace('_', '-')} {path}: no such file")
     quorum = load_quorum(args.config)
-    quorum.voter(args.node_id)
+    me = quorum.voter(args.node_id)
+    if args.tls_cert and not me.http.startswith("https://"):
+        raise ConfigError(f"--tls-cert given but this node's http URL in {args.config} is {me.http}, not https://")
+    tokens = Tokens(
+        admin=read_secret(args.admin_token_file, "--admin-token-file") if args.admin_token_file else None,
+        read=read_secret(args.read_token_file, "--read-token-file") if args.read_token_file else None,
+    )
     settings = NodeSettings(
         retention_records=args.retention_records,
         commit_timeout_s=args.commit_timeout_ms / 1000,
         lease_ms=args.lease_ms,
         drain_grace_ms=args.drain_grace_ms,
         join=args.join,
+        tokens=tokens,
+        tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_ca) if args.tls_cert else None,
         raft=RaftSettings(
             election_timeout_ms_min=args.election_timeout_ms_min,
             election_timeout_ms_max=args.election_timeout_ms_max,
@@ -217,6 +263,7 @@ def _controller(args: argparse.Namespace) -> int:
             compaction_min_entries=args.compaction_min_entries,
             compaction_min_s=args.compaction_period_s,
             bind_address=args.raft_bind,
+            password=read_secret(args.raft_secret_file, "--raft-secret-file") if args.raft_secret_file else None,
         ),
     )
     run_node(quorum, args.node_id, args.data_dir, settings)
@@ -227,6 +274,7 @@ def _agent(args: argparse.Namespace) -> int:
     import signal
 
     from broker_agent.agent import Agent, AgentSettings
+    from metadata_log.access import Access
     from metadata_log.commands import check_bootstrap, check_name
     from metadata_log.errors import InvalidRequest
 
@@ -247,6 +295,7 @@ def _agent(args: argparse.Namespace) -> int:
             replication_factor=args.replication_factor,
             failures_to_fence=args.probe_failures,
         ),
+        Access.from_files(args.token_file, args.tls_ca),
     )
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     try:

@@ -14,12 +14,14 @@ from urllib.parse import urlparse
 import uvicorn
 from fastapi import FastAPI
 
+from metadata_log.access import Access
 from metadata_log.image import MetadataImage
 from metadata_log.raft import RaftNode, RaftSettings
 from metadata_log.records import Record
 from metadata_log.state import LogState
 
 from .app import build_app
+from .auth import Tokens
 from .config import QuorumConfig
 from .drain import DEFAULT_GRACE_MS
 from .leases import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS
@@ -38,12 +40,30 @@ class NodeSettings:
     drain_grace_ms: int = DEFAULT_GRACE_MS
     join: bool = False  # a node new to a running quorum: do not campaign until a leader has added it
     raft: RaftSettings = field(default_factory=RaftSettings)
+    tokens: Tokens = field(default_factory=Tokens)
+    tls: TlsFiles | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """HTTPS for the API: this node's certificate chain and key, and the CA bundle it verifies the other
+    voters with (None: the system's CAs)."""
+
+    cert: Path
+    key: Path
+    ca: Path | None = None
 
 
 def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeSettings) -> None:
     """Run until SIGTERM/SIGINT. pysyncobj must be built in this (main, long-lived) thread."""
     me = quorum.voter(node_id)
     peers = [v.raft for v in quorum.voters if v.id != node_id]
+    if settings.raft.password is None:
+        log.warning(
+            "Raft traffic of %s is neither encrypted nor authenticated: anyone who can reach that port can "
+            "join or run code in this process (pysyncobj unpickles what it receives). Use --raft-secret-file.",
+            me.raft,
+        )
     loop = _new_event_loop()
     asyncio.set_event_loop(loop)
 
@@ -79,8 +99,10 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
         await service.stop()
         await app.state.forwarder.aclose()
 
-    app = build_app(service, lifespan)
+    peer_verify = Access(ca_file=str(settings.tls.ca) if settings.tls and settings.tls.ca else None).verify()
+    app = build_app(service, lifespan, settings.tokens, peer_verify)
     host, port = _host_port(me.http)
+    tls = settings.tls
     config = uvicorn.Config(
         app,
         host=host,
@@ -91,6 +113,8 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=2,
+        ssl_certfile=str(tls.cert) if tls else None,
+        ssl_keyfile=str(tls.key) if tls else None,
     )
     server = uvicorn.Server(config)
     try:

@@ -21,6 +21,8 @@ from typing import IO, Any, Self
 import httpx
 
 from controller.config import Voter, render_quorum
+from metadata_log.access import Access, write_secret
+from metadata_log.client import ControllerClient
 
 STOP_GRACE_S = 5.0
 DEMO_TOPIC = "U_TopicA"
@@ -94,6 +96,9 @@ class LocalQuorum(_Processes):
     """Three (or ``size``) real controller processes on loopback; for ``kfed local up``, tests, benchmarks.
 
     Ports are free ones unless given. ``kill(id)`` is kill -9; ``start(id)`` restarts a node on its data dir.
+    ``secure`` (the default): admin writes need the token in ``<secrets_dir>/admin.token`` and Raft traffic
+    is encrypted with the secret in ``<secrets_dir>/raft.secret`` (both generated once, owner-only).
+    ``tls``: (certificate, key, CA bundle) PEM files; the API is then served over HTTPS and verified with the CA.
     """
 
     def __init__(
@@ -103,17 +108,33 @@ class LocalQuorum(_Processes):
         extra_args: Sequence[str] = (),
         http_ports: Sequence[int] | None = None,
         raft_ports: Sequence[int] | None = None,
+        secure: bool = True,
+        secrets_dir: Path | None = None,
+        tls: tuple[Path, Path, Path] | None = None,
     ) -> None:
         if http_ports is None or raft_ports is None:
             ports = free_ports(2 * size)
             raft_ports, http_ports = ports[:size], ports[size:]
+        scheme = "https" if tls else "http"
         self.voters = [
-            Voter(i + 1, f"127.0.0.1:{raft_ports[i]}", f"http://127.0.0.1:{http_ports[i]}") for i in range(size)
+            Voter(i + 1, f"127.0.0.1:{raft_ports[i]}", f"{scheme}://127.0.0.1:{http_ports[i]}") for i in range(size)
         ]
+        self.tls = tls
         self.data_dir = data_dir
         self.extra_args = list(extra_args)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self.client = httpx.Client(timeout=5.0)
+        secrets_dir = secrets_dir or data_dir
+        self.token_file: Path | None = secrets_dir / "admin.token" if secure else None
+        self.raft_secret_file: Path | None = secrets_dir / "raft.secret" if secure else None
+        self.admin_token = write_secret(self.token_file) if self.token_file else None
+        if self.raft_secret_file:
+            write_secret(self.raft_secret_file)
+        self.access = Access(
+            self.admin_token,
+            ca_file=str(tls[2]) if tls else None,
+            token_file=str(self.token_file) if self.token_file else None,
+        )
+        self.client = self.access.http_client(5.0)  # carries the admin token
 
     @property
     def urls(self) -> list[str]:
@@ -140,8 +161,23 @@ class LocalQuorum(_Processes):
         self._spawn_node(voter.id, config, "--join")
         return voter
 
+    def controller_client(self, **kwargs: Any) -> ControllerClient:
+        """A ``ControllerClient`` of this quorum with its admin token."""
+        return ControllerClient(self.urls, access=self.access, **kwargs)
+
+    @property
+    def token_args(self) -> list[str]:
+        """``--token-file`` (and ``--tls-ca``) for a client command (agent, kfed cluster/topic/quorum)."""
+        args = ["--token-file", str(self.token_file)] if self.token_file else []
+        return args + (["--tls-ca", str(self.tls[2])] if self.tls else [])
+
     def _spawn_node(self, node_id: int, config: Path, *flags: str) -> None:
-        args = ["controller", "--config", str(config), "--node-id", str(node_id), *flags,
+        secrets = []
+        if self.token_file and self.raft_secret_file:
+            secrets = ["--admin-token-file", str(self.token_file), "--raft-secret-file", str(self.raft_secret_file)]
+        if self.tls:
+            secrets += ["--tls-cert", str(self.tls[0]), "--tls-key", str(self.tls[1]), "--tls-ca", str(self.tls[2])]
+        args = ["controller", "--config", str(config), "--node-id", str(node_id), *flags, *secrets,
                 "--data-dir", str(self.data_dir / f"node-{node_id}"), *self.extra_args]  # fmt: skip
         self.procs[node_id] = _spawn(_kfed(*args), self.data_dir / f"node-{node_id}.log")
 
@@ -227,7 +263,7 @@ class SubCluster:
     controllers: Sequence[str]
     broker: subprocess.Popen[bytes] | None = None
     agent: subprocess.Popen[bytes] | None = None
-    agent_args: Sequence[str] = ()
+    agent_args: Sequence[str] = ()  # extra flags, e.g. the quorum's --token-file
 
     @property
     def bootstrap(self) -> str:
@@ -282,10 +318,11 @@ class LocalFederation(_Processes):
         agent_args: Sequence[str] = (),
     ) -> None:
         self.data_dir = data_dir
-        self.quorum = quorum or LocalQuorum(data_dir / "quorum")
+        self.quorum = quorum or LocalQuorum(data_dir / "quorum", secrets_dir=data_dir)
+        self.agent_args = [*self.quorum.token_args, *agent_args]
         ports = iter(free_ports(len(clusters)))
         self.clusters = {
-            cid: SubCluster(cid, region, port or next(ports), data_dir, self.quorum.urls, agent_args=agent_args)
+            cid: SubCluster(cid, region, port or next(ports), data_dir, self.quorum.urls, agent_args=self.agent_args)
             for cid, region, port in clusters
         }
 
@@ -297,7 +334,8 @@ class LocalFederation(_Processes):
             c.start_agent()
 
     def add_cluster(self, cluster_id: str, region: str, agent_args: Sequence[str] = ()) -> SubCluster:
-        c = SubCluster(cluster_id, region, free_ports(1)[0], self.data_dir, self.quorum.urls, agent_args=agent_args)
+        c = SubCluster(cluster_id, region, free_ports(1)[0], self.data_dir, self.quorum.urls,
+                       agent_args=[*self.quorum.token_args, *agent_args])  # fmt: skip
         self.clusters[cluster_id] = c
         c.start_broker()
         c.start_agent()
@@ -372,10 +410,9 @@ def status_line(fed: LocalFederation) -> str:
 
 def create_demo_topic(fed: LocalFederation) -> dict[str, Any]:
     """``U_TopicA``: 4 partitions on each of the two clusters (P0-P3 on c1, P4-P7 on c2), once."""
-    from metadata_log.client import ControllerClient
     from metadata_log.errors import Conflict
 
-    with ControllerClient(fed.quorum.urls) as client:
+    with fed.quorum.controller_client() as client:
         try:
             return dict(client.post("/v1/topics", {"name": DEMO_TOPIC, "region": "r1",
                                                    "partitions_per_cluster": DEMO_PARTITIONS_PER_CLUSTER}))  # fmt: skip
@@ -397,6 +434,7 @@ def local_up(data_dir: Path, http_base_port: int, raft_base_port: int, once: boo
         data_dir / "quorum",
         http_ports=[http_base_port + i for i in range(3)],
         raft_ports=[raft_base_port + i for i in range(3)],
+        secrets_dir=data_dir,
     )
     fed = LocalFederation(data_dir, (("c1", "r1", 19092), ("c2", "r1", 29092)), quorum)
     print(f"kfed local: starting 3 controllers, 2 Tansu sub-clusters and their agents; logs in {data_dir}/", flush=True)
@@ -418,6 +456,9 @@ demo topic {DEMO_TOPIC}: {placement}
   stream the log:    curl -sN '{first}/v1/log/stream?offset=0'
   quorum:            curl -s {first}/v1/quorum
   agent leases:      curl -s {first}/v1/agents
+  dashboard:         {first}/ui/
+  admin writes need: -H "Authorization: Bearer $(cat {quorum.token_file})"
+                     (kfed cluster/topic/quorum commands use that file by default)
 Ctrl-C stops everything.
 """,
             flush=True,

@@ -46,7 +46,7 @@ def make_quorum(tmp_path: Path) -> Iterator[Callable[..., LocalQuorum]]:
 
 @pytest.fixture
 def client(quorum: LocalQuorum) -> Iterator[ControllerClient]:
-    with ControllerClient(quorum.urls) as c:
+    with quorum.controller_client() as c:
         yield c
 
 

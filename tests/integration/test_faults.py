@@ -32,7 +32,7 @@ class Writer(threading.Thread):
 
     def __init__(self, q: LocalQuorum, prefix: str) -> None:
         super().__init__(daemon=True)
-        self.client = ControllerClient(q.urls, deadline_s=20)
+        self.client = q.controller_client(deadline_s=20)
         self.prefix = prefix
         self.acked: dict[str, int] = {}  # cluster id -> committed offset
         self.failed: list[str] = []
@@ -118,14 +118,14 @@ def test_restart_of_all_nodes_keeps_every_acknowledged_write(make_quorum) -> Non
     after = q.client.get(q.url(2) + "/v1/metadata").json()
     assert after == before
     # the quorum still takes writes after the restart
-    with ControllerClient(q.urls) as c:
+    with q.controller_client() as c:
         reply = c.post("/v1/clusters", {"cluster_id": "after", "region": "r1", "bootstrap_servers": "127.0.0.1:1"})
     assert reply["offset"] == before["offset"] + 1
 
 
 def test_reader_below_the_window_gets_410_and_recovers_through_the_snapshot(make_quorum) -> None:
     q = make_quorum("--retention-records", "20")
-    with ControllerClient(q.urls) as c:
+    with q.controller_client() as c:
         for i in range(10):
             c.post("/v1/clusters", {"cluster_id": f"w{i}", "region": "r1", "bootstrap_servers": "127.0.0.1:1"})
         early = LogFollower(q.urls, wait_ms=0)
@@ -152,7 +152,7 @@ def test_reader_below_the_window_gets_410_and_recovers_through_the_snapshot(make
 
 def test_damaged_dump_stops_the_node_with_a_clear_error(make_quorum) -> None:
     q = make_quorum("--compaction-min-entries", "20", "--compaction-period-s", "3")
-    with ControllerClient(q.urls) as c:
+    with q.controller_client() as c:
         for i in range(60):
             c.post("/v1/clusters", {"cluster_id": f"d{i}", "region": "r1", "bootstrap_servers": "127.0.0.1:1"})
     dumps = [q.data_dir / f"node-{n}" / "raft.dump" for n in (1, 2, 3)]
@@ -180,7 +180,7 @@ def test_unknown_outcome_retried_with_the_same_key_applies_once(make_quorum, tmp
     first = q.client.post(q.url(leader) + "/v1/clusters", json=body, headers={"Idempotency-Key": key})
     assert first.status_code == 201
     q.kill(leader)  # the client never learns... and retries elsewhere with the same key
-    with ControllerClient([u for v, u in zip(q.voters, q.urls, strict=True) if v.id != leader]) as c:
+    with ControllerClient([u for v, u in zip(q.voters, q.urls, strict=True) if v.id != leader], access=q.access) as c:
         again = c.post("/v1/clusters", body, idempotency_key=key)
     assert again["offset"] == first.json()["offset"]
     survivors = [v.id for v in q.voters if v.id != leader]
@@ -234,10 +234,10 @@ def test_replacing_a_controller_under_write_load_loses_nothing(make_quorum) -> N
     wait_until(lambda: q.node(new.id), 20, "the joining node answers")
     urls = ",".join(q.urls)
     assert kfed(["quorum", "add-voter", "--id", str(new.id), "--raft", new.raft, "--http", new.http,
-                 "--controller", urls]) == 0  # fmt: skip
+                 "--controller", urls, *q.token_args]) == 0  # fmt: skip
     q.wait_applied(max(writer.acked.values()), node_ids=[new.id], timeout_s=30)
     leaving = next(n for n in (1, 2, 3) if n != q.leader())
-    assert kfed(["quorum", "remove-voter", "--id", str(leaving), "--controller", urls]) == 0
+    assert kfed(["quorum", "remove-voter", "--id", str(leaving), "--controller", urls, *q.token_args]) == 0
     q.kill(leaving)
     acked_at_removal = len(writer.acked)
     time.sleep(1.5)
@@ -249,4 +249,6 @@ def test_replacing_a_controller_under_write_load_loses_nothing(make_quorum) -> N
     voters = q.client.get(q.url(staying[0]) + "/v1/quorum").json()["voters"]
     assert sorted(v["id"] for v in voters) == staying
     assert all(v["role"] in ("leader", "follower") for v in voters)
-    assert kfed(["quorum", "remove-voter", "--id", str(leaving), "--controller", urls]) == 0, "re-run: no-op"
+    assert kfed(["quorum", "remove-voter", "--id", str(leaving), "--controller", urls, *q.token_args]) == 0, (
+        "re-run: no-op"
+    )

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from deploy.local import LocalFederation, create_demo_topic
-from metadata_log.client import ControllerClient
 
 from .conftest import log_of, partitions, physical_topics, wait_until
 
@@ -55,7 +54,7 @@ def test_sub_clusters_join_and_the_demo_topic_is_placed_with_live_leaders(fed: L
 
 
 def test_regions_keep_topics_on_their_own_clusters(fed: LocalFederation) -> None:
-    with ControllerClient(fed.quorum.urls) as client:
+    with fed.quorum.controller_client() as client:
         r2 = client.post("/v1/topics", {"name": "R2_Topic", "region": "r2", "partitions_per_cluster": 3})
         r1 = client.post("/v1/topics", {"name": "R1_Topic", "region": "r1", "partitions_per_cluster": 1})
     assert {p["cluster_id"] for p in r2["partitions"]} == {"c3"}
@@ -117,7 +116,7 @@ def test_a_dead_agent_loses_its_lease_and_a_restarted_agent_duplicates_nothing(f
 
 def test_deleted_topics_and_removed_partitions_leave_the_brokers(fed: LocalFederation) -> None:
     c1, c2 = fed.clusters["c1"], fed.clusters["c2"]
-    with ControllerClient(fed.quorum.urls) as client:
+    with fed.quorum.controller_client() as client:
         client.post("/v1/topics", {"name": "Gone", "region": "r1", "partitions_per_cluster": 1})
         wait_until(lambda: "Gone" in physical_topics(c1.bootstrap) and "Gone" in physical_topics(c2.bootstrap), 10,
                    "Gone created on both")  # fmt: skip

@@ -11,7 +11,6 @@ import pytest
 
 from controller.cli import main as kfed
 from deploy.local import LocalFederation
-from metadata_log.client import ControllerClient
 from sdk import FederatedProducer
 
 from .conftest import TOPIC, Member, controllers, partitions, physical_topics, wait_for, wait_until
@@ -88,7 +87,7 @@ def test_scale_up_from_two_to_three_clusters_while_producing(fed: LocalFederatio
     fed.wait_clusters_healthy(["c3"], timeout_s=30)
     started = time.monotonic()
     assert kfed(["topic", "expand", TOPIC, "--cluster", "c3", "--partitions", "4", "--controller",
-                 controllers(fed)]) == 0  # fmt: skip
+                 controllers(fed), *fed.quorum.token_args]) == 0  # fmt: skip
     assert "live on c3" in capsys.readouterr().out
     wait_until(lambda: producing.first_ack_on({8, 9, 10, 11}), 10, "a message acknowledged on c3's partitions")
     first = producing.first_ack_on({8, 9, 10, 11})
@@ -100,7 +99,7 @@ def test_scale_up_from_two_to_three_clusters_while_producing(fed: LocalFederatio
     consume_everything(member, producing)
     member.finish()
     assert kfed(["topic", "expand", TOPIC, "--cluster", "c3", "--partitions", "4", "--controller",
-                 controllers(fed)]) == 0, "re-running changes nothing"  # fmt: skip
+                 controllers(fed), *fed.quorum.token_args]) == 0, "re-running changes nothing"  # fmt: skip
     assert len(partitions(fed)) == 12
 
 
@@ -126,11 +125,11 @@ def test_shrink_two_of_eight_partitions_losslessly(fed: LocalFederation) -> None
     time.sleep(1.5)
     member.running.clear()  # the group lags: P6 and P7 must wait for it
     assert kfed(["topic", "shrink", TOPIC, "--partitions", "6,7", "--timeout-s", "6", "--controller",
-                 controllers(fed)]) == 3, "still draining while the group lags"  # fmt: skip
+                 controllers(fed), *fed.quorum.token_args]) == 3, "still draining while the group lags"  # fmt: skip
     assert [p["state"] for p in partitions(fed)][6:] == ["read_only", "read_only"]
     member.running.set()
     assert kfed(["topic", "shrink", TOPIC, "--partitions", "6", "7", "--timeout-s", "60", "--controller",
-                 controllers(fed)]) == 0, "re-running watches until done"  # fmt: skip
+                 controllers(fed), *fed.quorum.token_args]) == 0, "re-running watches until done"  # fmt: skip
     time.sleep(0.5)
     watching.set()
     watcher.join()
@@ -145,7 +144,7 @@ def test_shrink_two_of_eight_partitions_losslessly(fed: LocalFederation) -> None
         assert acked_there, f"nothing reached P{p} before the shrink"
         unread = acked_there - read_before_removal[p]
         assert not unread, f"P{p} was removed before the group read {len(unread)} of its messages"
-    with ControllerClient(fed.quorum.urls) as client:
+    with fed.quorum.controller_client() as client:
         grown = client.post(f"/v1/topics/{TOPIC}/partitions", {"cluster_id": "c2", "count": 1})
     assert [(p["partition"], p["state"]) for p in grown["partitions"]][6:] == [
         (6, "removed"), (7, "removed"), (8, "writable"),
@@ -158,12 +157,26 @@ def test_decommission_a_cluster_under_load(fed: LocalFederation) -> None:
     producing = Producing(fed)
     producing.start()
     time.sleep(1.5)
-    with ControllerClient(fed.quorum.urls) as client:
+    with fed.quorum.controller_client() as client:
         start_offset = client.get("/v1/metadata")["offset"]
-    assert kfed(["cluster", "decommission", "c2", "--timeout-s", "90", "--controller", controllers(fed)]) == 0
+    assert (
+        kfed(
+            [
+                "cluster",
+                "decommission",
+                "c2",
+                "--timeout-s",
+                "90",
+                "--controller",
+                controllers(fed),
+                *fed.quorum.token_args,
+            ]
+        )
+        == 0
+    )
     producing.finish()
     consume_everything(member, producing)
-    with ControllerClient(fed.quorum.urls) as client:
+    with fed.quorum.controller_client() as client:
         records = client.get("/v1/log", offset=start_offset + 1, limit=10_000)["records"]
     steps = [
         r["data"]["state"] for r in records if r["type"] == "ClusterStateChanged" and r["data"]["cluster_id"] == "c2"

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from deploy.local import LocalFederation
-from metadata_log.client import ControllerClient
 from sdk import FederatedProducer
 
 from .conftest import TOPIC, Member, controllers, wait_for, wait_until
@@ -129,7 +128,7 @@ def test_a_read_only_partition_stops_taking_writes_within_a_second_and_stays_rea
 
     def mark() -> None:
         time.sleep(1.5)
-        with ControllerClient(fed.quorum.urls) as client:
+        with fed.quorum.controller_client() as client:
             client.put(f"/v1/topics/{TOPIC}/partitions/3/state", {"state": "read_only"})
         marked.append(time.monotonic())
         time.sleep(2.5)

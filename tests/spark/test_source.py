@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from deploy.local import LocalFederation
-from metadata_log.client import ControllerClient
 from sdk import FederatedProducer
 from spark_pipeline.events import ensure_topic, produce_events
 from spark_pipeline.jobs import audit as audit_job
@@ -80,9 +79,9 @@ def test_batch_read_of_the_demo_topic_returns_exactly_the_produced_messages(spar
 
 def test_metadata_offset_pins_the_partition_set(spark: Any, fed: LocalFederation) -> None:
     topic = "T_pin"
-    ensure_topic(controllers(fed), topic)  # one partition per cluster: P0 on c1, P1 on c2
+    ensure_topic(controllers(fed), topic, access=fed.quorum.access)  # one partition per cluster: P0 on c1, P1 on c2
     pinned = int(fed.metadata()["offset"])
-    with ControllerClient(fed.quorum.urls) as client:
+    with fed.quorum.controller_client() as client:
         added = client.post(
             f"/v1/topics/{topic}/partitions", {"cluster_id": "c1", "count": 1, "physical_topic": "T_pin_b"}
         )
@@ -107,7 +106,7 @@ def test_available_now_runs_over_growing_data_read_every_record_once(
     spark: Any, fed: LocalFederation, tmp_path: Path
 ) -> None:
     topic = "T_grow"
-    ensure_topic(controllers(fed), topic, partitions_per_cluster=2)
+    ensure_topic(controllers(fed), topic, partitions_per_cluster=2, access=fed.quorum.access)
     produce(fed, topic, [f"a{i}" for i in range(3000)])
     first = ods_ingest.run(spark, controllers(fed), topic, tmp_path, max_offsets_per_trigger=1000)
     assert first == 3000
@@ -154,7 +153,7 @@ def stream(spark: Any, fed: LocalFederation, topic: str, sink: Sink, checkpoint:
 
 def test_a_crash_mid_batch_replays_the_same_offsets(spark: Any, fed: LocalFederation, tmp_path: Path) -> None:
     topic = "T_crash"
-    ensure_topic(controllers(fed), topic)
+    ensure_topic(controllers(fed), topic, access=fed.quorum.access)
     produce(fed, topic, [f"a{i}" for i in range(1000)])
     crashing = Sink(fail_on_batch=1)
     query = stream(spark, fed, topic, crashing, tmp_path / "ckpt", maxOffsetsPerTrigger="400")
@@ -176,8 +175,8 @@ def test_a_crash_mid_batch_replays_the_same_offsets(spark: Any, fed: LocalFedera
 
 def test_the_audit_job_finds_a_dropped_message_and_no_loss_otherwise(spark: Any, fed: LocalFederation) -> None:
     topic, audit_topic = "T_audit", "T_audit.audit"
-    ensure_topic(controllers(fed), topic)
-    ensure_topic(controllers(fed), audit_topic)
+    ensure_topic(controllers(fed), topic, access=fed.quorum.access)
+    ensure_topic(controllers(fed), audit_topic, access=fed.quorum.access)
     start_ms = 1_800_000_000_000
     produce_events(controllers(fed), topic, 1500, producer_id="clean", start_ms=start_ms, span_ms=180_000,
                    audit_topic=audit_topic, resend_every=50)  # fmt: skip
@@ -193,13 +192,13 @@ def test_a_partition_added_by_scale_up_is_read_by_the_next_run(
     spark: Any, fed: LocalFederation, tmp_path: Path
 ) -> None:
     topic = "T_scale"
-    ensure_topic(controllers(fed), topic)
+    ensure_topic(controllers(fed), topic, access=fed.quorum.access)
     produce(fed, topic, [f"a{i}" for i in range(500)])
     first = Sink()
     stream(spark, fed, topic, first, tmp_path / "ckpt").awaitTermination(60)
     fed.add_cluster("c3", "r1")
     fed.wait_clusters_healthy(["c3"], timeout_s=30)
-    with ControllerClient(fed.quorum.urls) as client:
+    with fed.quorum.controller_client() as client:
         added = client.post(f"/v1/topics/{topic}/partitions", {"cluster_id": "c3", "count": 2})
     fed.wait_writable(topic, min_offset=added["offset"])
     landed = produce(fed, topic, [f"b{i}" for i in range(900)])
