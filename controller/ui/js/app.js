@@ -1,0 +1,309 @@
+// The dashboard: state, polling, the live log and the admin actions. Views live in render.js.
+//
+// Sources (all on this node's public API):
+//  - GET /v1/log/stream: every record as it commits; each one schedules a (debounced) re-read of
+//    GET /v1/metadata, so partitions, cluster states and fencing follow the log.
+//  - GET /v1/quorum, /v1/agents, /v1/drain every POLL_MS: state that is not in the log (roles,
+//    applied offsets, leases, drain measurements). A poll also re-reads the metadata when the
+//    quorum's high watermark is ahead of it, so the page stays current while the log is paused.
+
+import { api, ApiError, token } from "./api.js";
+import { h, replaceChildren } from "./dom.js";
+import { drainView, logEntry, quorumView, regionsView, topicsView } from "./render.js";
+import { LogStream } from "./sse.js";
+
+const POLL_MS = 1000;
+const METADATA_DEBOUNCE_MS = 150; // records come in bursts (a topic's partitions are one batch)
+const LOG_BACKLOG = 30; // records shown from before the page opened
+const LOG_KEEP = 300; // entries kept in the page
+
+const $ = (testid) => document.querySelector(`[data-testid="${testid}"]`);
+
+const state = {
+  selfId: null,
+  metadata: null,
+  quorum: null,
+  agents: { agents: [] },
+  drain: { partitions: [] },
+  lastOffset: -1, // last record shown in the log
+  knownOffset: -1, // highest offset known committed (records seen, write replies): metadata waits for it
+  paused: false,
+};
+
+// -- messages ----------------------------------------------------------------------------------------
+function showError(message) {
+  const box = $("error");
+  box.querySelector("p").textContent = message;
+  box.hidden = false;
+}
+
+let noticeTimer = null;
+function showNotice(message, forMs = 10_000) {
+  const box = $("notice");
+  box.textContent = message;
+  box.hidden = false;
+  clearTimeout(noticeTimer);
+  noticeTimer = setTimeout(() => (box.hidden = true), forMs);
+}
+
+function describe(error) {
+  if (error instanceof ApiError) return `${error.message} (HTTP ${error.status})`;
+  return `the node did not answer: ${error.message || error}`;
+}
+
+// -- metadata ----------------------------------------------------------------------------------------
+let metadataTimer = null;
+let metadataInFlight = null;
+let metadataAgain = false;
+
+/** Re-reads the merged metadata soon; calls during a read are folded into one more read after it. */
+function refreshMetadataSoon() {
+  if (metadataTimer) return;
+  metadataTimer = setTimeout(() => {
+    metadataTimer = null;
+    refreshMetadata();
+  }, METADATA_DEBOUNCE_MS);
+}
+
+async function refreshMetadata() {
+  if (metadataInFlight) {
+    metadataAgain = true;
+    return metadataInFlight;
+  }
+  metadataInFlight = (async () => {
+    try {
+      const md = await api.metadata(state.knownOffset);
+      if (!state.metadata || md.offset >= state.metadata.offset) state.metadata = md;
+      setStale("metadata", null);
+      renderMetadata();
+    } catch (error) {
+      setStale("metadata", describe(error));
+    } finally {
+      metadataInFlight = null;
+      if (metadataAgain) {
+        metadataAgain = false;
+        refreshMetadataSoon();
+      }
+    }
+  })();
+  return metadataInFlight;
+}
+
+// -- polling -----------------------------------------------------------------------------------------
+async function poll() {
+  const [quorum, agents, drain] = await Promise.allSettled([api.quorum(), api.agents(), api.drain()]);
+  if (quorum.status === "fulfilled") {
+    state.quorum = quorum.value;
+    setStale("quorum", null);
+    if (state.metadata && quorum.value.high_watermark - 1 > state.metadata.offset) refreshMetadataSoon();
+  } else setStale("quorum", describe(quorum.reason));
+  // Leases and drain measurements live on the leader (these reads are forwarded to it): without a
+  // leader they are unknown, which the panels say rather than showing old numbers.
+  state.agents = agents.status === "fulfilled" ? agents.value : { error: describe(agents.reason) };
+  state.drain = drain.status === "fulfilled" ? drain.value : { error: describe(drain.reason) };
+  renderPolled();
+}
+
+async function pollForever() {
+  for (;;) {
+    if (!document.hidden) await poll().catch((e) => console.error(e));
+    await new Promise((r) => setTimeout(r, POLL_MS));
+  }
+}
+
+const stale = new Map();
+function setStale(source, message) {
+  if (message) stale.set(source, message);
+  else stale.delete(source);
+  const box = $("stale");
+  box.hidden = stale.size === 0;
+  box.textContent = [...stale].map(([s, m]) => `${s}: ${m}`).join(" · ");
+}
+
+// -- rendering -----------------------------------------------------------------------------------------
+function renderMetadata() {
+  if (!state.metadata) return;
+  $("metadata-offset").textContent = state.metadata.offset;
+  renderClusters();
+  renderTopics();
+}
+
+function renderPolled() {
+  if (state.quorum) replaceChildren($("quorum-body"), quorumView(state.quorum, state.selfId));
+  renderClusters();
+  renderTopics();
+  replaceChildren($("drain-body"), drainView(state.drain));
+}
+
+function renderClusters() {
+  if (!state.metadata) return;
+  const hw = state.quorum ? state.quorum.high_watermark : null;
+  replaceChildren($("regions-body"), regionsView(state.metadata, state.agents, hw, confirmDecommission));
+}
+
+let topicsSignature = "";
+function renderTopics() {
+  if (!state.metadata) return;
+  const drains = new Map((state.drain.partitions || []).map((r) => [`${r.topic}/${r.partition}`, r]));
+  // Only rebuild when something shown changed: the grid holds many buttons.
+  const signature = JSON.stringify([state.metadata.offset, state.metadata.clusters, [...drains.values()]]);
+  if (signature === topicsSignature) return;
+  topicsSignature = signature;
+  replaceChildren($("topics-body"), topicsView(state.metadata, drains, confirmReadOnly));
+}
+
+// -- the live log ----------------------------------------------------------------------------------
+const stream = new LogStream({
+  onRecord(record) {
+    state.lastOffset = record.offset;
+    state.knownOffset = Math.max(state.knownOffset, record.offset);
+    const list = $("log-list");
+    list.prepend(logEntry(record));
+    while (list.children.length > LOG_KEEP) list.lastElementChild.remove();
+    $("log-next").textContent = record.offset + 1;
+    refreshMetadataSoon();
+  },
+  onGone(problem) {
+    const start = problem.log_start_offset ?? 0;
+    logNotice(`${problem.detail || "offset below the retention window"} — continuing from offset ${start}`);
+    stream.start(start);
+  },
+  onStatus(status, detail) {
+    const pill = $("stream-status");
+    const shown = state.paused && status === "stopped" ? "paused" : status;
+    pill.dataset.status = shown;
+    pill.textContent = shown === "live" ? "live" : shown;
+    pill.title = detail || "";
+    if (status === "unauthorized") logNotice(`the log stream needs a token: ${detail}`);
+  },
+});
+
+function logNotice(message) {
+  const li = h("li", { class: "entry notice", "data-testid": "log-notice" }, message);
+  $("log-list").prepend(li);
+}
+
+function pauseLog() {
+  state.paused = true;
+  stream.stop();
+  $("log-resume-offset").value = state.lastOffset + 1;
+  $("log-pause").disabled = true;
+  $("log-resume").disabled = false;
+}
+
+/** Resumes from the offset in the field. Entries at or after it are dropped: they will come again. */
+function resumeLog(event) {
+  event.preventDefault();
+  const field = $("log-resume-offset");
+  const from = field.value === "" ? state.lastOffset + 1 : Number(field.value);
+  if (!Number.isInteger(from) || from < 0) {
+    showError("resume offset must be a whole number ≥ 0");
+    return;
+  }
+  const list = $("log-list");
+  for (const li of [...list.children]) if (li.dataset.offset === undefined || Number(li.dataset.offset) >= from) li.remove();
+  if (from > state.lastOffset + 1) list.replaceChildren(); // a gap: what is left would mislead
+  logNotice(`resumed from offset ${from}`);
+  state.paused = false;
+  state.lastOffset = from - 1;
+  stream.start(from);
+  $("log-pause").disabled = false;
+  $("log-resume").disabled = true;
+}
+
+// -- admin actions (confirmed in a <dialog>) ---------------------------------------------------------
+/** Opens the confirmation dialog; resolves true when the operator confirms. */
+function confirmAction({ title, body, action }) {
+  const dialog = $("confirm-dialog");
+  dialog.querySelector("#confirm-title").textContent = title;
+  dialog.querySelector("#confirm-body").textContent = body;
+  $("confirm-ok").textContent = action;
+  dialog.returnValue = "";
+  dialog.showModal();
+  $("confirm-cancel").focus();
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "confirm"), { once: true });
+  });
+}
+
+async function adminWrite(what, write) {
+  try {
+    const reply = await write();
+    $("error").hidden = true;
+    showNotice(`${what}: committed at offset ${reply.offset}`);
+    state.knownOffset = Math.max(state.knownOffset, reply.offset);
+    await refreshMetadata();
+  } catch (error) {
+    showError(`${what} failed: ${describe(error)}`);
+  }
+}
+
+async function confirmReadOnly(topic, p) {
+  const ok = await confirmAction({
+    title: `Set ${topic} P${p.partition} read-only?`,
+    body:
+      `Producers stop writing to P${p.partition} (on ${p.cluster_id}) at once; consumers keep reading it. ` +
+      "It is removed once every group reading the topic has consumed it to the end.",
+    action: "Set read-only",
+  });
+  if (ok) await adminWrite(`${topic} P${p.partition} read-only`, () => api.setPartitionState(topic, p.partition, "read_only"));
+}
+
+async function confirmDecommission(cluster) {
+  const ok = await confirmAction({
+    title: `Decommission cluster ${cluster.cluster_id}?`,
+    body:
+      `Every partition on ${cluster.cluster_id} goes read-only now; the cluster drains and is ` +
+      "decommissioned once its partitions are consumed. This cannot be undone from here.",
+    action: "Decommission",
+  });
+  if (ok) await adminWrite(`decommission ${cluster.cluster_id}`, () => api.decommissionCluster(cluster.cluster_id));
+}
+
+// -- the token ---------------------------------------------------------------------------------------
+function showTokenState() {
+  const set = Boolean(token.get());
+  $("token-state").textContent = set ? "token set" : "no token";
+  $("token-state").dataset.set = set;
+}
+
+function wireToken() {
+  $("token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const field = $("token-input");
+    token.set(field.value.trim());
+    field.value = "";
+    showTokenState();
+    // Reads may need the token too: read again now rather than at the next failure.
+    if (!state.paused) stream.start(state.lastOffset + 1);
+    refreshMetadata();
+  });
+  $("token-clear").addEventListener("click", () => {
+    token.set("");
+    showTokenState();
+  });
+  showTokenState();
+}
+
+// -- start ---------------------------------------------------------------------------------------------
+async function main() {
+  wireToken();
+  $("error").querySelector("button").addEventListener("click", () => ($("error").hidden = true));
+  $("log-pause").addEventListener("click", pauseLog);
+  $("log-resume-form").addEventListener("submit", resumeLog);
+
+  try {
+    const node = await api.node();
+    state.selfId = node.id;
+    $("node-label").textContent = `node ${node.id}`;
+  } catch (error) {
+    setStale("node", describe(error));
+  }
+  await refreshMetadata();
+  const start = state.metadata ? Math.max(0, state.metadata.offset - LOG_BACKLOG + 1) : 0;
+  state.lastOffset = start - 1;
+  stream.start(start);
+  pollForever();
+}
+
+main();
