@@ -91,11 +91,12 @@ async function refreshMetadata() {
 
 // -- polling -----------------------------------------------------------------------------------------
 async function poll() {
+  if (state.selfId === null) await identifyNode();
   const [quorum, agents, drain] = await Promise.allSettled([api.quorum(), api.agents(), api.drain()]);
   if (quorum.status === "fulfilled") {
     state.quorum = quorum.value;
     setStale("quorum", null);
-    if (state.metadata && quorum.value.high_watermark - 1 > state.metadata.offset) refreshMetadataSoon();
+    if (!state.metadata || quorum.value.high_watermark - 1 > state.metadata.offset) refreshMetadataSoon();
   } else setStale("quorum", describe(quorum.reason));
   // Leases and drain measurements live on the leader (these reads are forwarded to it): without a
   // leader they are unknown, which the panels say rather than showing old numbers.
@@ -108,6 +109,18 @@ async function pollForever() {
   for (;;) {
     if (!document.hidden) await poll().catch((e) => console.error(e));
     await new Promise((r) => setTimeout(r, POLL_MS));
+  }
+}
+
+/** Which voter serves this page (marked in the quorum table). */
+async function identifyNode() {
+  try {
+    const node = await api.node();
+    state.selfId = node.id;
+    $("node-label").textContent = `node ${node.id}`;
+    setStale("node", null);
+  } catch (error) {
+    setStale("node", describe(error));
   }
 }
 
@@ -171,10 +184,10 @@ const stream = new LogStream({
   onStatus(status, detail) {
     const pill = $("stream-status");
     const shown = state.paused && status === "stopped" ? "paused" : status;
+    if (shown === "unauthorized" && pill.dataset.status !== shown) logNotice(`the log stream needs a token: ${detail}`);
     pill.dataset.status = shown;
-    pill.textContent = shown === "live" ? "live" : shown;
+    pill.textContent = shown;
     pill.title = detail || "";
-    if (status === "unauthorized") logNotice(`the log stream needs a token: ${detail}`);
   },
 });
 
@@ -292,13 +305,7 @@ async function main() {
   $("log-pause").addEventListener("click", pauseLog);
   $("log-resume-form").addEventListener("submit", resumeLog);
 
-  try {
-    const node = await api.node();
-    state.selfId = node.id;
-    $("node-label").textContent = `node ${node.id}`;
-  } catch (error) {
-    setStale("node", describe(error));
-  }
+  await identifyNode();
   await refreshMetadata();
   const start = state.metadata ? Math.max(0, state.metadata.offset - LOG_BACKLOG + 1) : 0;
   state.lastOffset = start - 1;

@@ -69,6 +69,7 @@ export function regionsView(metadata, agents, highWatermark, onDecommission, now
     for (const p of t.partitions)
       if (p.state !== "removed") partitionCount.set(p.cluster_id, (partitionCount.get(p.cluster_id) || 0) + 1);
 
+  const context = { leases, agentsError: agents.error, partitionCount, highWatermark, onDecommission, now };
   const regions = groupBy(metadata.clusters, (c) => c.region);
   return [...regions].map(([region, clusters]) =>
     h(
@@ -78,15 +79,14 @@ export function regionsView(metadata, agents, highWatermark, onDecommission, now
       h(
         "ul",
         { class: "cards" },
-        clusters.map((c) =>
-          clusterCard(c, leases.get(c.cluster_id), agents.error, partitionCount.get(c.cluster_id) || 0, highWatermark, onDecommission, now),
-        ),
+        clusters.map((c) => clusterCard(c, context)),
       ),
     ),
   );
 }
 
-function clusterCard(c, lease, agentsError, partitions, highWatermark, onDecommission, now) {
+function clusterCard(c, { leases, agentsError, partitionCount, highWatermark, onDecommission, now }) {
+  const lease = leases.get(c.cluster_id);
   const health = c.fenced
     ? h(
         "div",
@@ -106,7 +106,9 @@ function clusterCard(c, lease, agentsError, partitions, highWatermark, onDecommi
       h("span", { "data-testid": "agent-applied" }, `applied offset ${lease.applied_offset}`),
       lag ? h("span", { class: "warn" }, ` (${lag} behind)`) : null,
       h("span", { class: "dim" }, ` · heartbeat ${ago(lease.last_heartbeat_ms, now)}`),
-      lease.healthy ? null : h("div", { class: "reason" }, `reports unhealthy: ${lease.reason || "no reason given"}`),
+      lease.healthy || (c.fenced && lease.reason === c.fenced_reason)
+        ? null
+        : h("div", { class: "reason" }, `reports unhealthy: ${lease.reason || "no reason given"}`),
     ];
   }
 
@@ -132,7 +134,7 @@ function clusterCard(c, lease, agentsError, partitions, highWatermark, onDecommi
       h("dt", {}, "Bootstrap"),
       h("dd", { class: "mono" }, c.bootstrap_servers),
       h("dt", {}, "Partitions"),
-      h("dd", {}, partitions),
+      h("dd", {}, partitionCount.get(c.cluster_id) || 0),
       h("dt", {}, "Agent"),
       h("dd", { "data-testid": "cluster-agent" }, agent),
     ),
@@ -159,7 +161,7 @@ function clusterCard(c, lease, agentsError, partitions, highWatermark, onDecommi
  */
 export function displayState(p, cluster) {
   if (p.state === "removed") return { state: "removed", note: null };
-  if (cluster?.fenced) return { state: "fenced", note: cluster.fenced_reason };
+  if (cluster?.fenced) return { state: "fenced", note: null }; // the reason is on the cluster's card
   if (p.state === "read_only") return { state: "read_only", note: null };
   if (!p.writable) return { state: "read_only", note: cluster ? `cluster ${cluster.state.replace("_", " ")}` : "no cluster" };
   return { state: "writable", note: p.leader ? null : "no leader yet" };
@@ -220,7 +222,7 @@ function partitionCell(topic, { p, state, note }, drain, onReadOnly) {
       "data-cluster": p.cluster_id,
       "data-state": state,
       "data-partition-state": p.state,
-      title: `leader ${p.leader || "none"}`,
+      title: `${topic} P${p.partition}: leader ${p.leader || "none"}`,
     },
     h(
       "div",

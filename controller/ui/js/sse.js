@@ -92,8 +92,9 @@ export class LogStream {
   async run(signal) {
     let retryMs = RETRY_MS_DEFAULT;
     let failures = 0;
+    this.onStatus("connecting");
     while (!signal.aborted) {
-      this.onStatus(failures ? "reconnecting" : "connecting");
+      // After a failure the status it set ("reconnecting", "unauthorized") stands until an answer.
       try {
         const response = await fetch(`/v1/log/stream?offset=${this.nextOffset}`, {
           headers: { Accept: "text/event-stream", ...authHeaders() },
