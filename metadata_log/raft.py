@@ -15,16 +15,20 @@ What this layer adds to pysyncobj, each for a measured reason (see shared/PYSYNC
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
+import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import pysyncobj.journal as pso_journal
 import pysyncobj.syncobj as _pso
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE
@@ -39,6 +43,8 @@ from .state import CorruptState, LogState, Outcome, Proposal, encode_command
 log = logging.getLogger(__name__)
 
 APPEND_ENTRIES_BATCH_BYTES: Final = 4 * 1024 * 1024
+DISK_HEADROOM_BYTES: Final = 1024 * 1024
+"""A write is refused (503) unless the disk keeps this much free after the journal grows for it."""
 STALL_GUARD_MS: Final = 50
 """A local apply or dump longer than this resets the node's election deadline (see module doc)."""
 
@@ -101,33 +107,206 @@ class RaftSettings:
         )
 
 
-class _FsyncJournal(FileJournal):  # type: ignore[misc]  # pysyncobj is untyped
-    """pysyncobj's file journal, made durable: every append is on disk before it is acknowledged."""
+_JOURNAL_NAME: Final = b"PYSYNCOBJ"
+_LEGACY_FORMAT: Final = 1  # pysyncobj's own: no checksums
+_CHECKED_FORMAT: Final = 0x4B460002  # ours: a CRC-32 in front of each entry's command ("KF", v2)
+_HEADER_SIZE: Final = pso_journal.FIRST_RECORD_OFFSET
+_END_FIELD: Final = pso_journal.LAST_RECORD_OFFSET_OFFSET
+_FORMAT_FIELD: Final = pso_journal.NAME_SIZE + pso_journal.VERSION_SIZE
+_ENTRY_HEAD: Final = struct.Struct("<IQQ")  # size of (idx, term, [crc,] command); idx; term
 
-    def __init__(self, path: str) -> None:
-        self._bulk = False
+
+def _entry_crc(idx: int, term: int, command: bytes) -> bytes:
+    return struct.pack("<I", zlib.crc32(struct.pack("<QQ", idx, term) + command))
+
+
+def _encode_entry(command: bytes, idx: int, term: int) -> bytes:
+    body = struct.pack("<QQ", idx, term) + _entry_crc(idx, term, command) + command
+    size = struct.pack("<I", len(body))
+    return size + body + size
+
+
+def read_journal(path: Path) -> tuple[int, list[tuple[bytes, int, int]]]:
+    """Check a journal file end to end and return (format, entries); ``CorruptState`` names what is wrong.
+
+    Layout (pysyncobj's): a 40-byte header whose last field is the end of the valid entries, then entries
+    framed ``size | idx | term | command | size``; ours puts a CRC-32 of (idx, term, command) before the
+    command. Bytes past the header's end are an append that never completed: ignored, as pysyncobj does.
+    Inside it every entry must be whole, framed, checksummed, and follow the previous one (idx + 1, term
+    not lower): see ``_CheckedJournal`` for why nothing inside the end can be a legitimately torn write.
+    """
+    data = path.read_bytes()
+
+    def corrupt(why: str) -> CorruptState:
+        return CorruptState(
+            f"{path}: {why}. Refusing to start: restore the file, or wipe this node's data dir so that it "
+            "catches up from the other voters"
+        )
+
+    if len(data) < _HEADER_SIZE or not data.startswith(_JOURNAL_NAME):
+        raise corrupt(f"not a Raft journal (file of {len(data)} bytes, bad header)")
+    fmt, end = struct.unpack_from("<II", data, _FORMAT_FIELD)
+    if fmt not in (_LEGACY_FORMAT, _CHECKED_FORMAT):
+        raise corrupt(f"unknown journal format {fmt:#x}")
+    if not _HEADER_SIZE <= end <= len(data):
+        raise corrupt(f"truncated: the header says entries end at byte {end}, the file has {len(data)} bytes")
+    checked = fmt == _CHECKED_FORMAT
+    entries: list[tuple[bytes, int, int]] = []
+    pos = _HEADER_SIZE
+    while pos < end:
+        where = f"entry {len(entries)} at byte {pos}"
+        if pos + _ENTRY_HEAD.size > end:
+            raise corrupt(f"{where} is cut short")
+        size, idx, term = _ENTRY_HEAD.unpack_from(data, pos)
+        if size < 16 + (4 if checked else 0) or pos + 8 + size > end:
+            raise corrupt(f"{where} has a bad size ({size} bytes)")
+        (trailer,) = struct.unpack_from("<I", data, pos + 4 + size)
+        if trailer != size:
+            raise corrupt(f"{where} is damaged (its two size fields differ)")
+        command = data[pos + 20 : pos + 4 + size]
+        if checked:
+            crc, command = command[:4], command[4:]
+            if crc != _entry_crc(idx, term, command):
+                raise corrupt(f"{where} (Raft index {idx}) fails its checksum")
+        if entries and (idx != entries[-1][1] + 1 or term < entries[-1][2]):
+            raise corrupt(f"{where} breaks the sequence (index {idx}, term {term} after {entries[-1][1:]})")
+        entries.append((command, idx, term))
+        pos += 8 + size
+    return fmt, entries
+
+
+def _write_journal_file(path: Path, entries: Sequence[tuple[bytes, int, int]]) -> None:
+    """Write a whole journal next to ``path`` and rename it over: crash-atomic (fsync, rename, fsync dir)."""
+    body = b"".join(_encode_entry(*e) for e in entries)
+    name = _JOURNAL_NAME.ljust(pso_journal.NAME_SIZE, b"\0") + pso_journal.APP_VERSION.ljust(
+        pso_journal.VERSION_SIZE, b"\0"
+    )
+    header = name + struct.pack("<II", _CHECKED_FORMAT, _HEADER_SIZE + len(body))
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(header + body)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_path(str(path.parent))
+
+
+class JournalFull(OSError):
+    """No room on disk for the next journal entry; nothing was written."""
+
+
+class _CheckedJournal(FileJournal):  # type: ignore[misc]  # pysyncobj is untyped
+    """pysyncobj's mmap file journal with checks, ordered writes and room reserved before writing.
+
+    - **Detection at start** (``read_journal``): a truncated or damaged journal, or a damaged ``.meta``
+      (term and vote; pysyncobj reads a bad one as "term 0, no vote"), stops the node with
+      ``CorruptState`` instead of being served or silently shortened.
+    - **The rule for torn writes**: an append writes the entry, syncs it, and only then moves the
+      header's end over it and syncs again. So an entry inside the end was durable before anything could
+      acknowledge it, and a crash mid-append leaves at most bytes *past* the end: an entry never
+      acknowledged (the follower answers the leader, the leader counts itself, only after ``add`` returns),
+      dropped exactly as pysyncobj does. Damage inside the end is therefore never a torn write: it is
+      corruption, and the node refuses to start. (With ``--no-journal-fsync`` there are no syncs: a power
+      loss can tear the tail, which is then reported the same way; kill -9 cannot, the page cache survives.)
+    - **Compaction is atomic**: pysyncobj rewrites the kept entries in place after a dump (clear, then
+      re-add), so a crash in between loses them; here the new journal is written aside and renamed over.
+    - **Disk full**: the file's blocks are reserved (``posix_fallocate``) before an entry is written, so a
+      full disk (or a file size limit) raises ``JournalFull`` before any byte changes, instead of a SIGBUS
+      on the mmap or a half-written entry. The entry is then not in the log; the node stays consistent.
+    - Legacy journals (pysyncobj's format, no checksums) are checked as far as their framing allows and
+      rewritten in this format, atomically, at open.
+    """
+
+    # pysyncobj's privates this class works on (name-mangled in FileJournal; pinned 0.3.17)
+    _FileJournal__journal: list[tuple[bytes, int, int]]
+    _FileJournal__currentOffset: int
+    _FileJournal__journalFile: Any
+
+    def __init__(self, path: str, fsync: bool) -> None:
+        self._path = Path(path)
+        self._fsync = fsync
+        if self._path.exists():
+            fmt, entries = read_journal(self._path)
+            if fmt == _LEGACY_FORMAT:
+                log.info("journal %s: rewriting %d entries with checksums", path, len(entries))
+                _write_journal_file(self._path, entries)
+        else:
+            _write_journal_file(self._path, [])
         super().__init__(path)
+        # pysyncobj's loader kept each command with our checksum in front: drop it (checked above).
+        self._FileJournal__journal = [(c[4:], i, t) for c, i, t in self._FileJournal__journal]
+        meta_path = self._FileJournal__metaStorer.getPath()
+        if not self._FileJournal__meta and os.path.exists(meta_path) and os.path.getsize(meta_path) > 0:
+            raise CorruptState(
+                f"{meta_path}: the Raft term and vote do not decode. Refusing to start: a node that forgot its "
+                "vote could vote twice in one term; wipe this node's data dir so that it catches up"
+            )
+        self._allocated = 0
+        self._reserve(self._file().size())
 
-    def add(self, command: bytes, idx: int, term: int) -> None:
-        super().add(command, idx, term)
-        if not self._bulk:
+    def _file(self) -> Any:
+        return self._FileJournal__journalFile._ResizableFile__mm
+
+    def _reserve(self, size: int) -> None:
+        """Allocate the file's blocks up to ``size`` bytes (mmap writes into holes SIGBUS on a full disk)."""
+        if size <= self._allocated:
+            return
+        f = self._FileJournal__journalFile._ResizableFile__f
+        for want in (max(size, 2 * self._allocated), size):  # grow by doubling when there is room
+            try:
+                os.posix_fallocate(f.fileno(), 0, want)
+            except OSError as e:
+                error = e
+                continue
+            mm = self._file()
+            if len(mm) < want:  # map what was allocated (pysyncobj sizes its writes by the file's size)
+                mm.resize(want)
+            self._allocated = want
+            return
+        raise JournalFull(error.errno, f"no room for the Raft journal ({self._path}): {error.strerror}")
+
+    def room_for(self, command_bytes: int) -> bool:
+        """Whether the disk can take an entry of this size now (read-only: safe off the Raft thread)."""
+        needed = self._FileJournal__currentOffset + command_bytes + 28 - self._allocated
+        if needed <= 0:
+            return True
+        st = os.statvfs(self._path.parent)
+        return bool(st.f_bavail * st.f_frsize >= max(needed, 2 * self._allocated) + DISK_HEADROOM_BYTES)
+
+    def _sync(self) -> None:
+        if self._fsync:
             self.flush()
 
-    def deleteEntriesTo(self, entryTo: int) -> None:  # rewrites the journal: sync once, not per entry
-        self._bulk = True
-        try:
-            super().deleteEntriesTo(entryTo)
-        finally:
-            self._bulk = False
-        self.flush()
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        data = _encode_entry(command, idx, term)
+        start = self._FileJournal__currentOffset
+        self._reserve(start + len(data))
+        journal_file = self._FileJournal__journalFile
+        journal_file.write(start, data)
+        self._sync()  # the entry is durable before the header covers it
+        self._FileJournal__journal.append((command, idx, term))
+        self._FileJournal__currentOffset = start + len(data)
+        journal_file.write(_END_FIELD, struct.pack("<I", start + len(data)))
+        self._sync()
 
-    def deleteEntriesFrom(self, entryFrom: int) -> None:
+    def deleteEntriesTo(self, entryTo: int) -> None:
+        kept = self._FileJournal__journal[entryTo:]
+        self._FileJournal__journalFile._destroy()
+        _write_journal_file(self._path, kept)
+        self._FileJournal__journalFile = pso_journal.ResizableFile(str(self._path))
+        self._FileJournal__journal = list(kept)
+        self._FileJournal__currentOffset = _HEADER_SIZE + sum(28 + len(c) for c, _, _ in kept)
+        self._allocated = 0
+        self._reserve(self._file().size())
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:  # only moves the header's end back: atomic
         super().deleteEntriesFrom(entryFrom)
-        self.flush()
+        self._sync()
 
     def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:
         super().setCurrentTerm(term, votedForNodeId)  # Raft: term + vote durable before any vote is sent
-        _fsync_path(self._FileJournal__metaStorer.getPath())
+        if self._fsync:
+            _fsync_path(self._FileJournal__metaStorer.getPath())
 
 
 def _fsync_path(path: str) -> None:
@@ -144,7 +323,7 @@ _journal_fsync = threading.local()
 def _create_journal(journal_file: str | None) -> Any:
     if journal_file is None:
         return MemoryJournal()
-    return _FsyncJournal(journal_file) if getattr(_journal_fsync, "on", False) else FileJournal(journal_file)
+    return _CheckedJournal(journal_file, fsync=getattr(_journal_fsync, "on", False))
 
 
 class _ThreadedDumpWriter(Serializer):  # type: ignore[misc]  # pysyncobj is untyped
@@ -193,6 +372,8 @@ class _ThreadedDumpWriter(Serializer):  # type: ignore[misc]  # pysyncobj is unt
         except Exception:
             log.exception("writing the state dump failed; the journal is kept")
             self._written_ok = False
+            with contextlib.suppress(OSError):  # e.g. a half-written dump on a full disk
+                os.unlink(tmp)
 
     def checkSerializing(self) -> tuple[int, Any]:
         if self._writer is None:
@@ -359,6 +540,12 @@ class RaftNode:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Outcome]] = loop.create_future()
         data = encode_command(proposals)
+        journal = self._syncobj._SyncObj__raftLog
+        if isinstance(journal, _CheckedJournal) and not journal.room_for(len(data) + 64):
+            # Refuse before proposing: a leader whose journal append fails (JournalFull) drops the command
+            # without answering, so the client would only learn "outcome unknown" after the commit timeout.
+            future.set_exception(Unavailable(f"disk full: no room for the Raft journal in {self.data_dir}"))
+            return future
         with self._pending_lock:
             self._next_pending += 1
             pending_id = self._next_pending
@@ -429,6 +616,25 @@ def _settle(future: asyncio.Future[Any], result: Any, error: int) -> None:
 _FAIL_NAMES: Final = {v: k for k, v in vars(FAIL_REASON).items() if isinstance(v, int)}
 
 
+def guard_snapshot_commit(message: Any, own_commit_index: int) -> Any:
+    """Keep a snapshot message from committing the follower's own, unchecked log entries.
+
+    pysyncobj 0.3.17 handles an ``append_entries`` that carries a snapshot chunk (no ``prevLogIdx``) by
+    raising the follower's commit index to ``min(leader's commit, its own last index)`` without having
+    checked its log against the leader's. A deposed leader that appended entries nobody else has (while
+    cut off) then *applies* them when the new leader starts sending it a snapshot: records that were never
+    committed are served for a moment, until the snapshot replaces the state (found by the fault harness,
+    ``make faults SEED=2 DURATION=90``: a tailer read from the healed node a record at an offset that
+    the quorum had committed differently). Such messages may not raise the commit index: the snapshot
+    itself, and the regular appends after it, bring the real one.
+    """
+    if isinstance(message, dict) and message.get("type") == "append_entries" and "prevLogIdx" not in message:
+        commit = message.get("commit_index")
+        if isinstance(commit, int) and commit > own_commit_index:
+            return {**message, "commit_index": own_commit_index}
+    return message
+
+
 class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
     """The pysyncobj object. Its single replicated method is the whole state machine."""
 
@@ -436,6 +642,12 @@ class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         self._kfed_state = node.state
         self._kfed_node = node
         super().__init__(self_raft, peers, conf)
+        deliver: Callable[[Any, Any], None] = self._SyncObj__onMessageReceived
+
+        def on_message(peer: Any, message: Any) -> None:
+            deliver(peer, guard_snapshot_commit(message, int(self._SyncObj__raftCommitIndex)))
+
+        self._SyncObj__transport.setOnMessageReceivedCallback(on_message)
 
     @replicated  # type: ignore[untyped-decorator]  # pysyncobj is untyped
     def apply_command(self, data: bytes) -> list[Outcome]:
