@@ -27,7 +27,6 @@ def test_fixed_seed_run_has_no_anomaly(seed: int, tmp_path: Path) -> None:
     assert result.anomalies == [], result.report()
 
 
-@pytest.mark.slow
 def test_cut_isolates_exactly_one_node(tmp_path: Path) -> None:
     q = FaultQuorum(tmp_path)
     try:
