@@ -41,7 +41,8 @@ def test_the_dashboard_follows_the_federation_live(fed: LocalFederation, page: P
         expect(cell(page, p)).to_have_attribute("data-cluster", "c1" if p < 4 else "c2")
         expect(cell(page, p)).to_have_attribute("data-state", "writable", timeout=TIMEOUT_MS)
     expect(page.get_by_test_id("voter")).to_have_count(3)
-    expect(page.locator(f'[data-testid="voter"][data-node="{leader}"]')).to_have_attribute("data-role", "leader")
+    # one leader (not necessarily the one seen above: an election may run on a loaded machine)
+    expect(page.locator('[data-testid="voter"][data-role="leader"]')).to_have_count(1, timeout=TIMEOUT_MS)
     for cluster_id in ("c1", "c2"):
         expect(cluster_card(page, cluster_id)).to_have_attribute("data-fenced", "false")
         expect(cluster_card(page, cluster_id).get_by_test_id("agent-applied")).to_be_visible(timeout=TIMEOUT_MS)
