@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pysyncobj.journal as pso_journal
+import pysyncobj.pickle as pso_pickle
 import pysyncobj.syncobj as _pso
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE
@@ -635,19 +636,200 @@ def guard_snapshot_commit(message: Any, own_commit_index: int) -> Any:
     return message
 
 
+Entry = tuple[bytes, int, int]  # pysyncobj's log entry: (command, Raft index, term)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendPlan:
+    """What a follower does with the entries of an ``append_entries`` whose ``prevLogIdx``/``prevLogTerm``
+    matched its log (Raft, Figure 2, AppendEntries receiver steps 3-5)."""
+
+    truncate_from: int | None  # first index where the follower's entry conflicts (other term); None: none does
+    append: Sequence[Entry]  # the message's entries the follower does not hold yet, in order
+    verified: int  # last index this message proves equal to the leader's log: prevLogIdx + len(entries)
+
+
+def plan_append(term_at: Callable[[int], int | None], prev_idx: int, entries: Sequence[Entry]) -> AppendPlan:
+    """Raft's follower rule, given the follower's term at an index (``None`` past its last entry).
+
+    "If an existing entry conflicts with a new one (same index but different terms), delete the existing
+    entry and all that follow it; append any new entries not already in the log." An entry that matches
+    is never deleted, so a late, repeated or reordered ``append_entries`` (one that carries fewer entries
+    than the follower already holds) cannot remove entries it acknowledged; and only ``verified`` may
+    bound the commit index: entries the follower holds past it were not checked by this message.
+    """
+    for i, (_command, idx, term) in enumerate(entries):
+        ours = term_at(idx)
+        if ours is None:
+            return AppendPlan(None, entries[i:], prev_idx + len(entries))
+        if ours != term:
+            return AppendPlan(idx, entries[i:], prev_idx + len(entries))
+    return AppendPlan(None, (), prev_idx + len(entries))
+
+
+def stale_reply(message: Any, current_term: int) -> bool:
+    """A follower's ``next_node_idx`` answers an ``append_entries`` of one term (``_Replica`` stamps it):
+    a leader may count it only in that term. pysyncobj's replies carry no term, so an answer delayed past
+    an election (a paused follower answering the node's previous leadership) would set the match index of
+    the node's new leadership from a log that may since have changed. Unstamped replies (an older kfed)
+    are taken as before."""
+    if not isinstance(message, dict) or message.get("type") != "next_node_idx":
+        return False
+    term = message.get("term")
+    return isinstance(term, int) and term != current_term
+
+
 class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
-    """The pysyncobj object. Its single replicated method is the whole state machine."""
+    """The pysyncobj object. Its single replicated method is the whole state machine.
+
+    It also replaces pysyncobj's follower handling of a regular ``append_entries`` (see
+    ``_kfed_append_entries``) and stamps the follower's replies with its term. pysyncobj's private names are
+    reached by their mangled form (``_SyncObj__...``); pysyncobj is pinned to 0.3.17 and
+    ``tests/unit/test_raft.py`` checks that every name used here exists.
+    """
+
+    # pysyncobj's privates this class works on (name-mangled in SyncObj; pinned 0.3.17)
+    _SyncObj__raftLog: Any
+    _SyncObj__raftCommitIndex: int
+    _SyncObj__raftCurrentTerm: int
+    _SyncObj__raftLastApplied: int
+    _SyncObj__leaderCommitIndex: int | None
+    _SyncObj__recvTransmission: Any
+    _SyncObj__transport: Any
 
     def __init__(self, self_raft: str, peers: list[str], conf: SyncObjConf, node: RaftNode) -> None:
         self._kfed_state = node.state
         self._kfed_node = node
+        # (term, index): the highest index this node has told that term's leader it holds (diagnostics only)
+        self._kfed_acknowledged = (-1, 0)
         super().__init__(self_raft, peers, conf)
-        deliver: Callable[[Any, Any], None] = self._SyncObj__onMessageReceived
 
-        def on_message(peer: Any, message: Any) -> None:
-            deliver(peer, guard_snapshot_commit(message, int(self._SyncObj__raftCommitIndex)))
+    # SyncObj's transport callback is bound in SyncObj.__init__ as ``self.__onMessageReceived``, i.e. this
+    # name: every Raft message, from the first one, comes through here.
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
+        if isinstance(message, dict):
+            if message.get("type") == "append_entries" and "prevLogIdx" in message:
+                if self._kfed_append_entries(node, message):
+                    return
+            elif stale_reply(message, self._SyncObj__raftCurrentTerm):
+                return
+            else:
+                message = guard_snapshot_commit(message, self._SyncObj__raftCommitIndex)
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
 
-        self._SyncObj__transport.setOnMessageReceivedCallback(on_message)
+    def _SyncObj__sendNextNodeIdx(
+        self, node: Any, reset: bool = False, nextNodeIdx: int | None = None, success: bool = False
+    ) -> None:
+        """pysyncobj's follower reply, stamped with the term it answers (see ``stale_reply``)."""
+        if nextNodeIdx is None:
+            nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
+        self._SyncObj__transport.send(node, {
+            "type": "next_node_idx", "next_node_idx": nextNodeIdx, "reset": reset, "success": success,
+            "term": self._SyncObj__raftCurrentTerm,
+        })  # fmt: skip
+
+    def _kfed_append_entries(self, node: Any, message: dict[str, Any]) -> bool:
+        """A regular ``append_entries`` (with ``prevLogIdx``), handled by Raft's rule; False: left to pysyncobj.
+
+        pysyncobj 0.3.17, once ``prevLogIdx``/``prevLogTerm`` match, deletes *every* entry after
+        ``prevLogIdx`` and appends the message's entries. A late or repeated message carrying fewer entries
+        than the follower holds therefore removes entries it had acknowledged (and applied: its
+        "CRITICAL truncating already-applied log entries", 20-116 times per fault run). If the leader dies
+        before re-sending them, a committed entry is held by a minority and a node without it can win the
+        election: an acknowledged write is lost (``make faults SEED=4 DURATION=60``), and nodes that had
+        applied it serve a record the new log does not have (``SEED=3``). Here the follower keeps every
+        matching entry, deletes only from the first conflicting one, and raises its commit index only up
+        to ``min(leader's commit, last index this message verified)``.
+
+        Everything else an accepted ``append_entries`` does (election deadline, leader, term, follower
+        state, leadership-transfer rules) stays pysyncobj's: it is given the same message without log
+        entries, ``prevLogIdx`` or a commit index beyond its own, which touches neither log nor commit.
+        """
+        term = message["term"]
+        transmission = message.get("transmission")
+        if term < self._SyncObj__raftCurrentTerm or transmission not in (None, "finish"):
+            return False  # a stale leader's (ignored), or a chunk of a big entry (only buffered and answered)
+        entries: Sequence[Entry] = message.get("entries", [])
+        if transmission == "finish":  # the last chunk of one entry too big for a single message
+            entries = [pso_pickle.loads(self._SyncObj__recvTransmission + message["data"])]
+            self._SyncObj__recvTransmission = ""
+        SyncObj._SyncObj__onMessageReceived(
+            self, node, {"type": "append_entries", "term": term, "commit_index": self._SyncObj__raftCommitIndex}
+        )
+        self._SyncObj__leaderCommitIndex = leader_commit = message["commit_index"]
+
+        prev_idx, prev_term = message["prevLogIdx"], message["prevLogTerm"]
+        prev = self._SyncObj__getEntries(prev_idx, 1)
+        if not prev:  # not in the log (past its end, or below the dump): "send from my end"
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return True
+        if prev[0][2] != prev_term:  # Raft step 2: the log does not contain prevLogIdx with prevLogTerm
+            self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=prev_idx, success=False, reset=True)
+            return True
+
+        def term_at(idx: int) -> int | None:
+            found = self._SyncObj__getEntries(idx, 1)
+            return int(found[0][2]) if found else None
+
+        plan = plan_append(term_at, prev_idx, entries)
+        last = self._SyncObj__getCurrentLogIndex()
+        if plan.truncate_from is None and plan.verified < last:
+            self._note_kept_entries(term, plan.verified, last, prev_idx)
+        membership = self._SyncObj__conf.dynamicMembershipChange
+        if plan.truncate_from is not None:  # Raft step 3: a conflicting entry and all that follow it
+            removed = self._SyncObj__getEntries(plan.truncate_from)
+            if membership:  # undo the membership changes they carried (pysyncobj applies them on append)
+                for entry in reversed(removed):
+                    change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                    if change is not None:
+                        self._SyncObj__doChangeCluster(change, reverse=True)
+            if plan.truncate_from <= self._SyncObj__raftLastApplied:
+                # Cannot happen in Raft (an applied entry is committed, and a leader holds every committed
+                # entry); kept as pysyncobj's loud signal that the state machine has diverged.
+                log.critical(
+                    "a conflicting append_entries truncates applied entries from index %d (last applied %d): "
+                    "this node's state has diverged from the quorum; wipe its data dir",
+                    plan.truncate_from,
+                    self._SyncObj__raftLastApplied,
+                )
+            self._SyncObj__deleteEntriesFrom(plan.truncate_from)
+        for entry in plan.append:  # Raft step 4: the entries not already in the log (journal-synced)
+            self._SyncObj__raftLog.add(*entry)
+        if membership:
+            for entry in plan.append:
+                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                if change is not None:
+                    self._SyncObj__doChangeCluster(change)
+
+        # Answered only once the entries are durable (``_CheckedJournal.add`` syncs before returning), and
+        # only for what this message verified: entries held past it are not claimed.
+        self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=plan.verified + 1, success=True)
+        if self._kfed_acknowledged[0] != term or self._kfed_acknowledged[1] < plan.verified:
+            self._kfed_acknowledged = (term, plan.verified)
+
+        # Raft step 5: commitIndex = min(leaderCommit, index of the last entry this message verified).
+        commit = self._SyncObj__raftCommitIndex
+        if commit > self._SyncObj__getCurrentLogIndex():  # only after the "cannot happen" truncation above
+            commit = self._SyncObj__getCurrentLogIndex()
+        commit = max(commit, min(leader_commit, plan.verified))
+        self._SyncObj__raftCommitIndex = commit
+        self._SyncObj__raftLog.setRaftCommitIndex(commit)
+        return True
+
+    def _note_kept_entries(self, term: int, verified: int, last: int, prev_idx: int) -> None:
+        """A message that matched but carried fewer entries than this node holds: pysyncobj would have
+        deleted ``verified + 1 .. last``. Logged (it is the lost-write bug's trigger) and counted."""
+        acked_term, acked = self._kfed_acknowledged
+        acked_here = acked if acked_term == term else 0
+        log.info(
+            "append_entries (term %d, prevLogIdx %d) verified up to %d; kept entries %d..%d%s",
+            term,
+            prev_idx,
+            verified,
+            verified + 1,
+            last,
+            f", of which up to {acked_here} already acknowledged to this leader" if acked_here > verified else "",
+        )
 
     @replicated  # type: ignore[untyped-decorator]  # pysyncobj is untyped
     def apply_command(self, data: bytes) -> list[Outcome]:

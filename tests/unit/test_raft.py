@@ -26,6 +26,10 @@ def test_pinned_pysyncobj_internals_are_routed_through_ours() -> None:
     assert importlib.metadata.version("pysyncobj") == "0.3.17"
     assert pso.createJournal is raft._create_journal
     assert pso.Serializer is raft._ThreadedDumpWriter
+    # _Replica overrides or calls these SyncObj privates by their mangled names.
+    for name in ("onMessageReceived", "sendNextNodeIdx", "getEntries", "getCurrentLogIndex", "deleteEntriesFrom",
+                 "parseChangeClusterRequest", "doChangeCluster"):  # fmt: skip
+        assert callable(getattr(pso.SyncObj, f"_SyncObj__{name}")), name
 
 
 async def wait_leader(node: raft.RaftNode, timeout_s: float = 10) -> None:
@@ -171,6 +175,86 @@ def test_guard_keeps_a_snapshot_message_from_committing_unchecked_entries() -> N
     assert raft.guard_snapshot_commit(chunk, 120)["commit_index"] == 120
     regular = {"type": "append_entries", "term": 9, "commit_index": 500, "prevLogIdx": 499, "prevLogTerm": 9}
     assert raft.guard_snapshot_commit(regular, 120) is regular  # checked against the log: may commit
+
+
+# -- the follower's append_entries rule (Raft Figure 2), driven through a real _Replica ------------------
+def test_plan_append_deletes_only_from_the_first_conflict() -> None:
+    log = {1: 0, 2: 1, 3: 1, 4: 1, 5: 1}  # index -> term
+    e = [(b"x", i, t) for i, t in ((2, 1), (3, 1), (4, 2), (5, 2))]
+    # a repeated/late message whose entries all match, shorter than the log: nothing deleted or appended
+    assert raft.plan_append(log.get, 1, e[:2]) == raft.AppendPlan(None, (), 3)
+    assert raft.plan_append(log.get, 2, []) == raft.AppendPlan(None, (), 2)  # a heartbeat verifies prevLogIdx
+    # a conflict (index 4: term 1 here, 2 in the message) deletes from there and appends the rest
+    assert raft.plan_append(log.get, 1, e) == raft.AppendPlan(4, e[2:], 5)
+    # past the end: append what is new only
+    longer = [*e[:2], (b"y", 4, 1), (b"y", 5, 1), (b"y", 6, 1)]
+    assert raft.plan_append(log.get, 1, longer) == raft.AppendPlan(None, longer[4:], 6)
+
+
+def test_a_follower_keeps_acknowledged_entries_and_commits_only_what_a_message_verified(tmp_path: Path) -> None:
+    """A duplicated and a reordered append_entries (TCP reconnects, a paused follower, a leader re-sending
+    after a late reply) reach a real follower. pysyncobj 0.3.17 deleted every entry after prevLogIdx, which
+    removed entries the follower had acknowledged (the lost write of ``make faults SEED=4``)."""
+
+    class ManualTick(raft.RaftSettings):
+        def conf(self, data_dir: Path, node: raft.RaftNode) -> pso.SyncObjConf:
+            conf = super().conf(data_dir, node)
+            conf.autoTick = False  # messages are delivered by the test only: no thread, no races
+            return conf
+
+    self_port, leader_port, other_port = free_ports(3)
+    leader = f"127.0.0.1:{leader_port}"
+    node = raft.RaftNode(f"127.0.0.1:{self_port}", [leader, f"127.0.0.1:{other_port}"], tmp_path, LogState(),
+                         ManualTick())  # fmt: skip
+    replica = node._syncobj
+    replies: list[dict[str, object]] = []
+    replica._SyncObj__transport.send = lambda to, message: replies.append(message) or True
+    peer = next(n for n in replica.otherNodes if n.address == leader)
+
+    def append(prev: tuple[int, int], entries: list[tuple[int, int]], commit: int, term: int = 1) -> dict[str, object]:
+        replica._SyncObj__onMessageReceived(peer, {
+            "type": "append_entries", "term": term, "commit_index": commit, "prevLogIdx": prev[0],
+            "prevLogTerm": prev[1], "entries": [(b"\x00", i, t) for i, t in entries],
+        })  # fmt: skip
+        return replies[-1]
+
+    def log() -> list[tuple[int, int]]:
+        journal = replica._SyncObj__raftLog
+        return [(journal[i][1], journal[i][2]) for i in range(len(journal))]
+
+    try:
+        assert log() == [(1, 0)]
+        assert append((1, 0), [(2, 1), (3, 1), (4, 1)], commit=1)["next_node_idx"] == 5
+        reply = append((4, 1), [(5, 1)], commit=3)
+        assert reply == {"type": "next_node_idx", "next_node_idx": 6, "reset": False, "success": True, "term": 1}
+        assert replica.raftCommitIndex == 3
+        # The first message again, late: it verifies up to 4 and must not delete the acknowledged 5.
+        assert append((1, 0), [(2, 1), (3, 1), (4, 1)], commit=1)["next_node_idx"] == 5
+        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1)]
+        # A reordered heartbeat with a newer commit index: it verified only index 2, so it commits no more.
+        assert append((2, 1), [], commit=5)["next_node_idx"] == 3
+        assert log()[-1] == (5, 1) and replica.raftCommitIndex == 3
+        # prevLogIdx past the end, then a term mismatch: refused, nothing changes.
+        assert append((9, 1), [(10, 1)], commit=5) == {**reply, "next_node_idx": 6, "reset": True, "success": False}
+        assert append((5, 2), [(6, 2)], commit=5)["reset"] is True and log()[-1] == (5, 1)
+        # A new leader (term 2) conflicting at 5: only the conflicting entry and what follows it go.
+        assert append((3, 1), [(4, 1), (5, 2), (6, 2)], commit=4, term=2)["next_node_idx"] == 7
+        assert log() == [(1, 0), (2, 1), (3, 1), (4, 1), (5, 2), (6, 2)] and replica.raftCommitIndex == 4
+        assert replica.raftCurrentTerm == 2 and replica._getLeader() == peer
+        # A heartbeat verifying 6 with the leader's commit at 6 commits it.
+        assert append((6, 2), [], commit=9, term=2)["success"] is True and replica.raftCommitIndex == 6
+        # The journal on disk holds what the follower acknowledged.
+        assert [(i, t) for _, i, t in raft.read_journal(tmp_path / "raft.journal")[1]] == log()
+    finally:
+        node.close()
+
+
+def test_a_leader_ignores_replies_to_another_term() -> None:
+    reply = {"type": "next_node_idx", "next_node_idx": 9, "reset": False, "success": True}
+    assert raft.stale_reply({**reply, "term": 4}, 5)
+    assert not raft.stale_reply({**reply, "term": 5}, 5)
+    assert not raft.stale_reply(reply, 5)  # unstamped (an older kfed): as before
+    assert not raft.stale_reply({"type": "append_entries", "term": 4}, 5)
 
 
 @pytest.fixture
