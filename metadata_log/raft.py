@@ -306,8 +306,31 @@ class _CheckedJournal(FileJournal):  # type: ignore[misc]  # pysyncobj is untype
 
     def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:
         super().setCurrentTerm(term, votedForNodeId)  # Raft: term + vote durable before any vote is sent
-        if self._fsync:
-            _fsync_path(self._FileJournal__metaStorer.getPath())
+        if self._fsync:  # pysyncobj writes <meta>.tmp and renames it: sync the file, then its rename
+            meta_path = self._FileJournal__metaStorer.getPath()
+            _fsync_path(meta_path)
+            _fsync_path(os.path.dirname(meta_path) or ".")
+
+
+def finish_compaction(path: Path, prev: Sequence[Any], last: Sequence[Any]) -> bool:
+    """Drop the journal entries before a dump's ``prev`` entry if a crash left them there; True if it did.
+
+    pysyncobj truncates the journal to start at the dump's (prev, last) entries only on the tick after the
+    dump is durable. A node killed in between restarts with the new dump and the old journal, and
+    pysyncobj, finding that the journal does not start with (prev, last), *clears* it: every entry after
+    the dump, acknowledged ones included, is gone from that node. This finishes the truncation instead
+    (atomically, as ``_CheckedJournal.deleteEntriesTo`` does), so that pysyncobj finds what it expects.
+    """
+    if not path.exists():
+        return False
+    _fmt, entries = read_journal(path)
+    want = [(bytes(prev[0]), int(prev[1]), int(prev[2])), (bytes(last[0]), int(last[1]), int(last[2]))]
+    first = next((i for i, e in enumerate(entries) if e[1] == want[0][1]), None)
+    if not first or entries[first : first + 2] != want:  # already finished (0), or not this dump's entries
+        return False
+    log.info("journal %s: dropping %d entries the dump already covers (compaction interrupted)", path, first)
+    _write_journal_file(path, entries[first:])
+    return True
 
 
 def _fsync_path(path: str) -> None:
@@ -421,6 +444,9 @@ class RaftNode:
         self._next_pending = 0
         data_dir.mkdir(parents=True, exist_ok=True)
         self._loaded_raft_internal = self._validate_dump(data_dir / "raft.dump")
+        if self._loaded_raft_internal is not None:
+            internal = self._loaded_raft_internal
+            finish_compaction(data_dir / "raft.journal", internal["prev"], internal["last"])
         _journal_fsync.on = self.settings.journal_fsync
         try:
             self._conf = self.settings.conf(data_dir, self)

@@ -81,6 +81,47 @@ async def test_propose_dump_and_restart(tmp_path: Path) -> None:
         restarted.close()
 
 
+async def test_a_kill_between_the_dump_and_the_journal_truncation_loses_nothing(tmp_path: Path) -> None:
+    """The dump is durable, the journal not yet truncated behind it (a kill -9 in between): pysyncobj
+    cleared such a journal at the restart, losing every entry after the dump."""
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    settings = raft.RaftSettings(compaction_min_entries=20, compaction_min_s=1)
+    state = LogState()
+    node = raft.RaftNode(address, [], tmp_path, state, settings)
+    try:
+        await wait_leader(node)
+        for i in range(30):
+            await asyncio.wait_for(node.propose([Proposal((ClusterRegistered(f"c{i}", "r1", "h:1"),))]), 5)
+        node.force_compaction()
+        deadline = time.monotonic() + 10
+        while node._syncobj.getStatus()["log_len"] > 2:
+            assert time.monotonic() < deadline, "journal not truncated behind the dump"
+            await asyncio.sleep(0.05)
+        for _ in range(5):  # acknowledged entries after the dump: in the journal only
+            await asyncio.wait_for(node.propose([Proposal((NoOp(),))]), 5)
+        image_before = state.image
+    finally:
+        node.close()
+        await asyncio.sleep(0.3)
+    journal = tmp_path / "raft.journal"
+    _, entries = raft.read_journal(journal)
+    first_idx, term = entries[0][1], entries[0][2]
+    older = [(b"\x00", i, term) for i in range(first_idx - 3, first_idx)]  # what the truncation would drop
+    raft._write_journal_file(journal, [*older, *entries])
+
+    restarted_state = LogState()
+    restarted = raft.RaftNode(address, [], tmp_path, restarted_state, settings)
+    try:
+        await wait_leader(restarted)
+        deadline = time.monotonic() + 30  # a generous wait for the replay on a loaded machine, not a bound
+        while restarted_state.image.offset < image_before.offset:
+            assert time.monotonic() < deadline, "the entries after the dump were lost at the restart"
+            await asyncio.sleep(0.05)
+        assert restarted_state.image == image_before
+    finally:
+        restarted.close()
+
+
 async def test_proposals_without_a_leader_fail_fast(tmp_path: Path) -> None:
     # Two voters, only one running: no leader can be elected, and a proposal must not queue forever.
     self_port, peer_port = free_ports(2)  # one call: two calls may hand out the same port twice
