@@ -6,6 +6,7 @@ JSON by default, msgpack with ``Accept: application/msgpack``; errors are proble
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import ssl
 import time
@@ -24,7 +25,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from metadata_log import commands
 from metadata_log.codec import pack
 from metadata_log.commands import check_name
-from metadata_log.errors import Gone, InvalidRequest, NotFound, OutcomeUnknown, PayloadTooLarge, Unavailable
+from metadata_log.errors import (
+    Conflict,
+    Gone,
+    InvalidRequest,
+    NotFound,
+    OutcomeUnknown,
+    PayloadTooLarge,
+    TooManyRequests,
+    Unavailable,
+)
 from metadata_log.image import MetadataImage
 from metadata_log.views import cluster_view, metadata_view, topic_view
 
@@ -41,6 +51,9 @@ WAIT_MS_MAX: Final = 30_000
 MIN_OFFSET_WAIT_S: Final = 5.0
 SSE_KEEPALIVE_S: Final = 15.0
 SSE_MAX_SUBSCRIBERS: Final = 2000
+SSE_MAX_PER_CLIENT: Final = 64  # open streams per client address; a dashboard or a tailer needs one
+INT64_MAX: Final = 2**63 - 1  # offsets and times: what Kafka and msgpack carry
+INT32_MAX: Final = 2**31 - 1  # Kafka partition ids
 FORWARDED_HEADER: Final = "X-Kfed-Forwarded-By"
 
 
@@ -72,19 +85,19 @@ class ChangeState(_Strict):
 class CreateTopic(_Strict):
     name: str = Field(description="Logical topic name.")
     region: str = Field(description="Region whose active clusters take the partitions.")
-    partitions_per_cluster: int = Field(description="Logical partitions placed on each active cluster.")
+    partitions_per_cluster: int = Field(le=INT32_MAX, description="Logical partitions placed on each active cluster.")
     physical_topic: str | None = Field(None, description="Physical topic name; defaults to the logical name.")
-    retention_ms: int | None = Field(None, description="Retention of the data (used by drain decisions).")
+    retention_ms: int | None = Field(None, le=INT64_MAX, description="Retention of the data (used by drain decisions).")
 
 
 class AddPartitions(_Strict):
     cluster_id: str = Field(description="Cluster that takes the new partitions.")
-    count: int = Field(description="How many logical partitions to add.")
+    count: int = Field(le=INT32_MAX, description="How many logical partitions to add.")
     physical_topic: str | None = Field(None, description="Physical topic name; defaults to the logical name.")
 
 
 class ShrinkPartitions(_Strict):
-    partitions: list[int] = Field(
+    partitions: list[Annotated[int, Field(ge=0, le=INT32_MAX)]] = Field(
         min_length=1,
         max_length=100_000,
         description="Logical partition ids to retire (read_only now, removed once drained).",
@@ -92,17 +105,17 @@ class ShrinkPartitions(_Strict):
 
 
 class AddVoter(_Strict):
-    id: int = Field(ge=0, description="The new node's id (its --node-id).")
+    id: int = Field(ge=0, le=INT32_MAX, description="The new node's id (its --node-id).")
     raft: str = Field(description="Its Raft address, 'host:port'.")
     http: str = Field(description="Its HTTP base URL.")
 
 
 class DrainedPartition(_Strict):
     physical_topic: str
-    physical_partition: int = Field(ge=0)
-    start: int = Field(ge=0, description="First offset the cluster still holds.")
-    end: int = Field(ge=0, description="Next offset to be written (the high watermark).")
-    committed: dict[str, int] = Field(
+    physical_partition: int = Field(ge=0, le=INT32_MAX)
+    start: int = Field(ge=0, le=INT64_MAX, description="First offset the cluster still holds.")
+    end: int = Field(ge=0, le=INT64_MAX, description="Next offset to be written (the high watermark).")
+    committed: dict[str, Annotated[int, Field(ge=-1, le=INT64_MAX)]] = Field(
         default_factory=dict, max_length=10_000, description="Committed offset per consumer group with a commit here."
     )
 
@@ -112,14 +125,14 @@ class DrainReport(_Strict):
 
 
 class Heartbeat(_Strict):
-    applied_offset: int = Field(-1, ge=-1, description="Last metadata offset the agent has applied.")
+    applied_offset: int = Field(-1, ge=-1, le=INT64_MAX, description="Last metadata offset the agent has applied.")
     healthy: bool = Field(True, description="False when the agent's probe of its cluster failed.")
     reason: str | None = Field(None, max_length=500, description="Why the cluster is unhealthy.")
 
 
 class ReportedPartition(_Strict):
     physical_topic: str
-    physical_partition: int = Field(ge=0)
+    physical_partition: int = Field(ge=0, le=INT32_MAX)
     leader: str | None = Field(description="Leader endpoint 'host:port', or null when there is none.")
 
 
@@ -182,6 +195,7 @@ def build_app(
     own_token = tokens.admin or tokens.read
     peer_headers = {"Authorization": f"Bearer {own_token}"} if own_token else {}
     sse_subscribers = 0
+    sse_by_client: collections.Counter[str] = collections.Counter()
     full_view = _RenderedView()
 
     app.add_middleware(auth.Authorize, tokens=tokens)
@@ -203,13 +217,17 @@ def build_app(
             if k.lower() in ("content-type", "accept", "idempotency-key", "authorization")
         }
         headers[FORWARDED_HEADER] = str(service.node_id)
-        url = leader.http + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        # the path as received (still percent-encoded): a decoded one may not even be a valid URL
+        path = request.scope.get("raw_path", b"").decode("latin-1") or request.url.path
+        url = leader.http + path + (f"?{request.url.query}" if request.url.query else "")
         try:
             upstream = await forwarder.request(request.method, url, content=await request.body(), headers=headers)
-        except httpx.TimeoutException:
-            raise OutcomeUnknown("the leader did not answer in time; retry with the same Idempotency-Key") from None
-        except httpx.TransportError as e:
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:  # nothing was sent: the write did not happen
             raise Unavailable(f"leader {leader.id} unreachable: {type(e).__name__}", retry_after_s=0.5) from None
+        except httpx.TransportError as e:  # sent, then no answer: it may have committed
+            raise OutcomeUnknown(
+                f"the leader did not answer ({type(e).__name__}); retry with the same Idempotency-Key"
+            ) from None
         passthrough = {
             k: v
             for k, v in upstream.headers.items()
@@ -299,7 +317,9 @@ def build_app(
     async def metadata(
         request: Request,
         topic: Annotated[str | None, Query(description="Only this logical topic.")] = None,
-        min_offset: Annotated[int | None, Query(ge=-1, description="Wait until this offset is applied.")] = None,
+        min_offset: Annotated[
+            int | None, Query(ge=-1, le=INT64_MAX, description="Wait until this offset is applied.")
+        ] = None,
     ) -> Response:
         image = await service.image_at_least(min_offset, MIN_OFFSET_WAIT_S)
         if topic is not None:
@@ -334,7 +354,7 @@ def build_app(
     @v1.get("/log", summary="Records from an offset (long-poll with wait_ms); 410 below the retention window")
     async def read_log(
         request: Request,
-        offset: Annotated[int, Query(ge=0, description="First offset wanted.")],
+        offset: Annotated[int, Query(ge=0, le=INT64_MAX, description="First offset wanted.")],
         limit: Annotated[int, Query(ge=1, le=LOG_LIMIT_MAX, description="Most records returned.")] = LOG_LIMIT_DEFAULT,
         wait_ms: Annotated[
             int, Query(ge=0, le=WAIT_MS_MAX, description="Wait this long when there is nothing yet.")
@@ -372,13 +392,16 @@ def build_app(
     @v1.get("/log/stream", summary="Server-Sent Events, one per record, id = offset; resume with Last-Event-ID")
     async def stream_log(
         request: Request,
-        offset: Annotated[int | None, Query(ge=0, description="First offset wanted (default: the next one).")] = None,
+        offset: Annotated[
+            int | None, Query(ge=0, le=INT64_MAX, description="First offset wanted (default: the next one).")
+        ] = None,
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     ) -> Response:
         nonlocal sse_subscribers
         rm = service.read_model
         if last_event_id is not None:
-            if not last_event_id.strip().lstrip("-").isdigit():
+            text = last_event_id.strip()
+            if not text.lstrip("-").isdigit() or len(text) > 19 or not -1 <= int(text) < INT64_MAX:
                 raise InvalidRequest("Last-Event-ID", "Last-Event-ID must be the offset of the last event seen")
             start = int(last_event_id) + 1
         else:
@@ -386,7 +409,12 @@ def build_app(
         rm.read(start, 1)  # 410 before the stream starts
         if sse_subscribers >= SSE_MAX_SUBSCRIBERS:
             raise Unavailable(f"this node serves at most {SSE_MAX_SUBSCRIBERS} streams", retry_after_s=5)
+        client = request.client.host if request.client else "?"
+        if sse_by_client[client] >= SSE_MAX_PER_CLIENT:
+            raise TooManyRequests(f"{client} has {SSE_MAX_PER_CLIENT} log streams open on this node already",
+                                  retry_after_s=5, limit=SSE_MAX_PER_CLIENT)  # fmt: skip
         sse_subscribers += 1
+        sse_by_client[client] += 1
 
         async def events() -> AsyncIterator[bytes]:
             nonlocal sse_subscribers
@@ -409,6 +437,9 @@ def build_app(
                         yield b": keepalive\n\n"
             finally:
                 sse_subscribers -= 1
+                sse_by_client[client] -= 1
+                if not sse_by_client[client]:
+                    del sse_by_client[client]
 
         return StreamingResponse(
             events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -430,7 +461,18 @@ def build_app(
         url = urlparse(body.http)
         if url.scheme not in ("http", "https") or not url.netloc:
             raise InvalidRequest("http", "http must be an http(s) URL")
-        return respond(request, await service.add_voter(body.id, raft, body.http.rstrip("/")))
+        http = body.http.rstrip("/")
+        # A voter that is not running would cost the quorum its majority margin (or, for a small quorum,
+        # its majority): only a started node that answers as that id is added.
+        try:
+            answer = await forwarder.get(http + "/v1/node", timeout=2.0, headers=peer_headers)
+            seen_id = answer.json().get("id") if answer.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            seen_id = None
+        if seen_id != body.id:
+            raise Conflict(f"no kfed controller with id {body.id} answers at {http}; start it with --join first",
+                           field="http")  # fmt: skip
+        return respond(request, await service.add_voter(body.id, raft, http))
 
     @v1.delete("/quorum/voters/{voter_id}", summary="Remove a voter (the leader hands over leadership first)")
     @leader_only
@@ -697,7 +739,7 @@ class _RenderedView:
 
 
 class _MeasureAndLimit:
-    """Refuses bodies over MAX_REQUEST_BYTES (413) and records request latency by route template.
+    """Refuses bodies over MAX_REQUEST_BYTES (413, also when chunked) and records request latency by route.
 
     Plain ASGI rather than ``@app.middleware("http")``: Starlette's BaseHTTPMiddleware adds a task group
     and a response stream per request, which cost a measurable share of requests/s here."""
@@ -719,15 +761,25 @@ class _MeasureAndLimit:
                 status = message["status"]
             await send(message)
 
+        too_large = PayloadTooLarge(f"request body exceeds {MAX_REQUEST_BYTES} bytes", limit_bytes=MAX_REQUEST_BYTES)
+        received = 0
+
+        async def receive_at_most() -> Message:
+            """A chunked body has no Content-Length: count what arrives and stop at the limit."""
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > MAX_REQUEST_BYTES:
+                    raise too_large
+            return message
+
         try:
             length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
             if length is not None and (not length.isdigit() or int(length) > MAX_REQUEST_BYTES):
-                error = PayloadTooLarge(
-                    f"request body exceeds {MAX_REQUEST_BYTES} bytes", limit_bytes=MAX_REQUEST_BYTES
-                )
-                await problems.kfed_error_response(error)(scope, receive, send_and_note)
+                await problems.kfed_error_response(too_large)(scope, receive, send_and_note)
             else:
-                await self.app(scope, receive, send_and_note)
+                await self.app(scope, receive_at_most, send_and_note)
         finally:
             route = scope.get("route")
             self.latency.observe(

@@ -21,6 +21,7 @@ from metadata_log.errors import (
     NotFound,
     OutcomeUnknown,
     PayloadTooLarge,
+    TooManyRequests,
     Unauthorized,
     Unavailable,
 )
@@ -37,6 +38,7 @@ _STATUS: dict[type[KfedError], int] = {
     Conflict: 409,
     Gone: 410,
     PayloadTooLarge: 413,
+    TooManyRequests: 429,
     Unavailable: 503,
     OutcomeUnknown: 504,
 }
@@ -50,7 +52,7 @@ def problem(status: int, title: str, detail: str, headers: dict[str, str] | None
 def kfed_error_response(error: KfedError) -> Response:
     status = next((s for cls, s in _STATUS.items() if isinstance(error, cls)), 500)
     headers = None
-    if isinstance(error, Unavailable):
+    if isinstance(error, Unavailable | TooManyRequests):
         headers = {"Retry-After": str(max(1, math.ceil(error.retry_after_s)))}
     elif isinstance(error, Unauthorized):
         headers = {"WWW-Authenticate": 'Bearer realm="kfed"'}
@@ -81,6 +83,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, error: StarletteHTTPException) -> Response:
+        if isinstance(error.__cause__, KfedError):  # e.g. the body limit, hit while FastAPI read the body
+            return kfed_error_response(error.__cause__)
         title = {404: "Not found", 405: "Method not allowed"}.get(error.status_code, "Error")
         return problem(error.status_code, title, str(error.detail), getattr(error, "headers", None))
 

@@ -434,7 +434,16 @@ class ControllerService:
     async def image_at_least(self, min_offset: int | None, timeout_s: float) -> MetadataImage:
         """The read model's image, once it reflects ``min_offset`` (read-your-writes)."""
         if min_offset is not None and self.read_model.image.offset < min_offset:
-            ok = await self.read_model.wait_beyond(min_offset, timeout_s)
+            # The leader knows every committed offset: one beyond them is none a client was ever told of.
+            beyond_commits = self.is_leader() and min_offset >= self.read_model.high_watermark
+            ok = False if beyond_commits else await self.read_model.wait_beyond(min_offset, timeout_s)
+            rm = self.read_model
+            if not ok and self.leader() is not None and rm.image.offset + 1 >= rm.high_watermark:
+                # caught up with a live leader for a whole wait: the offset is not in the log at all
+                raise InvalidRequest(
+                    "min_offset", f"offset {min_offset} is beyond the committed log (its next offset is "
+                    f"{rm.high_watermark})", high_watermark=rm.high_watermark,
+                )  # fmt: skip
             if not ok:
                 raise Unavailable(
                     f"this node has applied up to {self.read_model.image.offset}, not yet {min_offset}",

@@ -64,6 +64,16 @@ class Unavailable(KfedError):
         self.retry_after_s = retry_after_s
 
 
+class TooManyRequests(KfedError):
+    """A per-client limit was reached (e.g. open log streams); retry after ``retry_after_s``."""
+
+    title = "Too many requests"
+
+    def __init__(self, detail: str, retry_after_s: float = 1.0, **extra: Any) -> None:
+        super().__init__(detail, **extra)
+        self.retry_after_s = retry_after_s
+
+
 class OutcomeUnknown(KfedError):
     """The write may or may not have committed; retrying with the same Idempotency-Key is safe."""
 

@@ -18,7 +18,7 @@ import httpx
 
 from .access import NO_ACCESS, Access
 from .client import controller_urls
-from .codec import CodecError, record_from_dict, unpack
+from .codec import MAX_DECODE_BYTES, CodecError, record_from_dict, unpack
 from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire
 from .records import Record
 
@@ -99,11 +99,7 @@ class LogFollower:
     def _poll_once(self, wait_ms: int) -> int:
         if self.image.offset < 0 and self.snapshots_loaded == 0:
             self.load_snapshot()
-        r = self._client.get(
-            f"{self.url}/v1/log",
-            params={"offset": self.next_offset, "limit": self.limit, "wait_ms": wait_ms},
-            headers={"Accept": MSGPACK},
-        )
+        r = self._get("/v1/log", {"offset": self.next_offset, "limit": self.limit, "wait_ms": wait_ms})
         if r.status_code == 410:
             log.info("offset %d is below %s's window; loading its snapshot", self.next_offset, self.url)
             self.load_snapshot()
@@ -113,23 +109,29 @@ class LogFollower:
         body = _unpack(r)
         entries = []
         expected = self.next_offset
-        for item in body["records"]:
-            offset = int(item["offset"])
-            if offset != expected:
-                raise FollowerError(f"{self.url} sent offset {offset} where {expected} was expected")
-            entries.append((offset, record_from_dict(item["type"], item["data"])))
-            expected += 1
+        try:
+            for item in body["records"]:
+                offset = int(item["offset"])
+                if offset != expected:
+                    raise FollowerError(f"{self.url} sent offset {offset} where {expected} was expected")
+                entries.append((offset, record_from_dict(item["type"], item["data"])))
+                expected += 1
+        except (CodecError, KeyError, TypeError, ValueError) as e:  # what a broken or hostile node may send
+            raise FollowerError(f"records from {self.url} do not decode: {type(e).__name__}: {e}") from e
         if entries:
             self._advance(entries)
         return len(entries)
 
     def load_snapshot(self) -> None:
         """Replace the image by the controller's snapshot, unless that would move it backwards."""
-        r = self._client.get(f"{self.url}/v1/snapshot", headers={"Accept": MSGPACK})
+        r = self._get("/v1/snapshot")
         if r.status_code != 200:
             raise FollowerError(f"GET /v1/snapshot answered {r.status_code}: {r.text[:200]}")
         body = _unpack(r)
-        offset = int(body["offset"])
+        try:
+            offset = int(body["offset"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise FollowerError(f"snapshot from {self.url} has no offset: {type(e).__name__}: {e}") from e
         if offset < self.image.offset:
             raise FollowerError(f"{self.url} is behind this follower (snapshot {offset} < {self.image.offset})")
         try:
@@ -138,6 +140,22 @@ class LogFollower:
             raise FollowerError(f"snapshot from {self.url} does not decode: {e}") from e
         self.snapshots_loaded += 1
         self._set_image(image, [])
+
+    def _get(self, path: str, params: dict[str, int] | None = None) -> httpx.Response:
+        """GET a msgpack body, read at most MAX_DECODE_BYTES of it: a broken or hostile server cannot
+        make the follower hold more than that in memory."""
+        with self._client.stream("GET", self.url + path, params=params, headers={"Accept": MSGPACK}) as r:
+            declared = r.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > MAX_DECODE_BYTES:
+                raise FollowerError(f"{self.url}{path} answered {declared} bytes, above {MAX_DECODE_BYTES}")
+            chunks, size = [], 0
+            for chunk in r.iter_bytes():
+                size += len(chunk)
+                if size > MAX_DECODE_BYTES:
+                    raise FollowerError(f"{self.url}{path} sent more than {MAX_DECODE_BYTES} bytes")
+                chunks.append(chunk)
+        headers = [(k, v) for k, v in r.headers.items() if k.lower() not in ("content-encoding", "content-length")]
+        return httpx.Response(r.status_code, headers=headers, content=b"".join(chunks), request=r.request)
 
     def _advance(self, entries: list[tuple[int, Record]]) -> None:
         try:
@@ -170,8 +188,11 @@ class LogFollower:
             try:
                 self.poll()
                 backoff_s = BACKOFF_MIN_S
-            except FollowerError as e:
-                log.warning("log follower: %s; retrying in %.2f s", e, backoff_s)
+            except Exception as e:  # never let the thread die: its users would silently stop following
+                if isinstance(e, FollowerError):
+                    log.warning("log follower: %s; retrying in %.2f s", e, backoff_s)
+                else:
+                    log.exception("log follower: unexpected error; retrying in %.2f s", backoff_s)
                 self._stopping.wait(backoff_s)
                 backoff_s = min(BACKOFF_MAX_S, backoff_s * 2)
 
