@@ -758,14 +758,17 @@ class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         """A regular ``append_entries`` (with ``prevLogIdx``), handled by Raft's rule; False: left to pysyncobj.
 
         pysyncobj 0.3.17, once ``prevLogIdx``/``prevLogTerm`` match, deletes *every* entry after
-        ``prevLogIdx`` and appends the message's entries. A late or repeated message carrying fewer entries
-        than the follower holds therefore removes entries it had acknowledged (and applied: its
-        "CRITICAL truncating already-applied log entries", 20-116 times per fault run). If the leader dies
-        before re-sending them, a committed entry is held by a minority and a node without it can win the
-        election: an acknowledged write is lost (``make faults SEED=4 DURATION=60``), and nodes that had
-        applied it serve a record the new log does not have (``SEED=3``). Here the follower keeps every
-        matching entry, deletes only from the first conflicting one, and raises its commit index only up
-        to ``min(leader's commit, last index this message verified)``.
+        ``prevLogIdx`` and appends the message's entries again. A leader re-sends from an older index after
+        every late "reset" answer (its "CRITICAL truncating already-applied log entries", 20-116 times per
+        fault run, is this on entries already applied), so followers routinely delete entries they had
+        acknowledged and re-append them one synced write at a time (~0.5 ms each here): for that long the
+        journal on disk is shorter than what the leader counted, and a kill -9 then (``restart_all``) makes
+        it so for good; a message carrying fewer entries than the follower holds removes them outright. A
+        committed entry then sits on a minority, a node without it can win the election, and it is lost
+        (``make faults SEED=4 DURATION=60``), while nodes that had applied it serve a record the new log
+        does not have (``SEED=3``). Here the follower keeps every matching entry, deletes only from the
+        first conflicting one, appends only what it lacks, and raises its commit index only up to
+        ``min(leader's commit, last index this message verified)``.
 
         Everything else an accepted ``append_entries`` does (election deadline, leader, term, follower
         state, leadership-transfer rules) stays pysyncobj's: it is given the same message without log
