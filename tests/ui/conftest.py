@@ -33,10 +33,12 @@ ARTIFACTS = REPO / "var" / "artifacts"  # git-ignored (var/)
 
 def admin_token(quorum: LocalQuorum) -> str | None:
     """The quorum's admin token when its nodes require one (``LocalQuorum.admin_token``), else None."""
-    return getattr(quorum, "admin_token", None)
+    return quorum.admin_token
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API keeps an event loop running in this thread while it
+# is open, and pytest-asyncio's tests after this package cannot run their own loop until it is closed.
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no chromium at {CHROMIUM} (make browser installs Debian's)")
