@@ -18,12 +18,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from confluent_kafka import OFFSET_STORED, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_STORED, Consumer, KafkaException, TopicPartition
 
 from metadata_log.client import ControllerClient
 from metadata_log.errors import KfedError
@@ -31,7 +30,7 @@ from metadata_log.follower import LogFollower
 from metadata_log.image import MetadataImage, PartitionImage
 
 from .config import split_config
-from .messages import FederatedMessage
+from .messages import FederatedMessage, Origin, wrap_batch
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +82,8 @@ class FederatedConsumer:
         self._client = ControllerClient(controllers, deadline_s=CLIENT_DEADLINE_S, access=access)
         self._consumers: dict[str, Consumer] = {}
         self._owned: dict[LogicalPartition, _Placement] = {}
-        # offset after the last message handed to the application, per owned partition: what commits use
-        # (librdkafka's position also counts messages still in this consumer's buffer)
-        self._delivered: dict[LogicalPartition, int] = {}
-        self._by_physical: dict[tuple[str, str, int], LogicalPartition] = {}
+        # per cluster: (physical topic, physical partition) -> logical origin, for every owned partition there
+        self._origins: dict[str, dict[tuple[str, int], Origin]] = {}
         self._topics: list[str] = []
         self._member_id: str | None = None
         self._reply: dict[str, Any] | None = None
@@ -95,9 +92,8 @@ class FederatedConsumer:
         self._beat_now = threading.Event()
         self._closed = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
-        self._buffer: deque[FederatedMessage] = deque()
-        self._buffer_base = 0  # messages ever taken from the buffer front since it was last emptied
-        self._run_ends: dict[LogicalPartition, int] = {}  # partition -> position of its last buffered message
+        # what _apply_assignment last acted on (reply, image, cut off): the same inputs change nothing
+        self._applied: tuple[object, object, bool] | None = None
         self._next_consumer = 0
         self._on_assign: PartitionsCallback | None = None
         self._on_revoke: PartitionsCallback | None = None
@@ -172,16 +168,22 @@ class FederatedConsumer:
         """On the polling thread: drop revoked partitions, start the ones the coordinator released."""
         with self._reply_lock:
             reply, last_ok = self._reply, self._last_heartbeat_ok
+        cut_off = time.monotonic() - last_ok > self._session_timeout_ms / 1000
+        image = self._follower.image
+        applied = self._applied
+        if applied is not None and applied[0] is reply and applied[1] is image and applied[2] == cut_off:
+            return  # called on every poll: nothing new since the last time
+        self._applied = None  # until done: a call that raises is redone on the next poll
         if reply is None:  # not (or no longer) a member: own nothing
             self._revoke_all(list(self._owned))
+            self._applied = (reply, image, cut_off)
             return
-        if time.monotonic() - last_ok > self._session_timeout_ms / 1000:
+        if cut_off:
             wanted: set[LogicalPartition] = set()  # cut off from the coordinator: stop consuming everything
             startable: set[LogicalPartition] = set()
         else:
             wanted = {(t, p) for t, p in reply["assignment"]}
             startable = {(t, p) for t, p in reply["startable"]}
-        image = self._follower.image
         revoked = []
         for tp in list(self._owned):
             p = _partition(image, tp)
@@ -199,6 +201,7 @@ class FederatedConsumer:
             self._on_assign(self, started)
         if started or len(self._owned) != len(wanted):
             self._beat_now.set()
+        self._applied = (reply, image, cut_off)
 
     def _revoke_all(self, partitions: list[LogicalPartition]) -> None:
         if not partitions:
@@ -212,6 +215,7 @@ class FederatedConsumer:
         # known a topic deleted on Tansu. _start makes a new client when partitions there come back.
         for cluster_id in set(self._consumers) - {p.cluster_id for p in self._owned.values()}:
             self._consumers.pop(cluster_id).close()
+            self._origins.pop(cluster_id, None)
 
     def _start(self, tp: LogicalPartition, placement: _Placement) -> None:
         consumer = self._consumer(placement.cluster_id)
@@ -219,24 +223,22 @@ class FederatedConsumer:
             [TopicPartition(placement.physical_topic, placement.physical_partition, OFFSET_STORED)]
         )
         self._owned[tp] = placement
-        self._by_physical[(placement.cluster_id, placement.physical_topic, placement.physical_partition)] = tp
+        origins = self._origins.setdefault(placement.cluster_id, {})
+        origins[(placement.physical_topic, placement.physical_partition)] = Origin(tp[0], tp[1], placement.cluster_id)
         log.info("group %s: %s consumes %s/%d", self.group, self._member_id, *tp)
 
     def _revoke(self, tp: LogicalPartition) -> None:
         placement = self._owned.pop(tp)
         consumer = self._consumers[placement.cluster_id]
         physical = TopicPartition(placement.physical_topic, placement.physical_partition)
-        delivered = self._delivered.pop(tp, None)
-        if self._auto_commit and delivered is not None:
-            self._commit_offsets(consumer, [TopicPartition(physical.topic, physical.partition, delivered)], False)
+        if self._auto_commit:
+            self._commit_handed_out(consumer, [placement], False)
         try:
             consumer.incremental_unassign([physical])
         except KafkaException as e:
             log.warning("group %s: unassigning %s/%d: %s", self.group, *tp, e)
-        self._by_physical.pop((placement.cluster_id, placement.physical_topic, placement.physical_partition), None)
-        self._buffer = deque(m for m in self._buffer if (m.topic(), m.partition()) != tp)
-        self._buffer_base = 0  # positions changed: recompute the run ends of what is left
-        self._run_ends = {(m.topic(), m.partition()): i for i, m in enumerate(self._buffer)}
+        # from here on, a message of it still in flight is dropped by wrap_batch
+        self._origins[placement.cluster_id].pop((placement.physical_topic, placement.physical_partition), None)
         self._beat_now.set()
         log.info("group %s: %s released %s/%d", self.group, self._member_id, *tp)
 
@@ -255,7 +257,11 @@ class FederatedConsumer:
         return messages[0] if messages else None
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FederatedMessage]:
-        """Up to ``num_messages`` messages from every physical cluster this member reads."""
+        """Up to ``num_messages`` messages from every physical cluster this member reads.
+
+        Never takes more from librdkafka than it hands out, so each physical consumer's position (the
+        offset after the last message it returned) is exactly what the application was handed: commits
+        use it, with no bookkeeping per message here."""
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         self._last_poll = time.monotonic()
         while True:
@@ -263,70 +269,31 @@ class FederatedConsumer:
             if self._auto_commit and time.monotonic() - self._last_auto_commit > self._auto_commit_s:
                 self._last_auto_commit = time.monotonic()
                 self.commit(asynchronous=True)
-            if self._buffer:
-                return self._hand_out(num_messages)
             consumers = list(self._consumers.items())  # each reads at least one owned partition
             if consumers:
                 wait = 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
-                self._next_consumer = (self._next_consumer + 1) % len(consumers)
-                for i in range(len(consumers)):
-                    cluster_id, consumer = consumers[(self._next_consumer + i) % len(consumers)]
+                n = len(consumers)
+                self._next_consumer = first = (self._next_consumer + 1) % n
+                out: list[FederatedMessage] = []
+                for i in range(n):
+                    cluster_id, consumer = consumers[(first + i) % n]
                     # wait only on the last consumer of the round, when nothing was found before it
-                    batch = consumer.consume(num_messages, wait if i == len(consumers) - 1 and not self._buffer else 0)
-                    self._wrap(cluster_id, batch)
-                    if len(self._buffer) >= num_messages:
-                        break
+                    batch = consumer.consume(num_messages - len(out), wait if i == n - 1 and not out else 0)
+                    if batch:
+                        out += wrap_batch(batch, self._origins[cluster_id])
+                        if len(out) >= num_messages:
+                            break
+                if out:
+                    return out
             elif deadline is None or time.monotonic() < deadline:
                 time.sleep(0.02)
-            if self._buffer:
-                continue
             if deadline is not None and time.monotonic() >= deadline:
                 return []
 
-    def _hand_out(self, num_messages: int) -> list[FederatedMessage]:
-        """Messages from the buffer, recording per partition the offset after the last one handed out."""
-        delivered = self._delivered
-        if len(self._buffer) <= num_messages:  # the usual case: the whole buffer, its last message per partition
-            out = list(self._buffer)
-            self._buffer.clear()
-            for tp, index in self._run_ends.items():
-                delivered[tp] = out[index - self._buffer_base].offset() + 1
-            self._run_ends.clear()
-            self._buffer_base = 0
-            return out
-        out = [self._buffer.popleft() for _ in range(num_messages)]
-        self._buffer_base += num_messages
-        for m in out:
-            delivered[(m.topic(), m.partition())] = m.offset() + 1
-        # runs that ended in what was just handed out are done; the rest keep their positions
-        self._run_ends = {tp: i for tp, i in self._run_ends.items() if i >= self._buffer_base}
-        return out
-
-    def _wrap(self, cluster_id: str, batch: list[Any]) -> None:
-        buffer, by_physical, run_ends = self._buffer, self._by_physical, self._run_ends
-        last_key: tuple[Any, Any] | None = None
-        tp: LogicalPartition | None = None
-        topic, partition = "", -1
-        for msg in batch:
-            error = msg.error()
-            if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                continue
-            key = (msg.topic(), msg.partition())
-            if key != last_key:  # fetches come in runs of one partition: look up once per run
-                if tp is not None:
-                    run_ends[tp] = len(buffer) - 1 + self._buffer_base
-                last_key = key
-                tp = by_physical.get((cluster_id, key[0], key[1]))
-                if tp is not None:
-                    topic, partition = tp
-            if tp is not None:  # None: released since it was fetched
-                buffer.append(FederatedMessage(msg, topic, partition, cluster_id))
-        if tp is not None:
-            run_ends[tp] = len(buffer) - 1 + self._buffer_base
-
     # -- offsets ----------------------------------------------------------------------------------
     def commit(self, message: FederatedMessage | None = None, offsets: Any = None, asynchronous: bool = True) -> None:
-        """Commit to the physical clusters: ``message``'s offset + 1, or every owned partition's position."""
+        """Commit to the physical clusters: ``message``'s offset + 1, or, for every owned partition, the offset
+        after the last message handed to the application."""
         if offsets is not None:
             raise NotImplementedError("commit(offsets=...) takes physical offsets; commit(message=...) instead")
         if message is not None:
@@ -337,19 +304,21 @@ class FederatedConsumer:
             _commit(self._consumers[placement.cluster_id], [tp], asynchronous)
             return
         for cluster_id, consumer in self._consumers.items():
-            delivered = [
-                TopicPartition(p.physical_topic, p.physical_partition, self._delivered[tp])
-                for tp, p in self._owned.items()
-                if p.cluster_id == cluster_id and tp in self._delivered
-            ]
-            self._commit_offsets(consumer, delivered, asynchronous)
+            placements = [p for p in self._owned.values() if p.cluster_id == cluster_id]
+            self._commit_handed_out(consumer, placements, asynchronous)
 
-    def _commit_offsets(self, consumer: Consumer, offsets: list[TopicPartition], asynchronous: bool) -> None:
-        if offsets:
-            try:
+    def _commit_handed_out(self, consumer: Consumer, placements: list[_Placement], asynchronous: bool) -> None:
+        """Commit these partitions' positions: ``consume`` hands out everything librdkafka returned, so a
+        position is the offset after the last message the application got (none yet: nothing to commit)."""
+        if not placements:
+            return
+        try:
+            positions = consumer.position([TopicPartition(p.physical_topic, p.physical_partition) for p in placements])
+            offsets = handed_out(positions)
+            if offsets:
                 _commit(consumer, offsets, asynchronous)
-            except KafkaException as e:
-                log.warning("group %s: commit failed: %s", self.group, e)
+        except KafkaException as e:
+            log.warning("group %s: commit failed: %s", self.group, e)
 
     def close(self) -> None:
         """Commit (with auto commit), leave the group so others take over at once, and stop."""
@@ -382,6 +351,12 @@ def _partition(image: MetadataImage, tp: LogicalPartition) -> PartitionImage | N
     """The image's logical partition ``tp``, or None when the image does not have it (yet, or any more)."""
     topic = image.topics.get(tp[0])
     return topic.partitions[tp[1]] if topic is not None and tp[1] < len(topic.partitions) else None
+
+
+def handed_out(positions: list[TopicPartition]) -> list[TopicPartition]:
+    """The positions worth committing: those of partitions that returned at least one message since they
+    were assigned (librdkafka reports the others as a negative logical offset)."""
+    return [tp for tp in positions if tp.offset >= 0 and tp.error is None]
 
 
 def _commit(consumer: Consumer, offsets: list[TopicPartition], asynchronous: bool) -> None:

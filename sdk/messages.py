@@ -2,69 +2,136 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, Message
+
+_error = Message.error
+_topic = Message.topic
+_partition = Message.partition
 
 
-class FederatedMessage:
+class Origin(NamedTuple):
+    """Where a message belongs in the federation: one per logical partition, shared by its messages."""
+
+    topic: str  # logical
+    partition: int  # logical (-1: unknown, e.g. a message that never reached a partition)
+    cluster_id: str | None
+
+
+class FederatedMessage(tuple[Message, Origin]):
     """A confluent-kafka ``Message`` seen through the federation: ``topic()`` and ``partition()`` are the
-    logical ones; ``offset()`` is the offset in the physical partition; ``cluster_id()`` says where."""
+    logical ones; ``offset()`` is the offset in the physical partition; ``cluster_id()`` says where.
 
-    __slots__ = ("_cluster_id", "_headers", "_msg", "_partition", "_topic", "_value")
+    It is an immutable pair (message, ``Origin``) — a tuple, so that a whole consumed batch is wrapped by
+    C code (``map`` over ``zip``) with no Python call per message; treat it as opaque and use the methods.
+    """
 
-    def __init__(self, msg: Message | None, topic: str, partition: int, cluster_id: str | None) -> None:
-        self._msg = msg
-        self._topic = topic
-        self._partition = partition
-        self._cluster_id = cluster_id
-        self._value: Any = None
-        self._headers: Any = None
+    __slots__ = ()
 
     @classmethod
     def unsent(cls, topic: str, value: Any, headers: Any) -> FederatedMessage:
         """A message that never reached any cluster (for failed delivery reports)."""
-        m = cls(None, topic, -1, None)
-        m._value, m._headers = value, headers
-        return m
+        return _Unsent((None, Origin(topic, -1, None), value, headers))  # type: ignore[arg-type]  # 4-tuple
 
     def topic(self) -> str:
-        return self._topic
+        return self[1].topic
 
     def partition(self) -> int:
-        return self._partition
+        return self[1].partition
 
     def cluster_id(self) -> str | None:
-        return self._cluster_id
+        return self[1].cluster_id
+
+    def origin(self) -> Origin:
+        return self[1]
 
     def offset(self) -> int:
-        offset = self._msg.offset() if self._msg is not None else None
+        offset = self[0].offset()
         return offset if offset is not None else -1
 
     def value(self) -> Any:
-        return self._msg.value() if self._msg is not None else self._value
+        return self[0].value()
 
     def key(self) -> Any:
-        return self._msg.key() if self._msg is not None else None
+        return self[0].key()
 
     def headers(self) -> Any:
-        return self._msg.headers() if self._msg is not None else self._headers
+        return self[0].headers()
 
     def timestamp(self) -> tuple[int, int]:
-        return self._msg.timestamp() if self._msg is not None else (0, 0)
+        return self[0].timestamp()
 
-    def error(self) -> Any:
-        return self._msg.error() if self._msg is not None else None
+    def error(self) -> KafkaError | None:
+        return self[0].error()
 
     def physical_topic(self) -> str | None:
-        return self._msg.topic() if self._msg is not None else None
+        return self[0].topic()
 
     def physical_partition(self) -> int | None:
-        return self._msg.partition() if self._msg is not None else None
+        return self[0].partition()
 
     def __len__(self) -> int:
         value = self.value()
         return len(value) if value is not None else 0
 
     def __repr__(self) -> str:
-        return f"FederatedMessage({self._topic}/{self._partition}@{self.offset()} on {self._cluster_id})"
+        return f"FederatedMessage({self.topic()}/{self.partition()}@{self.offset()} on {self.cluster_id()})"
+
+
+class _Unsent(FederatedMessage):
+    """(None, origin, value, headers): what a failed delivery report carries when nothing was sent."""
+
+    __slots__ = ()
+
+    def offset(self) -> int:
+        return -1
+
+    def value(self) -> Any:
+        return self[2]  # type: ignore[misc]  # the 4-tuple's extra items
+
+    def key(self) -> Any:
+        return None
+
+    def headers(self) -> Any:
+        return self[3]  # type: ignore[misc]
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def error(self) -> KafkaError | None:
+        return None
+
+    def physical_topic(self) -> str | None:
+        return None
+
+    def physical_partition(self) -> int | None:
+        return None
+
+
+def wrap_batch(batch: list[Message], origins: dict[tuple[str, int], Origin]) -> list[FederatedMessage]:
+    """Wrap what one physical consumer returned: ``origins`` maps its owned (physical topic, physical
+    partition) to their logical partition. Events (``error()`` set) other than partition EOF are handed out
+    when their partition is owned; EOF events and messages of partitions not in ``origins`` (released since
+    they were fetched) are dropped.
+
+    The usual batch — only messages, all of owned partitions — is wrapped without a Python call per
+    message; anything else takes the per-message path."""
+    if not any(map(_error, batch)):
+        physical = zip(map(_topic, batch), map(_partition, batch), strict=True)
+        lookup: Callable[[tuple[str | None, int | None]], Origin] = origins.__getitem__  # type: ignore[assignment]  # messages have both
+        try:
+            return list(map(FederatedMessage, zip(batch, map(lookup, physical), strict=True)))
+        except KeyError:
+            pass  # a partition released since it was fetched: drop its messages below
+    out = []
+    get = origins.get
+    for msg in batch:
+        error = msg.error()
+        if error is not None and error.code() == KafkaError._PARTITION_EOF:
+            continue
+        origin = get((msg.topic(), msg.partition()))  # type: ignore[arg-type]  # None for client-level events
+        if origin is not None:
+            out.append(FederatedMessage((msg, origin)))
+    return out

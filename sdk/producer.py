@@ -6,7 +6,7 @@ created on first use). Routing comes from a followed metadata image (the log, ta
 
 - a partition takes writes when it is *effectively writable* (partition writable, cluster active and not
   fenced), its leader is known (its physical topic exists), and this producer has not muted its cluster;
-- key-less messages go round-robin over those partitions;
+- key-less messages go round-robin over those partitions (per topic);
 - keyed messages go to ``crc32(key) % len(writable partitions)``. Ordering caveat: when the writable set
   changes (a partition goes read-only, a cluster is fenced or added), keys move to other partitions, so
   per-key order holds only while the set is stable — as with any partition-count change in Kafka;
@@ -25,9 +25,10 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
+from itertools import cycle
 from typing import Any, Final
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -37,7 +38,7 @@ from metadata_log.image import ClusterImage, MetadataImage, is_writable
 
 from .config import split_config
 from .errors import NoWritablePartition, PartitionNotWritable, UnknownTopic
-from .messages import FederatedMessage
+from .messages import FederatedMessage, Origin
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +59,28 @@ CLUSTER_ERRORS: Final = frozenset(
     }
 )
 DeliveryCallback = Callable[[KafkaError | None, FederatedMessage], None]
+Send = Callable[..., None]  # a physical producer's produce(topic, value, key, partition, callback, None, ts, headers)
+Report = Callable[[KafkaError | None, Message], None]  # a delivery callback as confluent-kafka calls it
 
 
-@dataclass(frozen=True, slots=True)
 class _Target:
-    topic: str
-    partition: int  # logical
-    cluster_id: str
-    physical_topic: str
-    physical_partition: int
+    """One logical partition as this producer routes to it, valid for one route (metadata offset and mute
+    state). Built once per route, so that ``produce`` makes no object and no lookup beyond its route."""
+
+    __slots__ = ("cluster_id", "keyless", "origin", "physical_partition", "physical_topic", "report_pinned", "send")
+
+    def __init__(self, origin: Origin, physical_topic: str, physical_partition: int) -> None:
+        self.origin = origin
+        self.cluster_id: str = origin.cluster_id or ""
+        self.physical_topic = physical_topic
+        self.physical_partition = physical_partition
+        # Set when the partition takes writes (its cluster's producer exists): the physical producer's
+        # produce; the delivery report of messages pinned here (by key or partition) without a callback of
+        # their own; and, for key-less messages this producer routed here, (send, physical topic, physical
+        # partition, their delivery report: a purged one is produced again elsewhere), unpacked at once.
+        self.send: Send | None = None
+        self.report_pinned: Report | None = None
+        self.keyless: tuple[Send, str, int, Report] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +88,7 @@ class _Route:
     """One logical topic's routing, valid for one (metadata offset, mute state)."""
 
     writable: tuple[_Target, ...]
+    keyless: Iterator[_Target]  # round-robin over writable, for key-less messages
     targets: Mapping[int, _Target]  # every logical partition, writable or not
     why_not: Mapping[int, str]  # logical partition -> why it takes no writes
 
@@ -87,14 +102,11 @@ class FederatedProducer:
         self._physical_config = {"enable.metrics.push": False, **cfg}
         self._producers: dict[str, Producer] = {}
         self._routes: dict[str, _Route] = {}
-        # (cluster, physical topic, physical partition) -> logical target, for delivery reports
-        self._targets: dict[tuple[str, str, int], _Target] = {}
         self._muted: dict[str, float] = {}  # cluster id -> muted until (monotonic)
         self._fenced: set[str] = set()
         self._reroute: deque[tuple[str, Any, Any, Any, DeliveryCallback | None]] = deque()
         self._to_purge: set[str] = set()
         self._lock = threading.Lock()  # guards _to_purge and _fenced (the follower thread writes them)
-        self._rr = 0
         self._follower = LogFollower(
             client_config.controllers, wait_ms=2000, listener=self._on_metadata, access=client_config.access
         )
@@ -126,7 +138,7 @@ class FederatedProducer:
         now = time.monotonic()
         writable, targets, why_not = [], {}, {}
         for p in t.partitions:
-            target = _Target(topic, p.partition, p.cluster_id, p.physical_topic, p.physical_partition)
+            target = _Target(Origin(topic, p.partition, p.cluster_id), p.physical_topic, p.physical_partition)
             targets[p.partition] = target
             cluster = image.clusters.get(p.cluster_id)
             leader = cluster.leaders.get((p.physical_topic, p.physical_partition)) if cluster else None
@@ -139,11 +151,14 @@ class FederatedProducer:
             elif self._muted.get(p.cluster_id, 0) > now:
                 why_not[p.partition] = f"cluster {p.cluster_id} is muted by this producer after delivery errors"
             else:
+                producer = self._producers.get(p.cluster_id) or self._producer(p.cluster_id)
+                target.send = producer.produce
+                target.report_pinned = self._reporter(target, rerouted=False)
+                report = self._reporter(target, rerouted=True)
+                target.keyless = (producer.produce, p.physical_topic, p.physical_partition, report)
                 writable.append(target)
-        route = _Route(tuple(writable), targets, why_not)
+        route = _Route(tuple(writable), cycle(writable), targets, why_not)
         self._routes[topic] = route
-        for target in targets.values():
-            self._targets[(target.cluster_id, target.physical_topic, target.physical_partition)] = target
         return route
 
     # -- producing ---------------------------------------------------------------------------------
@@ -160,71 +175,73 @@ class FederatedProducer:
         """Queue one message for a logical topic (same contract as confluent-kafka's ``produce``)."""
         if self._to_purge:
             self._purge_fenced()
-        route = self._route(topic)
-        if partition is not None and partition >= 0:
-            target = route.targets.get(partition)
+        route = self._routes.get(topic) or self._route(topic)
+        # Arguments go positionally (confluent-kafka parses keywords more slowly); the 6th is on_delivery's alias.
+        if partition is None or partition < 0:
+            writable = route.writable
+            if not writable:
+                raise NoWritablePartition(topic, dict(route.why_not))
+            if key is None:
+                target = next(route.keyless)
+                send, physical_topic, physical_partition, report = target.keyless  # type: ignore[misc]  # writable
+                if on_delivery is not None:
+                    report = partial(self._delivered, target, on_delivery, True)
+                if timestamp or headers is not None:
+                    send(physical_topic, value, None, physical_partition, report, None, timestamp, headers)
+                else:  # two to five arguments fewer to parse: the usual case
+                    send(physical_topic, value, None, physical_partition, report)
+                return
+            target = writable[zlib.crc32(key if isinstance(key, bytes) else str(key).encode()) % len(writable)]
+        else:
+            target = route.targets.get(partition)  # type: ignore[assignment]  # checked just below
             if target is None or partition in route.why_not:
                 why = route.why_not.get(partition, f"topic {topic!r} has no partition {partition}")
                 raise PartitionNotWritable(topic, partition, why)
-        else:
-            n = len(route.writable)
-            if n == 0:
-                raise NoWritablePartition(topic, dict(route.why_not))
-            if key is None:
-                self._rr += 1
-                target = route.writable[self._rr % n]
-            else:
-                data = key if isinstance(key, bytes) else str(key).encode()
-                target = route.writable[zlib.crc32(data) % n]
-        producer = self._producers.get(target.cluster_id) or self._producer(target.cluster_id)
-        if on_delivery is None and partition is None:
-            # the common case: the physical producer's own callback (no object made per message)
-            producer.produce(target.physical_topic, value, key, target.physical_partition,
-                             timestamp=timestamp, headers=headers)  # fmt: skip
-        else:
-            callback = on_delivery or self._default_callback
-            producer.produce(
-                target.physical_topic,
-                value,
-                key,
-                target.physical_partition,
-                on_delivery=partial(self._delivered, target, callback, partition is None and key is None),
-                timestamp=timestamp,
-                headers=headers,
-            )
+        report = target.report_pinned if on_delivery is None else partial(self._delivered, target, on_delivery, False)
+        target.send(target.physical_topic, value, key, target.physical_partition, report, None, timestamp, headers)  # type: ignore[misc]  # writable: send is set
 
     def _producer(self, cluster_id: str) -> Producer:
         cluster = self._follower.image.clusters[cluster_id]
         config = {**self._physical_config, "bootstrap.servers": cluster.bootstrap_servers,
-                  "error_cb": partial(self._cluster_error, cluster_id),
-                  "on_delivery": partial(self._delivered_default, cluster_id)}  # fmt: skip
+                  "error_cb": partial(self._cluster_error, cluster_id)}  # fmt: skip
         producer = Producer(config)
         self._producers[cluster_id] = producer
         return producer
 
-    def _delivered(
-        self, target: _Target, callback: DeliveryCallback | None, keyless: bool, err: KafkaError | None, msg: Message
-    ) -> None:
-        if err is not None:
-            code = err.code()
-            if code == KafkaError._PURGE_QUEUE and keyless:
-                # never sent: safe to produce again, elsewhere
-                self._reroute.append((target.topic, msg.value(), msg.headers(), msg.timestamp()[1], callback))
-                return
-            if code in CLUSTER_ERRORS:
-                self._mute(target.cluster_id, err.str())
-        if callback is not None:
-            callback(err, FederatedMessage(msg, target.topic, target.partition, target.cluster_id))
+    def _reporter(self, target: _Target, rerouted: bool) -> Report:
+        """The delivery callback of messages produced to ``target`` without their own: one per target, made
+        once per route, so that produce() passes it without making anything."""
+        default, origin, delivered = self._default_callback, target.origin, self._delivered
 
-    def _delivered_default(self, cluster_id: str, err: KafkaError | None, msg: Message) -> None:
-        """Delivery report of a message produced without its own callback: find its logical partition."""
-        callback = self._default_callback
-        if err is None and callback is None:
+        def report(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                if default is not None:
+                    default(None, FederatedMessage((msg, origin)))
+            else:
+                delivered(target, None, rerouted, err, msg)
+
+        return report
+
+    def _delivered(
+        self, target: _Target, callback: DeliveryCallback | None, rerouted: bool, err: KafkaError | None, msg: Message
+    ) -> None:
+        """A delivery report. ``callback``: the message's own, else the default; ``rerouted``: a key-less
+        message this producer routed, safe to produce again elsewhere if it was never sent."""
+        if err is None:
+            callback = callback or self._default_callback
+            if callback is not None:
+                callback(None, FederatedMessage((msg, target.origin)))
             return
-        target = self._targets.get((cluster_id, msg.topic(), msg.partition()))  # type: ignore[arg-type]
-        if target is None:  # the metadata moved on; keep the report physical-accurate
-            target = _Target(str(msg.topic()), -1, cluster_id, str(msg.topic()), msg.partition() or 0)
-        self._delivered(target, callback, msg.key() is None, err, msg)
+        code = err.code()
+        if rerouted and code == KafkaError._PURGE_QUEUE:
+            # never sent: safe to produce again, elsewhere
+            self._reroute.append((target.origin.topic, msg.value(), msg.headers(), msg.timestamp()[1], callback))
+            return
+        if code in CLUSTER_ERRORS:
+            self._mute(target.cluster_id, err.str())
+        callback = callback or self._default_callback
+        if callback is not None:
+            callback(err, FederatedMessage((msg, target.origin)))
 
     def _cluster_error(self, cluster_id: str, err: KafkaError) -> None:
         if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
