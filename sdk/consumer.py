@@ -292,10 +292,23 @@ class FederatedConsumer:
 
     # -- offsets ----------------------------------------------------------------------------------
     def commit(self, message: FederatedMessage | None = None, offsets: Any = None, asynchronous: bool = True) -> None:
-        """Commit to the physical clusters: ``message``'s offset + 1, or, for every owned partition, the offset
-        after the last message handed to the application."""
+        """Commit to the physical clusters: ``message``'s offset + 1; or ``offsets``, TopicPartitions of
+        *logical* topic and partition with the *physical* offset to commit (the next one to read, as
+        ``message.offset() + 1``); or, for every owned partition, the offset after the last message handed
+        to the application. Partitions this member does not own are skipped: committing for another
+        member's partition could move it back."""
         if offsets is not None:
-            raise NotImplementedError("commit(offsets=...) takes physical offsets; commit(message=...) instead")
+            by_cluster: dict[str, list[TopicPartition]] = {}
+            for tp in offsets:
+                if tp.offset < 0:
+                    raise ValueError(f"commit offset of {tp.topic}/{tp.partition} must be >= 0, got {tp.offset}")
+                placement = self._owned.get((tp.topic, tp.partition))
+                if placement is not None:
+                    physical = TopicPartition(placement.physical_topic, placement.physical_partition, tp.offset)
+                    by_cluster.setdefault(placement.cluster_id, []).append(physical)
+            for cluster_id, physical_offsets in by_cluster.items():
+                _commit(self._consumers[cluster_id], physical_offsets, asynchronous)
+            return
         if message is not None:
             placement = self._owned.get((message.topic(), message.partition()))
             if placement is None:

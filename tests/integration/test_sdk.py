@@ -10,9 +10,10 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition
 
 from deploy.local import LocalFederation
-from sdk import FederatedProducer
+from sdk import FederatedConsumer, FederatedProducer
 
 from .conftest import TOPIC, Member, controllers, wait_for, wait_until
 
@@ -186,3 +187,37 @@ def test_producer_and_consumer_survive_a_controller_leader_change(fed) -> None:
     member.finish()
     assert len(acked) == 10_000
     assert acked <= seen, f"{len(acked - seen)} acknowledged messages not consumed after the leader change"
+
+
+def test_commit_with_logical_offsets_resumes_the_group_there(fed) -> None:
+    with FederatedProducer({"kfed.controllers": controllers(fed), "linger.ms": 2}) as p:
+        for i in range(20):
+            p.produce(TOPIC, value=str(i).encode(), partition=5)  # P5 lives on c2
+        assert p.flush(30) == 0
+
+    def member() -> FederatedConsumer:
+        consumer = FederatedConsumer({"kfed.controllers": controllers(fed), "group.id": "g-offsets",
+                                      "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+        consumer.subscribe([TOPIC])
+        return consumer
+
+    first = member()
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 20 and time.monotonic() < deadline:
+        got += [m for m in first.consume(100, 0.5) if m.error() is None and m.partition() == 5]
+    assert [m.value() for m in got] == [str(i).encode() for i in range(20)]
+    tenth = got[9]
+    first.commit(offsets=[TopicPartition(TOPIC, 5, tenth.offset() + 1), TopicPartition(TOPIC, 999, 7)],
+                 asynchronous=False)  # fmt: skip
+    with pytest.raises(ValueError, match=">= 0"):
+        first.commit(offsets=[TopicPartition(TOPIC, 5, -5)])
+    first.close()
+
+    second = member()
+    again = []
+    deadline = time.monotonic() + 60
+    while len(again) < 10 and time.monotonic() < deadline:
+        again += [m.value() for m in second.consume(100, 0.5) if m.error() is None and m.partition() == 5]
+    second.close()
+    assert again == [str(i).encode() for i in range(10, 20)], "the group resumes after the committed offset"
