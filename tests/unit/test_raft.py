@@ -157,6 +157,25 @@ def test_journal_round_trip_and_an_unfinished_append_past_the_end_is_ignored(tmp
     reopened._destroy()
 
 
+def test_a_batch_append_syncs_twice_and_reads_back_like_single_appends(tmp_path: Path) -> None:
+    # A follower appends all the entries of one message with two syncs (entries, then the header's end over
+    # them) instead of two per entry; the file is the same as after single appends, and sync-ordered.
+    single = checked_journal(tmp_path / "single.journal")
+    batched = raft._CheckedJournal(str(tmp_path / "batched.journal"), fsync=True)
+    events: list[str] = []
+    real_sync, real_write = batched._sync, batched._FileJournal__journalFile.write
+    batched._sync = lambda: (events.append("sync"), real_sync())[1]  # type: ignore[method-assign]
+    batched._FileJournal__journalFile.write = lambda at, data: (events.append(f"write@{at}"), real_write(at, data))[1]
+    batched.add_entries([(b"command-%d" % i, i, 1 + i // 3) for i in range(1, 6)])
+    assert events == [f"write@{raft._HEADER_SIZE}", "sync", f"write@{raft._END_FIELD}", "sync"]
+    batched.add_entries([])
+    assert len(events) == 4
+    assert [batched[i] for i in range(len(batched))] == [single[i] for i in range(len(single))]
+    single._destroy()
+    batched._destroy()
+    assert raft.read_journal(tmp_path / "batched.journal") == raft.read_journal(tmp_path / "single.journal")
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
