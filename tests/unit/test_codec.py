@@ -85,3 +85,34 @@ def test_positional_wire_is_compact() -> None:
     size = len(msgpack.packb(record_to_wire(PartitionsAdded("topic-0001", 999, "c-42", "topic-0001", 999))))
     assert size < 60
     assert all(dataclasses.is_dataclass(t) for t in RECORD_TYPES)
+
+
+def test_topic_view_matches_partition_view_of_each_partition() -> None:
+    from metadata_log.image import EMPTY_IMAGE, apply
+    from metadata_log.records import (
+        ClusterFenced,
+        ClusterRegistered,
+        PartitionsAdded,
+        PartitionStateChanged,
+        PhysicalPartitionsReported,
+        TopicCreated,
+    )
+    from metadata_log.views import partition_view, topic_view
+
+    image = apply(
+        EMPTY_IMAGE,
+        [
+            ClusterRegistered("c1", "eu", "h:1"),
+            ClusterRegistered("c2", "eu", "h:2"),
+            TopicCreated("t1", "a", "eu"),
+            *(PartitionsAdded("a", i, "c1" if i < 3 else "c2", "a", i) for i in range(6)),
+            PartitionStateChanged("a", 1, "read_only"),
+            PhysicalPartitionsReported("c1", "a", 0, "broker:1"),
+            ClusterFenced("c2", "probe failed", 5),
+        ],
+    )
+    topic = image.topics["a"]
+    view = topic_view(image, topic)
+    assert view["partitions"] == [partition_view(image, p) for p in topic.partitions]
+    assert [p["writable"] for p in view["partitions"]] == [True, False, True, False, False, False]
+    assert view["partitions"][0]["leader"] == "broker:1"

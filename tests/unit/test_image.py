@@ -139,3 +139,55 @@ def test_images_share_unchanged_maps() -> None:
 def test_empty_image_is_empty() -> None:
     assert MetadataImage(-1, {}, {}, {}) == EMPTY_IMAGE
     assert image_to_records(EMPTY_IMAGE) == []
+
+
+def _one_at_a_time(image: MetadataImage, records: list) -> MetadataImage:  # type: ignore[type-arg]
+    for record in records:
+        image = apply(image, [record])
+    return image
+
+
+def test_runs_of_partitions_added_apply_like_one_record_at_a_time() -> None:
+    # ``apply`` replays consecutive PartitionsAdded of one topic as a run: same image, same first error.
+    base = apply(
+        EMPTY_IMAGE,
+        [
+            ClusterRegistered("c1", "eu", "h:1"),
+            ClusterRegistered("c2", "eu", "h:2"),
+            ClusterRegistered("x", "us", "h:3"),
+            TopicCreated("t1", "a", "eu"),
+            TopicCreated("t2", "b", "eu"),
+        ],
+    )
+    good = [
+        PartitionsAdded("a", 0, "c1", "a", 0),
+        PartitionsAdded("a", 1, "c2", "a", 0),
+        PartitionsAdded("b", 0, "c1", "b", 0),
+        PartitionStateChanged("b", 0, "read_only"),
+        PartitionsAdded("b", 1, "c2", "b", 0),
+        PartitionsAdded("a", 2, "c1", "a", 1),
+    ]
+    assert apply(base, good) == _one_at_a_time(base, good)
+    bad_cases = [
+        [PartitionsAdded("a", 0, "c1", "a", 0), PartitionsAdded("a", 2, "c1", "a", 1)],  # not the next id
+        [PartitionsAdded("a", 0, "c1", "a", 0), PartitionsAdded("a", 1, "c1", "a", 0)],  # placement reused
+        [PartitionsAdded("a", 0, "c1", "a", 0), PartitionsAdded("a", 1, "x", "a", 0)],  # other region
+        [PartitionsAdded("a", 0, "c1", "a", 0), PartitionsAdded("zz", 0, "c1", "a", 0)],  # no such topic
+        [PartitionsAdded("a", 0, "nope", "a", 0)],  # no such cluster
+        [PartitionsAdded("a", 0, "c1", "a", -1)],
+    ]
+    for records in bad_cases:
+        with pytest.raises(InvalidRecord) as batched:
+            apply(base, records)
+        with pytest.raises(InvalidRecord) as single:
+            _one_at_a_time(base, records)
+        assert str(batched.value) == str(single.value)
+
+
+def test_evolve_refuses_a_field_the_image_does_not_have() -> None:
+    from metadata_log.image import ClusterImage, _evolve
+
+    cluster = ClusterImage("c1", "eu", "h:1")
+    assert _evolve(cluster, state="draining") == ClusterImage("c1", "eu", "h:1", state="draining")
+    with pytest.raises(TypeError):
+        _evolve(cluster, stat="draining")
