@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 
 from controller.config import ConfigError, Voter, parse_quorum, render_quorum
@@ -85,3 +86,15 @@ async def test_reset_starts_the_window_after_the_loaded_image() -> None:
     model.publish([], image)
     assert model.log_start_offset == 10 and model.high_watermark == 10
     assert model.snapshot().offset == 9
+
+
+async def test_entries_are_encoded_on_first_read_and_shared_by_later_readers() -> None:
+    model = ReadModel()
+    publish_noops(model, 5)
+    first = model.read(1, 3).entries
+    assert [e.offset for e in first] == [1, 2, 3]
+    assert orjson.loads(first[0].json) == {"offset": 1, "type": "NoOp", "data": {}}
+    again = model.read(0, 10).entries
+    assert [e.offset for e in again] == [0, 1, 2, 3, 4]
+    assert again[1] is first[0] and again[1].json is first[0].json  # one Entry, one encoding
+    assert model.read(2, 0).entries == [] and model.read(4, -1).entries == []
