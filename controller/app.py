@@ -198,7 +198,8 @@ def build_app(
     sse_by_client: collections.Counter[str] = collections.Counter()
     full_view = _RenderedView()
 
-    app.add_middleware(auth.Authorize, tokens=tokens)
+    if tokens.enabled:  # an open node pays nothing per request
+        app.add_middleware(auth.Authorize, tokens=tokens)
     app.add_middleware(_MeasureAndLimit, latency=latency)  # added last: outermost, so refusals are measured too
 
     async def forward_to_leader(request: Request) -> Response | None:

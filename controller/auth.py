@@ -93,7 +93,7 @@ class Authorize:
         self.tokens = tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.tokens.enabled:
+        if scope["type"] == "http":
             authorization = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
             try:
                 self.tokens.check(need_of(scope["method"], scope["path"]), authorization)
