@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import msgpack
 
-from .records import RECORD_TYPES, GroupGenerationStarted, GroupMember, Record
+from .records import RECORD_TYPES, GroupGenerationStarted, GroupMember, PartitionsAdded, Record
 
 WIRE_VERSION: Final = 0
 
@@ -94,6 +94,27 @@ def record_from_wire(value: Any) -> Record:
         raise CodecError(f"malformed {tag}: {e}") from e
     _check_types(record)
     return record
+
+
+def records_from_wire(rows: Iterable[Any]) -> list[Record]:
+    """``record_from_wire`` of each row; a well-formed ``PartitionsAdded`` (the bulk of every topic
+    creation) takes a direct path with the same type checks, without the generic field loop."""
+    out: list[Record] = []
+    for row in rows:
+        if (
+            type(row) is list
+            and len(row) == 7
+            and row[0] == "PartitionsAdded"
+            and type(row[2]) is str
+            and type(row[3]) is int
+            and type(row[4]) is str
+            and type(row[5]) is str
+            and type(row[6]) is int
+        ):
+            out.append(PartitionsAdded(row[2], row[3], row[4], row[5], row[6]))
+        else:
+            out.append(record_from_wire(row))
+    return out
 
 
 _STR: Final[tuple[type, ...]] = (str,)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .codec import CodecError, pack, record_from_wire, record_to_wire, unpack
+from .codec import CodecError, pack, record_to_wire, records_from_wire, unpack
 from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire, image_to_wire
 from .records import Record
 
@@ -79,7 +79,7 @@ def decode_command(data: bytes) -> list[Proposal]:
             raise CodecError("idempotency key and fingerprint must be strings or null")
         if not isinstance(records, list):
             raise CodecError("a proposal's records must be a list")
-        out.append(Proposal(tuple(record_from_wire(r) for r in records), key, fingerprint))
+        out.append(Proposal(tuple(records_from_wire(records)), key, fingerprint))
     return out
 
 

@@ -116,3 +116,22 @@ def test_topic_view_matches_partition_view_of_each_partition() -> None:
     assert view["partitions"] == [partition_view(image, p) for p in topic.partitions]
     assert [p["writable"] for p in view["partitions"]] == [True, False, True, False, False, False]
     assert view["partitions"][0]["leader"] == "broker:1"
+
+
+def test_records_from_wire_fast_path_agrees_with_record_from_wire() -> None:
+    from metadata_log.codec import CodecError, record_from_wire, records_from_wire
+
+    rows: list[list[object]] = [
+        ["PartitionsAdded", 0, "t", 3, "c1", "t", 7],
+        ["PartitionsAdded", 0, "t", 3, "c1", "t", 7, "a field from a newer writer"],
+        ["ClusterRegistered", 0, "c1", "eu", "h:1"],
+    ]
+    assert records_from_wire(rows) == [record_from_wire(r) for r in rows]
+    for bad in (
+        ["PartitionsAdded", 0, "t", True, "c1", "t", 7],  # a bool is not an int
+        ["PartitionsAdded", 0, "t", 3, None, "t", 7],
+        ["PartitionsAdded", 0, "t", 3, "c1", "t", 7.0],
+        ["PartitionsAdded", 0, "t", 3, "c1", "t"],
+    ):
+        with pytest.raises(CodecError):
+            records_from_wire([bad])
