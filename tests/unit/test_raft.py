@@ -16,6 +16,7 @@ import pytest
 from deploy.local import free_ports
 from metadata_log import raft
 from metadata_log.errors import Unavailable
+from metadata_log.image import MetadataImage
 from metadata_log.records import ClusterRegistered, NoOp
 from metadata_log.state import CorruptState, LogState, Proposal
 
@@ -37,6 +38,25 @@ async def wait_leader(node: raft.RaftNode, timeout_s: float = 10) -> None:
     while not node.is_leader():
         assert time.monotonic() < deadline, "single voter did not become leader"
         await asyncio.sleep(0.02)
+
+
+async def restart_and_replay(
+    address: str, data_dir: Path, image_before: MetadataImage, what: str, settings: raft.RaftSettings | None = None
+) -> LogState:
+    """Start a single voter again on ``data_dir``; its state once it has replayed up to ``image_before``
+    (which it must then equal). ``what`` says what was lost when it does not get there."""
+    state = LogState()
+    node = raft.RaftNode(address, [], data_dir, state, settings)
+    try:
+        await wait_leader(node)
+        deadline = time.monotonic() + 30  # a generous wait for the replay on a loaded machine, not a bound
+        while state.image.offset < image_before.offset:
+            assert time.monotonic() < deadline, what
+            await asyncio.sleep(0.05)
+        assert state.image == image_before
+        return state
+    finally:
+        node.close()
 
 
 async def test_propose_dump_and_restart(tmp_path: Path) -> None:
@@ -67,18 +87,9 @@ async def test_propose_dump_and_restart(tmp_path: Path) -> None:
         node.close()
         await asyncio.sleep(0.3)
 
-    restarted_state = LogState()
-    restarted = raft.RaftNode(address, [], tmp_path, restarted_state, settings)
-    try:
-        await wait_leader(restarted)
-        deadline = time.monotonic() + 10
-        while restarted_state.image.offset < image_before.offset:
-            assert time.monotonic() < deadline, "journal after the dump was not replayed"
-            await asyncio.sleep(0.05)
-        assert restarted_state.image == image_before
-        assert restarted_state.outcome_for_key("k7") is not None  # idempotency keys survive restarts
-    finally:
-        restarted.close()
+    restarted = await restart_and_replay(address, tmp_path, image_before, "journal after the dump was not replayed",
+                                         settings)  # fmt: skip
+    assert restarted.outcome_for_key("k7") is not None  # idempotency keys survive restarts
 
 
 async def test_a_kill_between_the_dump_and_the_journal_truncation_loses_nothing(tmp_path: Path) -> None:
@@ -109,17 +120,8 @@ async def test_a_kill_between_the_dump_and_the_journal_truncation_loses_nothing(
     older = [(b"\x00", i, term) for i in range(first_idx - 3, first_idx)]  # what the truncation would drop
     raft._write_journal_file(journal, [*older, *entries])
 
-    restarted_state = LogState()
-    restarted = raft.RaftNode(address, [], tmp_path, restarted_state, settings)
-    try:
-        await wait_leader(restarted)
-        deadline = time.monotonic() + 30  # a generous wait for the replay on a loaded machine, not a bound
-        while restarted_state.image.offset < image_before.offset:
-            assert time.monotonic() < deadline, "the entries after the dump were lost at the restart"
-            await asyncio.sleep(0.05)
-        assert restarted_state.image == image_before
-    finally:
-        restarted.close()
+    await restart_and_replay(address, tmp_path, image_before, "the entries after the dump were lost at the restart",
+                             settings)  # fmt: skip
 
 
 async def test_proposals_without_a_leader_fail_fast(tmp_path: Path) -> None:
@@ -362,14 +364,5 @@ async def test_write_on_a_full_disk_fails_and_the_state_survives(tiny_disk: Path
     finally:
         node.close()
         await asyncio.sleep(0.3)
-    restarted_state = LogState()
-    restarted = raft.RaftNode(address, [], tiny_disk, restarted_state)
-    try:
-        await wait_leader(restarted)
-        deadline = time.monotonic() + 10
-        while restarted_state.image.offset < image_before.offset:
-            assert time.monotonic() < deadline, "the journal written before the disk filled was not replayed"
-            await asyncio.sleep(0.05)
-        assert restarted_state.image == image_before
-    finally:
-        restarted.close()
+    lost = "the journal written before the disk filled was not replayed"
+    await restart_and_replay(address, tiny_disk, image_before, lost)
