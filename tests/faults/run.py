@@ -104,29 +104,25 @@ class Nemesis:
             except TimeoutError:
                 self.record("no-leader-after-fault")
 
-    def kill(self, hold_s: float) -> None:
+    def _hold(self, fault: str, undo: str, apply: Callable[[int], None], revert: Callable[[int], None],
+              hold_s: float) -> None:  # fmt: skip
+        """Apply a fault to the drawn node, hold it, revert it; both ends recorded in the history."""
         node = self.target()
-        self.record("kill", node=node)
-        self.q.kill(node)
+        self.record(fault, node=node)
+        apply(node)
         time.sleep(hold_s)
-        self.q.start_node(node)
-        self.record("restart", node=node)
+        revert(node)
+        self.record(undo, node=node)
+
+    def kill(self, hold_s: float) -> None:
+        self._hold("kill", "restart", self.q.kill, self.q.start_node, hold_s)
 
     def pause(self, hold_s: float) -> None:
-        node = self.target()
-        self.record("pause", node=node)
-        self.q.pause(node)
-        time.sleep(hold_s)
-        self.q.resume(node)
-        self.record("resume", node=node)
+        self._hold("pause", "resume", self.q.pause, self.q.resume, hold_s)
 
     def cut(self, hold_s: float) -> None:
-        node = self.target()
-        self.record("cut", node=node)
-        self.q.cut(node)
-        time.sleep(hold_s + 1.0)  # at least an election timeout (0.9 s) so an isolated leader steps down
-        self.q.heal(node)
-        self.record("heal", node=node)
+        # at least an election timeout (0.9 s) more, so an isolated leader steps down
+        self._hold("cut", "heal", self.q.cut, self.q.heal, hold_s + 1.0)
 
     def leader_kill_mid_batch(self, hold_s: float) -> None:
         leader = self.q.leader()
