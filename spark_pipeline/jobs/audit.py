@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from controller.ops import access_from
 from spark_pipeline.transforms import audit, dwd, ods
 
-from .common import access, layer, parser, session, source_options
+from .common import layer, parser, session, source_options
 
 
 def read_topic(spark: Any, controllers: str, topic: str, options: Mapping[str, str]) -> Any:
@@ -52,8 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     p = parser("audit", __doc__.splitlines()[0] if __doc__ else "")
     p.add_argument("--audit-topic", help="logical topic of the audit records (default: TOPIC.audit)")
     args = p.parse_args(argv)
+    options = source_options(access_from(args))
     diffs = run(session("kfed-audit", args.master), args.controllers, args.topic,
-                args.audit_topic or f"{args.topic}.audit", args.warehouse, source_options(access(args)))  # fmt: skip
+                args.audit_topic or f"{args.topic}.audit", args.warehouse, options)  # fmt: skip
     return 1 if diffs else 0
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from controller.ops import access_from, add_access_arguments
+from controller.ops import add_access_arguments
 from metadata_log.access import Access
 
 DEFAULT_CONTROLLERS: Final = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
@@ -34,11 +34,6 @@ def parser(prog: str, description: str, *, kafka: bool = True) -> argparse.Argum
     )
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[2])")
     return p
-
-
-def access(args: argparse.Namespace) -> Access:
-    """The token and CA of ``--token-file`` / ``--tls-ca`` (default: the local federation's token)."""
-    return access_from(args)
 
 
 def source_options(access: Access) -> dict[str, str]:

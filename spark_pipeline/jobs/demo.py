@@ -8,10 +8,11 @@ from __future__ import annotations
 import sys
 import time
 
+from controller.ops import access_from
 from spark_pipeline.events import ensure_topic, produce_events
 
 from . import audit, dwd_clean, dws_aggregate, ods_ingest
-from .common import access, layer, parser, session, source_options
+from .common import layer, parser, session, source_options
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--producer-id", default="demo", help="producer id in the events and audit records")
     args = p.parse_args(argv)
     audit_topic = f"{args.topic}.audit"
-    admin = access(args)
+    admin = access_from(args)
     ensure_topic(args.controllers, audit_topic, access=admin)
     if args.produce:  # seqs of successive runs must differ, or their ids would be deduplicated as resends
         first_seq = int(time.time()) * 1_000_000

@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from controller.ops import access_from
 from spark_pipeline.transforms import ods
 
-from .common import access, layer, parser, session, source_options
+from .common import layer, parser, session, source_options
 
 
 def run(
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     spark = session("kfed-ods_ingest", args.master)
     rows = run(spark, args.controllers, args.topic, args.warehouse, args.max_offsets_per_trigger,
-               source_options(access(args)))  # fmt: skip
+               source_options(access_from(args)))  # fmt: skip
     print(f"ods_ingest: {rows} rows from {args.topic} into {layer(args.warehouse, 'ods', args.topic)}")
     return 0
 
