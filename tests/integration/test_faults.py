@@ -198,8 +198,13 @@ def test_commit_timeout_is_504_and_the_same_key_then_returns_the_outcome(make_qu
     r = q.client.post(leader + "/v1/clusters", json=body, headers=key)
     assert r.status_code == 504 and r.headers["content-type"] == "application/problem+json"
     assert "Idempotency-Key" in r.json()["detail"]
-    q.wait_applied(0)  # it did commit, after the reply
-    again = q.client.post(leader + "/v1/clusters", json=body, headers=key)
+    # 504 means "unknown": the write may commit after the reply, or (when the caller gave up before it was
+    # proposed) never. Retrying with the same key settles it: once one attempt committed, the next answers
+    # that outcome without committing again.
+    deadline = time.monotonic() + 30
+    while (again := q.client.post(leader + "/v1/clusters", json=body, headers=key)).status_code == 504:
+        assert time.monotonic() < deadline, "no attempt committed within 30 s"
+        time.sleep(0.1)
     assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
     assert again.json()["offset"] == 0
     assert len(log_of(q, 1)) == 1
