@@ -41,9 +41,9 @@ from metadata_log.views import cluster_view, metadata_view, topic_view
 from . import auth, dashboard, metrics, problems
 from .drain import PartitionDrain
 from .groups import SESSION_TIMEOUT_MS_DEFAULT, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN
-from .service import ControllerService, WriteReply, check_idempotency_key, fingerprint
+from .hotpath import FORWARDED_HEADER, MSGPACK, HotRoute, HotWrites, WritePlan, commit, encode, write_response
+from .service import ControllerService
 
-MSGPACK: Final = "application/msgpack"
 MAX_REQUEST_BYTES: Final = 1024 * 1024
 LOG_LIMIT_DEFAULT: Final = 1000
 LOG_LIMIT_MAX: Final = 10_000
@@ -54,7 +54,6 @@ SSE_MAX_SUBSCRIBERS: Final = 2000
 SSE_MAX_PER_CLIENT: Final = 64  # open streams per client address; a dashboard or a tailer needs one
 INT64_MAX: Final = 2**63 - 1  # offsets and times: what Kafka and msgpack carry
 INT32_MAX: Final = 2**31 - 1  # Kafka partition ids
-FORWARDED_HEADER: Final = "X-Kfed-Forwarded-By"
 
 
 IdemKey = Annotated[
@@ -162,15 +161,64 @@ def wants_msgpack(request: Request) -> bool:
 
 
 def respond(request: Request, body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    if wants_msgpack(request):
-        return Response(pack(body), status_code=status, media_type=MSGPACK, headers=headers)
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
+    return encode(body, wants_msgpack(request), status, headers)
 
 
-def write_response(request: Request, reply: WriteReply, status: int = 200) -> Response:
-    body = {**reply.body, "offset": reply.offset}
-    headers = {"Idempotent-Replayed": "true"} if reply.replayed else None
-    return respond(request, body, status, headers)
+# -- what each write commits (shared by the FastAPI routes and the hot path) ------------------------
+def register_cluster_plan(body: RegisterCluster) -> WritePlan:
+    return WritePlan(
+        lambda image: commands.register_cluster(image, body.cluster_id, body.region, body.bootstrap_servers),
+        lambda image: _render_cluster(image, body.cluster_id),
+    )
+
+
+def cluster_state_plan(cluster_id: str, body: ChangeState) -> WritePlan:
+    return WritePlan(
+        lambda image: commands.change_cluster_state(image, cluster_id, body.state),
+        lambda image: _render_cluster(image, cluster_id),
+    )
+
+
+def create_topic_plan(body: CreateTopic) -> WritePlan:
+    topic_id = str(uuid.uuid4())
+    return WritePlan(
+        lambda image: commands.create_topic(
+            image,
+            body.name,
+            body.region,
+            body.partitions_per_cluster,
+            topic_id,
+            body.physical_topic,
+            body.retention_ms,
+        ),
+        lambda image: _render_topic(image, body.name),
+    )
+
+
+def partition_state_plan(name: str, partition: int, body: ChangeState) -> WritePlan:
+    return WritePlan(
+        lambda image: commands.change_partition_state(image, name, partition, body.state),
+        lambda image: _render_topic(image, name),
+    )
+
+
+def report_partitions_plan(cluster_id: str, body: PartitionReport) -> WritePlan:
+    entries = [commands.PhysicalPartition(p.physical_topic, p.physical_partition, p.leader) for p in body.partitions]
+    return WritePlan(
+        lambda image: commands.report_physical_partitions(image, cluster_id, entries),
+        lambda image: _render_cluster(image, cluster_id),
+    )
+
+
+HOT_WRITES: Final = [
+    HotRoute("PUT", "/v1/topics/{name}/partitions/{partition}/state", ChangeState, partition_state_plan,
+             int_params=frozenset({"partition"})),
+    HotRoute("PUT", "/v1/clusters/{cluster_id}/state", ChangeState, cluster_state_plan),
+    HotRoute("POST", "/v1/clusters", RegisterCluster, register_cluster_plan, status=201),
+    HotRoute("POST", "/v1/topics", CreateTopic, create_topic_plan, status=201),
+    HotRoute("POST", "/v1/agents/{cluster_id}/partitions", PartitionReport, report_partitions_plan),
+]  # fmt: skip
+"""The write routes ``HotWrites`` serves on the leader (see ``hotpath.py``); each is also a FastAPI route."""
 
 
 def build_app(
@@ -198,6 +246,8 @@ def build_app(
     sse_by_client: collections.Counter[str] = collections.Counter()
     full_view = _RenderedView()
 
+    # Starlette wraps the last added outermost: requests meet the limits, then the token check, then the hot path.
+    app.add_middleware(HotWrites, service=service, routes=HOT_WRITES)
     if tokens.enabled:  # an open node pays nothing per request
         app.add_middleware(auth.Authorize, tokens=tokens)
     app.add_middleware(_MeasureAndLimit, latency=latency)  # added last: outermost, so refusals are measured too
@@ -246,20 +296,12 @@ def build_app(
 
         return on_leader
 
-    async def do_write(
-        request: Request,
-        key: str | None,
-        command: Callable[[MetadataImage], commands.Result],
-        render: Callable[[MetadataImage], dict[str, Any]],
-        status: int = 200,
-    ) -> Response:
+    async def do_write(request: Request, key: str | None, plan: WritePlan, status: int = 200) -> Response:
         forwarded = await forward_to_leader(request)
         if forwarded is not None:
             return forwarded
-        key = check_idempotency_key(key)
-        fp = fingerprint(request.method, request.url.path, await request.body())
-        reply = await service.write(command, render, key, fp)
-        return write_response(request, reply, status)
+        reply = await commit(service, plan, key, request.method, request.url.path, await request.body())
+        return write_response(reply, wants_msgpack(request), status)
 
     v1 = APIRouter(prefix="/v1")
 
@@ -483,13 +525,7 @@ def build_app(
     # -- cluster admin -----------------------------------------------------------------------------
     @v1.post("/clusters", status_code=201, summary="Register a physical cluster (idempotent)")
     async def register_cluster(request: Request, body: RegisterCluster, key: IdemKey = None) -> Response:
-        return await do_write(
-            request,
-            key,
-            lambda image: commands.register_cluster(image, body.cluster_id, body.region, body.bootstrap_servers),
-            lambda image: _render_cluster(image, body.cluster_id),
-            status=201,
-        )
+        return await do_write(request, key, register_cluster_plan(body), status=201)
 
     @v1.put("/clusters/{cluster_id}/state", summary="Change a cluster's admin state")
     async def change_cluster_state(
@@ -498,24 +534,18 @@ def build_app(
         body: Annotated[ChangeState, Body(openapi_examples={"read_only": {"value": {"state": "read_only"}}})],
         key: IdemKey = None,
     ) -> Response:
-        return await do_write(
-            request,
-            key,
-            lambda image: commands.change_cluster_state(image, cluster_id, body.state),
-            lambda image: _render_cluster(image, cluster_id),
-        )
+        return await do_write(request, key, cluster_state_plan(cluster_id, body))
 
     @v1.post(
         "/clusters/{cluster_id}/decommission",
         summary="Decommission a cluster: read_only and draining now, decommissioned once drained (re-run safe)",
     )
     async def decommission_cluster(request: Request, cluster_id: str, key: IdemKey = None) -> Response:
-        return await do_write(
-            request,
-            key,
+        plan = WritePlan(
             lambda image: commands.decommission_cluster(image, cluster_id),
             lambda image: _render_cluster(image, cluster_id),
         )
+        return await do_write(request, key, plan)
 
     @v1.get("/drain", summary="Partitions on their way out and what each still waits for (the leader's view)")
     @leader_only
@@ -530,63 +560,40 @@ def build_app(
     # -- topic admin -------------------------------------------------------------------------------
     @v1.post("/topics", status_code=201, summary="Create a logical topic over its region's active clusters")
     async def create_topic(request: Request, body: CreateTopic, key: IdemKey = None) -> Response:
-        topic_id = str(uuid.uuid4())
-        return await do_write(
-            request,
-            key,
-            lambda image: commands.create_topic(
-                image,
-                body.name,
-                body.region,
-                body.partitions_per_cluster,
-                topic_id,
-                body.physical_topic,
-                body.retention_ms,
-            ),
-            lambda image: _render_topic(image, body.name),
-            status=201,
-        )
+        return await do_write(request, key, create_topic_plan(body), status=201)
 
     @v1.post("/topics/{name}/partitions", summary="Add logical partitions on one cluster (scale up)")
     async def add_partitions(request: Request, name: str, body: AddPartitions, key: IdemKey = None) -> Response:
-        return await do_write(
-            request,
-            key,
+        plan = WritePlan(
             lambda image: commands.add_partitions(image, name, body.cluster_id, body.count, body.physical_topic),
             lambda image: _render_topic(image, name),
         )
+        return await do_write(request, key, plan)
 
     @v1.put("/topics/{name}/partitions/{partition}/state", summary="Change one logical partition's state")
     async def change_partition_state(
         request: Request, name: str, partition: int, body: ChangeState, key: IdemKey = None
     ) -> Response:
-        return await do_write(
-            request,
-            key,
-            lambda image: commands.change_partition_state(image, name, partition, body.state),
-            lambda image: _render_topic(image, name),
-        )
+        return await do_write(request, key, partition_state_plan(name, partition, body))
 
     @v1.post(
         "/topics/{name}/shrink",
         summary="Lossless scale-down: partitions go read_only now and are removed once drained (re-run safe)",
     )
     async def shrink_partitions(request: Request, name: str, body: ShrinkPartitions, key: IdemKey = None) -> Response:
-        return await do_write(
-            request,
-            key,
+        plan = WritePlan(
             lambda image: commands.shrink_partitions(image, name, body.partitions),
             lambda image: _render_topic(image, name),
         )
+        return await do_write(request, key, plan)
 
     @v1.delete("/topics/{name}", summary="Delete a logical topic")
     async def delete_topic(request: Request, name: str, key: IdemKey = None) -> Response:
-        return await do_write(
-            request,
-            key,
+        plan = WritePlan(
             lambda image: commands.delete_topic(image, name),
             lambda image: {"name": name, "deleted": name not in image.topics},
         )
+        return await do_write(request, key, plan)
 
     # -- agents ------------------------------------------------------------------------------------
     @v1.post("/agents/{cluster_id}/heartbeat", summary="Renew a cluster's agent lease (no log record)")
@@ -598,15 +605,7 @@ def build_app(
     async def report_partitions(
         request: Request, cluster_id: str, body: PartitionReport, key: IdemKey = None
     ) -> Response:
-        entries = [
-            commands.PhysicalPartition(p.physical_topic, p.physical_partition, p.leader) for p in body.partitions
-        ]
-        return await do_write(
-            request,
-            key,
-            lambda image: commands.report_physical_partitions(image, cluster_id, entries),
-            lambda image: _render_cluster(image, cluster_id),
-        )
+        return await do_write(request, key, report_partitions_plan(cluster_id, body))
 
     @v1.post("/agents/{cluster_id}/drain", summary="Report drain measurements of a cluster (no log record)")
     @leader_only

@@ -258,3 +258,47 @@ def test_a_write_bigger_than_64_kib_replicates_to_every_node(quorum: LocalQuorum
     for url in quorum.urls:
         topic = quorum.client.get(url + "/v1/metadata", params={"topic": name}).json()["topics"][0]
         assert len(topic["partitions"]) == 3000
+
+
+def test_hot_writes_answer_as_the_fastapi_routes_do(quorum: LocalQuorum) -> None:
+    """The leader serves well-formed JSON writes on ``controller/hotpath.py``; the same request without a
+    Content-Type of application/json goes through FastAPI (a ``+json`` type is JSON to it too).
+    Both must answer alike."""
+    leader, c = quorum.url(quorum.leader()), quorum.client
+    cluster, topic = unique("hot-c"), unique("hot-t")
+    c.post(leader + "/v1/clusters", json={"cluster_id": cluster, "region": cluster, "bootstrap_servers": "h:1"})
+    c.post(leader + "/v1/topics", json={"name": topic, "region": cluster, "partitions_per_cluster": 2})
+    path = f"{leader}/v1/topics/{topic}/partitions/0/state"
+
+    def put(state: str, content_type: str | None, **headers: str) -> httpx.Response:
+        body = f'{{"state": "{state}"}}'.encode()
+        if content_type:
+            headers["Content-Type"] = content_type
+        return c.put(path, content=body, headers=headers)
+
+    hot, routed = put("read_only", "application/json"), put("writable", "application/vnd.kfed+json")
+    assert hot.status_code == routed.status_code == 200
+    assert hot.headers["content-type"] == routed.headers["content-type"] == "application/json"
+    assert routed.json()["offset"] == hot.json()["offset"] + 1
+    assert hot.json()["partitions"][0]["state"] == "read_only"
+    assert routed.json()["partitions"][0]["state"] == "writable"
+    assert {**hot.json(), "offset": 0, "partitions": []} == {**routed.json(), "offset": 0, "partitions": []}
+
+    # an Idempotency-Key first used on one path is honoured on the other (same fingerprint)
+    first = put("read_only", "application/json", **{"Idempotency-Key": topic})
+    again = put("read_only", "application/vnd.kfed+json", **{"Idempotency-Key": topic})
+    assert again.headers["idempotent-replayed"] == "true" and again.json()["offset"] == first.json()["offset"]
+    other = put("writable", "application/json", **{"Idempotency-Key": topic})
+    assert other.status_code == 422 and other.json()["field"] == "Idempotency-Key"
+
+    packed = put("writable", "application/json", Accept="application/msgpack")
+    assert packed.headers["content-type"] == "application/msgpack"
+    assert msgpack.unpackb(packed.content)["partitions"][0]["state"] == "writable"
+
+    # errors: bad bodies are FastAPI's 422 naming the field; the service's own errors are problem+json too
+    bad = c.put(path, json={"state": 5})
+    assert bad.status_code == 422 and bad.json()["field"] == "state"
+    unknown = c.put(f"{leader}/v1/topics/{topic}-nope/partitions/0/state", json={"state": "read_only"})
+    assert unknown.status_code == 404 and unknown.headers["content-type"] == "application/problem+json"
+    metrics = c.get(leader + "/metrics").text
+    assert 'route="/v1/topics/{name}/partitions/{partition}/state",status="2xx"' in metrics
