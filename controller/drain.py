@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from metadata_log.commands import decommissioned
-from metadata_log.image import MetadataImage, PartitionImage
+from metadata_log.image import MetadataImage, PartitionImage, TopicImage
 from metadata_log.records import PartitionStateChanged, Record
 
 DEFAULT_GRACE_MS: Final = 2000
@@ -76,13 +76,45 @@ class DrainRow:
 
 def draining_partitions(image: MetadataImage) -> list[tuple[str, PartitionImage]]:
     """Every partition on its way out: read_only ones, and those still in use on a draining cluster."""
-    draining_clusters = {c.cluster_id for c in image.clusters.values() if c.state == "draining"}
+    draining_clusters = _draining_clusters(image)
+    return [(topic.name, p) for topic in image.topics.values() for p in _draining_in(topic, draining_clusters)]
+
+
+def _draining_clusters(image: MetadataImage) -> frozenset[str]:
+    return frozenset(c.cluster_id for c in image.clusters.values() if c.state == "draining")
+
+
+def _draining_in(topic: TopicImage, draining_clusters: frozenset[str]) -> list[PartitionImage]:
     return [
-        (topic.name, p)
-        for topic in image.topics.values()
+        p
         for p in topic.partitions
         if p.state == "read_only" or (p.state == "writable" and p.cluster_id in draining_clusters)
     ]
+
+
+class _DrainingIndex:
+    """``draining_partitions`` kept up to date per topic: an image shares every topic a write did not touch
+    with the image before it, so only changed topics are scanned again (a full scan of a 1M-partition
+    image every 500 ms took a tenth of the leader's CPU under bulk writes)."""
+
+    def __init__(self) -> None:
+        self._clusters: frozenset[str] = frozenset()
+        self._by_topic: dict[str, tuple[TopicImage, list[PartitionImage]]] = {}
+
+    def scan(self, image: MetadataImage) -> list[tuple[str, PartitionImage]]:
+        clusters = _draining_clusters(image)
+        if clusters != self._clusters:
+            self._clusters, self._by_topic = clusters, {}
+        by_topic = {}
+        out: list[tuple[str, PartitionImage]] = []
+        for name, topic in image.topics.items():
+            seen = self._by_topic.get(name)
+            if seen is None or seen[0] is not topic:
+                seen = (topic, _draining_in(topic, clusters))
+            by_topic[name] = seen
+            out.extend((name, p) for p in seen[1])
+        self._by_topic = by_topic
+        return out
 
 
 def readers_by_topic(image: MetadataImage) -> dict[str, set[str]]:
@@ -112,6 +144,7 @@ class DrainTracker:
         self._reports: dict[tuple[str, str, int], tuple[float, PartitionDrain]] = {}  # (cluster, topic, p)
         self._since: dict[tuple[str, int], float] = {}  # logical (topic, partition) -> first seen draining
         self._last_scan: _Scan | None = None
+        self._index = _DrainingIndex()
 
     def start_term(self) -> None:
         self._reports.clear()
@@ -124,7 +157,7 @@ class DrainTracker:
     def _scan(self, image: MetadataImage) -> _Scan:
         """The draining partitions and the topics' readers, once per image offset (a check runs every 500 ms)."""
         if self._last_scan is None or self._last_scan.offset != image.offset:
-            draining = draining_partitions(image)
+            draining = self._index.scan(image)
             self._last_scan = _Scan(image.offset, draining, readers_by_topic(image) if draining else {})
         return self._last_scan
 

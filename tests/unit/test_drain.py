@@ -14,7 +14,9 @@ from metadata_log.records import (
     GroupMember,
     PartitionsAdded,
     PartitionStateChanged,
+    Record,
     TopicCreated,
+    TopicDeleted,
 )
 
 GRACE_S = 2.0
@@ -132,3 +134,18 @@ def test_a_new_term_forgets_everything_and_waits_again(image: MetadataImage) -> 
     assert tracker.decide(image, 11.0) == []
     tracker.report("c1", {("t", 1): PartitionDrain(0, 1, {"g": 1})}, now=12.5)
     assert tracker.decide(image, 12.5) == [PartitionStateChanged("t", 1, "removed")]
+
+
+def test_the_tracker_rescans_only_changed_topics_and_agrees_with_a_full_scan(image: MetadataImage) -> None:
+    tracker = DrainTracker(int(GRACE_S * 1000))
+    steps: list[list[Record]] = [
+        [TopicCreated("j", "u", "r1"), PartitionsAdded("u", 0, "c2", "u", 0), PartitionsAdded("u", 1, "c1", "u", 1)],
+        [PartitionStateChanged("u", 1, "read_only")],
+        [ClusterStateChanged("c2", "read_only"), ClusterStateChanged("c2", "draining")],
+        [PartitionStateChanged("t", 1, "removed")],
+        [TopicDeleted("u")],
+    ]
+    for records in steps:
+        image = apply(image, records)
+        rows = [(r.topic, r.partition) for r in tracker.rows(image, now=0.0)]
+        assert rows == [(t, p.partition) for t, p in draining_partitions(image)]
