@@ -159,6 +159,44 @@ def _check_types(record: Record) -> None:
         raise CodecError(f"{record.TYPE}.{name} must be {kind}{' or null' if nullable else ''}")
 
 
+def _exact_types_for(cls: type[Record]) -> tuple[frozenset[type], ...] | None:
+    """Per field, the exact Python types a value may have so that msgpack returns it unchanged and
+    ``record_from_wire`` accepts it; None for a class with other kinds of fields (computed once)."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        hint, allowed = hints[f.name], set[type]()
+        args = typing.get_args(hint)
+        if isinstance(hint, UnionType) and type(None) in args and len(args) == 2:
+            allowed.add(type(None))
+            hint = args[0] if args[1] is type(None) else args[1]
+        if typing.get_origin(hint) is typing.Literal and all(isinstance(a, str) for a in typing.get_args(hint)):
+            hint = str
+        if hint not in (str, int, bool):
+            return None
+        allowed.add(hint)
+        out.append(frozenset(allowed))
+    return tuple(out)
+
+
+_EXACT_TYPES: Final = {cls: _exact_types_for(cls) for cls in RECORD_TYPES}
+
+
+def round_trips(records: Iterable[Record]) -> bool:
+    """Whether ``decode(encode(records))`` gives back records equal to these, field values of the same
+    exact types: every field a plain str / int / bool / None of its declared type. (A bool in an int
+    field, a str subclass or a nested value does not qualify: decoding would refuse or change it.)"""
+    for record in records:
+        cls = type(record)
+        exact = _EXACT_TYPES.get(cls)
+        if exact is None:
+            return False
+        for value, allowed in zip(_GETTERS[cls](record), exact, strict=True):
+            if type(value) not in allowed:
+                return False
+    return True
+
+
 def encode(records: Iterable[Record]) -> bytes:
     """msgpack bytes of a sequence of records."""
     return pack([record_to_wire(r) for r in records])

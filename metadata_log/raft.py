@@ -39,7 +39,7 @@ from pysyncobj.node import TCPNode
 from pysyncobj.serializer import Serializer
 
 from .errors import OutcomeUnknown, Unavailable
-from .state import CorruptState, LogState, Outcome, Proposal, encode_command
+from .state import CorruptState, LogState, Outcome, Proposal
 
 log = logging.getLogger(__name__)
 
@@ -575,7 +575,7 @@ class RaftNode:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Outcome]] = loop.create_future()
-        data = encode_command(proposals)
+        data = self.state.encode_proposal(proposals)
         journal = self._syncobj._SyncObj__raftLog
         if isinstance(journal, _CheckedJournal) and not journal.room_for(len(data) + 64):
             # Refuse before proposing: a leader whose journal append fails (JournalFull) drops the command

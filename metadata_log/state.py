@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import logging
 import struct
+import threading
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .codec import CodecError, pack, record_to_wire, records_from_wire, unpack
+from .codec import CodecError, pack, record_to_wire, records_from_wire, round_trips, unpack
 from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire, image_to_wire
 from .records import Record
 
@@ -90,6 +91,7 @@ class LogState:
         self.image: MetadataImage = EMPTY_IMAGE
         self._keys: OrderedDict[str, tuple[str | None, Outcome]] = OrderedDict()
         self._publisher = publisher
+        self._proposed = _ProposedCommands()
 
     def set_publisher(self, publisher: Publisher | None) -> None:
         self._publisher = publisher
@@ -98,10 +100,18 @@ class LogState:
         """(fingerprint, outcome) of a committed write with this idempotency key, if remembered."""
         return self._keys.get(key)
 
+    def encode_proposal(self, proposals: Sequence[Proposal]) -> bytes:
+        """``encode_command`` for a command this node proposes (as leader). When applying it here needs no
+        decoding (see ``_ProposedCommands``), the proposals are kept until it is applied."""
+        data = encode_command(proposals)
+        if all(round_trips(p.records) for p in proposals):
+            self._proposed.add(data, list(proposals))
+        return data
+
     def apply_command(self, data: bytes) -> list[Outcome]:
         """Apply one Raft command; returns one outcome per proposal. Never raises."""
         try:
-            proposals = decode_command(data)
+            proposals = self._proposed.take(data) or decode_command(data)
         except (CodecError, TypeError, ValueError) as e:
             log.error("undecodable command of %d bytes ignored: %s", len(data), e)
             return [Outcome("rejected", detail=f"undecodable command: {e}")]
@@ -178,6 +188,43 @@ class LogState:
         if self._publisher is not None:
             self._publisher([], image)  # no records: readers restart from this image
         return value["raft"]
+
+
+class _ProposedCommands:
+    """The proposals of commands this node proposed and has not applied yet, by their bytes.
+
+    The leader would otherwise decode each of its own commands again when it commits (a sixth of its CPU
+    under bulk writes). Taking the proposals instead is exact: a command is only kept when its records
+    round-trip unchanged (``codec.round_trips``: what ``decode_command`` of the same bytes returns, which
+    is what every follower applies), and the key is the whole command, so equal bytes mean equal
+    proposals whichever proposal put them here. A command that never commits (lost leadership) is never
+    taken; the oldest go first past ``MAX_BYTES``. Proposed on the event loop, taken on the Raft thread."""
+
+    MAX_BYTES: Final = 64 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self._by_command: dict[bytes, list[Proposal]] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def add(self, data: bytes, proposals: list[Proposal]) -> None:
+        with self._lock:
+            if data in self._by_command:
+                return
+            self._by_command[data] = proposals
+            self._bytes += len(data)
+            while self._bytes > self.MAX_BYTES:
+                self._bytes -= len(next(iter(self._by_command)))
+                del self._by_command[next(iter(self._by_command))]
+
+    def take(self, data: bytes) -> list[Proposal] | None:
+        if not self._by_command:  # a follower: nothing to hash
+            return None
+        with self._lock:
+            proposals = self._by_command.pop(data, None)
+            if proposals is not None:
+                self._bytes -= len(data)
+            return proposals
 
 
 class CorruptState(Exception):
