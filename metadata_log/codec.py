@@ -8,6 +8,7 @@ missing trailing fields from their defaults and ignores trailing fields it does 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -159,24 +160,25 @@ def _check_types(record: Record) -> None:
         raise CodecError(f"{record.TYPE}.{name} must be {kind}{' or null' if nullable else ''}")
 
 
-def _exact_types_for(cls: type[Record]) -> tuple[frozenset[type], ...] | None:
-    """Per field, the exact Python types a value may have so that msgpack returns it unchanged and
-    ``record_from_wire`` accepts it; None for a class with other kinds of fields (computed once)."""
+def _exact_types_for(cls: type[Record]) -> frozenset[tuple[type, ...]]:
+    """Every combination of exact Python field types (in field order) that msgpack returns unchanged and
+    ``record_from_wire`` accepts: str, int, bool and None as declared. Empty for a class with other kinds
+    of fields (nested values). Computed once per class."""
     hints = typing.get_type_hints(cls)
-    out = []
+    per_field: list[tuple[type, ...]] = []
     for f in dataclasses.fields(cls):
-        hint, allowed = hints[f.name], set[type]()
+        hint = hints[f.name]
+        allowed: tuple[type, ...] = ()
         args = typing.get_args(hint)
         if isinstance(hint, UnionType) and type(None) in args and len(args) == 2:
-            allowed.add(type(None))
+            allowed = (type(None),)
             hint = args[0] if args[1] is type(None) else args[1]
         if typing.get_origin(hint) is typing.Literal and all(isinstance(a, str) for a in typing.get_args(hint)):
             hint = str
         if hint not in (str, int, bool):
-            return None
-        allowed.add(hint)
-        out.append(frozenset(allowed))
-    return tuple(out)
+            return frozenset()
+        per_field.append((hint, *allowed))
+    return frozenset(itertools.product(*per_field))
 
 
 _EXACT_TYPES: Final = {cls: _exact_types_for(cls) for cls in RECORD_TYPES}
@@ -188,12 +190,8 @@ def round_trips(records: Iterable[Record]) -> bool:
     field, a str subclass or a nested value does not qualify: decoding would refuse or change it.)"""
     for record in records:
         cls = type(record)
-        exact = _EXACT_TYPES.get(cls)
-        if exact is None:
+        if tuple(map(type, _GETTERS[cls](record))) not in _EXACT_TYPES[cls]:
             return False
-        for value, allowed in zip(_GETTERS[cls](record), exact, strict=True):
-            if type(value) not in allowed:
-                return False
     return True
 
 
