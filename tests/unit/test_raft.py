@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import inspect
 import struct
 import subprocess
 import time
+import zlib
 from pathlib import Path
 
 import pysyncobj.journal as pso_journal
+import pysyncobj.pickle as pso_pickle
 import pysyncobj.syncobj as pso
+import pysyncobj.tcp_connection as pso_tcp
 import pytest
 
 from deploy.local import free_ports
@@ -31,6 +35,20 @@ def test_pinned_pysyncobj_internals_are_routed_through_ours() -> None:
     for name in ("onMessageReceived", "sendNextNodeIdx", "getEntries", "getCurrentLogIndex", "deleteEntriesFrom",
                  "parseChangeClusterRequest", "doChangeCluster"):  # fmt: skip
         assert callable(getattr(pso.SyncObj, f"_SyncObj__{name}")), name
+    # TCP connections call the module-level zlib, which RaftNode replaces to set the compression level.
+    assert "zlib.compress(" in inspect.getsource(pso_tcp.TcpConnection.send)
+    assert "zlib.decompress(" in inspect.getsource(pso_tcp.TcpConnection)
+    # ... and pickle through pysyncobj.pickle, whose protocol is the module global RaftNode sets.
+    assert pso_tcp.pickle is pso_pickle and pso.pickle is pso_pickle
+    assert "__protocol" in vars(pso_pickle) and "__protocol)" in inspect.getsource(pso_pickle.dumps)
+
+
+def test_raft_messages_use_our_compression_level_and_stay_zlib_streams() -> None:
+    message = b"PartitionsAdded" * 1000
+    for level in (0, 3):
+        wire = raft._WireZlib(level)
+        packed = wire.compress(message, 3)  # pysyncobj passes its own level 3: ignored
+        assert packed == zlib.compress(message, level) and zlib.decompress(packed) == message
 
 
 async def wait_leader(node: raft.RaftNode, timeout_s: float = 10) -> None:
@@ -57,6 +75,25 @@ async def restart_and_replay(
         return state
     finally:
         node.close()
+
+
+async def test_a_journal_pickled_by_pysyncobjs_own_protocol_replays(tmp_path: Path) -> None:
+    """Nodes pickle with protocol 4 (bytes as bytes); journals and peers of pysyncobj's protocol 2 still work."""
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    state = LogState()
+    node = raft.RaftNode(address, [], tmp_path, state)
+    assert vars(pso_pickle)["__protocol"] == raft.PICKLE_PROTOCOL == 4
+    vars(pso_pickle)["__protocol"] = 2  # what an older kfed wrote
+    try:
+        await wait_leader(node)
+        for i in range(5):
+            await asyncio.wait_for(node.propose([Proposal((ClusterRegistered(f"c{i}", "r1", "h:1"),))]), 5)
+        image = state.image
+    finally:
+        node.close()
+        vars(pso_pickle)["__protocol"] = raft.PICKLE_PROTOCOL
+    assert image.offset == 4
+    await restart_and_replay(address, tmp_path, image, "a protocol-2 journal did not replay")
 
 
 async def test_propose_dump_and_restart(tmp_path: Path) -> None:
@@ -366,3 +403,14 @@ async def test_write_on_a_full_disk_fails_and_the_state_survives(tiny_disk: Path
         await asyncio.sleep(0.3)
     lost = "the journal written before the disk filled was not replayed"
     await restart_and_replay(address, tiny_disk, image_before, lost)
+
+
+def test_only_a_plain_success_answer_keeps_the_leaders_next_index_ahead() -> None:
+    def reply(**fields: object) -> dict[str, object]:
+        return {"type": "next_node_idx", "next_node_idx": 7, "reset": False, "success": True, "term": 3, **fields}
+
+    assert raft.is_progress_reply(reply())
+    assert not raft.is_progress_reply(reply(reset=True))  # the follower lacks entries: go back
+    assert not raft.is_progress_reply(reply(success=False, reset=True))
+    assert not raft.is_progress_reply(reply(success=1))
+    assert not raft.is_progress_reply({"type": "append_entries", "success": True})
