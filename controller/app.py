@@ -488,9 +488,21 @@ def build_app(
             events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         )
 
-    @v1.get("/snapshot", summary="The image at offset S written as records; continue reading the log at S+1")
-    async def snapshot(request: Request) -> Response:
-        snap = service.read_model.snapshot()  # encodings are built once per offset, off the event loop
+    @v1.get(
+        "/snapshot",
+        summary="The image at offset S written as records; continue reading the log at S+1. S is recent, "
+        "not always the newest: an encoded snapshot is reused for a while (at least min_offset when given)",
+    )
+    async def snapshot(
+        request: Request,
+        min_offset: Annotated[
+            int | None, Query(ge=-1, le=INT64_MAX, description="A snapshot at this offset or later (waits for it).")
+        ] = None,
+    ) -> Response:
+        if min_offset is not None:
+            await service.image_at_least(min_offset, MIN_OFFSET_WAIT_S)
+        # encodings are built once per snapshot, off the event loop
+        snap = service.read_model.snapshot(-1 if min_offset is None else min_offset)
         if wants_msgpack(request):
             return Response(await asyncio.to_thread(lambda: snap.msgpack), media_type=MSGPACK)
         return Response(await asyncio.to_thread(lambda: snap.json), media_type="application/json")

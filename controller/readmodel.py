@@ -9,13 +9,14 @@ write's future, a write's reply is never sent before its records are readable he
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
-from metadata_log.codec import pack, record_to_dict
+from metadata_log.codec import gc_paused, pack, record_to_dict
 from metadata_log.errors import Gone
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, image_to_records, image_to_wire
 from metadata_log.records import Record
@@ -55,14 +56,19 @@ class LogPage:
     log_start_offset: int
 
 
+SNAPSHOT_REUSE_S: Final = 30.0
+"""How long ``GET /v1/snapshot`` may answer with an already encoded snapshot instead of the newest image."""
+
+
 class Snapshot:
     """The image at ``offset`` as records; each encoding is made once, on first use."""
 
-    __slots__ = ("_json", "_msgpack", "image", "offset")
+    __slots__ = ("_json", "_msgpack", "image", "made", "offset")
 
     def __init__(self, image: MetadataImage) -> None:
         self.image = image
         self.offset = image.offset
+        self.made = time.monotonic()
         self._json: bytes | None = None
         self._msgpack: bytes | None = None
 
@@ -70,8 +76,9 @@ class Snapshot:
     def json(self) -> bytes:
         """Readable form: records as ``{"type", "data": {field: value}}``."""
         if self._json is None:
-            records = [{"type": r.TYPE, "data": record_to_dict(r)} for r in image_to_records(self.image)]
-            self._json = orjson.dumps({"offset": self.offset, "records": records})
+            with gc_paused():
+                records = [{"type": r.TYPE, "data": record_to_dict(r)} for r in image_to_records(self.image)]
+                self._json = orjson.dumps({"offset": self.offset, "records": records})
         return self._json
 
     @property
@@ -79,7 +86,8 @@ class Snapshot:
         """Bulk form for machines: records in the codec's positional wire form ``[type, version, fields...]``
         (a 1M-partition snapshot loads several times faster than from field maps)."""
         if self._msgpack is None:
-            self._msgpack = pack({"offset": self.offset, "records": image_to_wire(self.image)})
+            with gc_paused():
+                self._msgpack = pack({"offset": self.offset, "records": image_to_wire(self.image)})
         return self._msgpack
 
 
@@ -166,9 +174,20 @@ class ReadModel:
                 return False
         return True
 
-    def snapshot(self) -> Snapshot:
-        """The current image as records (cached per offset: building it for 1M partitions takes seconds)."""
+    def snapshot(self, min_offset: int = -1) -> Snapshot:
+        """The image as records: the current one, or a recent one not older than ``min_offset``.
+
+        Encoding a 1M-partition image takes the node seconds of CPU (time its Raft thread then lacks), so a
+        snapshot is reused for ``SNAPSHOT_REUSE_S`` while the window still holds every record after it: a
+        reader that loads it continues the log at its offset + 1 and misses nothing."""
         snap = self._snapshot
-        if snap is None or snap.offset != self.image.offset:
+        current = snap is not None and snap.offset == self.image.offset
+        recent = (
+            snap is not None
+            and time.monotonic() - snap.made < SNAPSHOT_REUSE_S
+            and snap.offset + 1 >= self._start
+            and snap.offset >= min_offset
+        )
+        if snap is None or not (current or recent):
             snap = self._snapshot = Snapshot(self.image)
         return snap

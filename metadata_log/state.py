@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .codec import CodecError, pack, record_to_wire, records_from_wire, round_trips, unpack
+from .codec import CodecError, gc_paused, pack, record_to_wire, records_from_wire, round_trips, unpack
 from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire, image_to_wire
 from .records import Record
 
@@ -164,9 +164,13 @@ class LogState:
         that encodes it later, off the Raft thread."""
         image = self.image
         keys = [[k, fp, o.status, o.first_offset, o.last_offset, o.detail] for k, (fp, o) in self._keys.items()]
-        return lambda: frame(
-            pack({"offset": image.offset, "records": image_to_wire(image), "keys": keys, "raft": raft_internal})
-        )
+
+        def encode() -> bytes:
+            with gc_paused():
+                wire = image_to_wire(image)
+                return frame(pack({"offset": image.offset, "records": wire, "keys": keys, "raft": raft_internal}))
+
+        return encode
 
     def dump(self, raft_internal: Any) -> bytes:
         """The whole state as framed msgpack (records, not pickle), with ``raft_internal`` alongside."""
@@ -176,8 +180,9 @@ class LogState:
         """Restore from ``dump`` output; returns its ``raft_internal``. ``CorruptState`` if damaged."""
         body = unframe(data)
         try:
-            value = unpack(body)
-            image = image_from_wire(value["records"], int(value["offset"]))
+            with gc_paused():
+                value = unpack(body)
+                image = image_from_wire(value["records"], int(value["offset"]))
             keys: OrderedDict[str, tuple[str | None, Outcome]] = OrderedDict()
             for k, fp, status, first, last, detail in value["keys"]:
                 keys[k] = (fp, Outcome(status, first, last, detail))

@@ -198,7 +198,8 @@ class FaultQuorum:
 
     def snapshot_metadata_of(self, node_id: int) -> dict[str, Any]:
         """``/v1/snapshot`` as merged metadata (``metadata_view`` of the image its records make)."""
-        r = self.client.get(self.url(node_id) + "/v1/snapshot", timeout=10)
+        applied = self.metadata_of(node_id)["offset"]
+        r = self.client.get(self.url(node_id) + "/v1/snapshot", params={"min_offset": applied}, timeout=10)
         r.raise_for_status()
         body = r.json()
         image = snapshot_image([record_from_dict(x["type"], x["data"]) for x in body["records"]], body["offset"])

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 
 import msgpack
 import pytest
@@ -12,6 +13,7 @@ from metadata_log.codec import (
     CodecError,
     decode,
     encode,
+    gc_paused,
     record_from_dict,
     record_from_wire,
     record_to_dict,
@@ -135,3 +137,36 @@ def test_records_from_wire_fast_path_agrees_with_record_from_wire() -> None:
     ):
         with pytest.raises(CodecError):
             records_from_wire([bad])
+
+
+def test_gc_paused_nests_and_restores_the_collector_as_it_found_it() -> None:
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled(), "an inner pause ending does not resume collection"
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled(), "a collector that was off stays off"
+    finally:
+        gc.enable()
+    with contextlib.suppress(ValueError), gc_paused():
+        raise ValueError("boom")
+    assert gc.isenabled()
+
+
+@pytest.mark.parametrize("record", ONE_OF_EACH, ids=lambda r: type(r).__name__)
+def test_records_build_by_position_and_keyword_and_stay_frozen(record: object) -> None:
+    cls = type(record)
+    values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}  # type: ignore[arg-type]
+    assert cls(*values.values()) == record == cls(**values) == dataclasses.replace(record)  # type: ignore[type-var]
+    assert hash(cls(*values.values())) == hash(record)
+    for name in values:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(record, name, None)
+    with pytest.raises(TypeError):
+        cls(*values.values(), "one too many")

@@ -5,6 +5,7 @@ import asyncio
 import orjson
 import pytest
 
+from controller import readmodel
 from controller.config import ConfigError, Voter, parse_quorum, render_quorum
 from controller.readmodel import ReadModel
 from metadata_log.errors import Gone
@@ -98,3 +99,26 @@ async def test_entries_are_encoded_on_first_read_and_shared_by_later_readers() -
     assert [e.offset for e in again] == [0, 1, 2, 3, 4]
     assert again[1] is first[0] and again[1].json is first[0].json  # one Entry, one encoding
     assert model.read(2, 0).entries == [] and model.read(4, -1).entries == []
+
+
+async def test_a_recent_snapshot_is_reused_while_the_window_still_continues_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(readmodel.time, "monotonic", lambda: clock[0])
+    model = ReadModel(retention_records=100)
+    publish_noops(model, 10)
+    first = model.snapshot()
+    assert first.offset == 9
+    publish_noops(model, 5)
+    assert model.snapshot() is first, "reused: a reader goes on at offset 10, still in the window"
+    assert model.snapshot(min_offset=14).offset == 14, "min_offset asks for one at least that new"
+    newest = model.snapshot()
+    assert newest.offset == 14
+    publish_noops(model, 5)
+    clock[0] += readmodel.SNAPSHOT_REUSE_S
+    assert model.snapshot().offset == 19, "too old"
+    kept = model.snapshot()
+    publish_noops(model, 200)  # the window moves past the snapshot's next offset
+    assert model.log_start_offset > kept.offset + 1
+    assert model.snapshot().offset == 219
