@@ -30,7 +30,6 @@ from metadata_log.errors import (
     Gone,
     InvalidRequest,
     NotFound,
-    OutcomeUnknown,
     PayloadTooLarge,
     TooManyRequests,
     Unavailable,
@@ -41,7 +40,7 @@ from metadata_log.views import cluster_view, metadata_view, topic_view
 from . import auth, dashboard, metrics, problems
 from .drain import PartitionDrain
 from .groups import SESSION_TIMEOUT_MS_DEFAULT, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN
-from .hotpath import FORWARDED_HEADER, MSGPACK, HotRoute, HotWrites, WritePlan, commit, encode, write_response
+from .hotpath import MSGPACK, HotRoute, HotWrites, LeaderForwarder, WritePlan, commit, encode, write_response
 from .service import ControllerService
 
 MAX_REQUEST_BYTES: Final = 1024 * 1024
@@ -239,6 +238,7 @@ def build_app(
     auth.document(app, tokens)
     latency = metrics.RequestLatency()
     forwarder = httpx.AsyncClient(timeout=httpx.Timeout(service.commit_timeout_s + 2, connect=1.0), verify=peer_verify)
+    to_leader = LeaderForwarder(service, forwarder)
     # The node's own token for its status calls to the other voters (forwarded requests carry the caller's).
     own_token = tokens.admin or tokens.read
     peer_headers = {"Authorization": f"Bearer {own_token}"} if own_token else {}
@@ -247,7 +247,7 @@ def build_app(
     full_view = _RenderedView()
 
     # Starlette wraps the last added outermost: requests meet the limits, then the token check, then the hot path.
-    app.add_middleware(HotWrites, service=service, routes=HOT_WRITES)
+    app.add_middleware(HotWrites, service=service, routes=HOT_WRITES, to_leader=to_leader)
     if tokens.enabled:  # an open node pays nothing per request
         app.add_middleware(auth.Authorize, tokens=tokens)
     app.add_middleware(_MeasureAndLimit, latency=latency)  # added last: outermost, so refusals are measured too
@@ -257,34 +257,9 @@ def build_app(
         returns None when this node leads."""
         if service.is_leader():
             return None
-        if request.headers.get(FORWARDED_HEADER):
-            raise Unavailable("leadership moved while the write was forwarded", retry_after_s=0.2)
-        leader = service.leader()
-        if leader is None:
-            raise Unavailable("no leader elected yet", retry_after_s=1.0)
-        headers = {
-            k: v
-            for k, v in request.headers.items()
-            if k.lower() in ("content-type", "accept", "idempotency-key", "authorization")
-        }
-        headers[FORWARDED_HEADER] = str(service.node_id)
         # the path as received (still percent-encoded): a decoded one may not even be a valid URL
         path = request.scope.get("raw_path", b"").decode("latin-1") or request.url.path
-        url = leader.http + path + (f"?{request.url.query}" if request.url.query else "")
-        try:
-            upstream = await forwarder.request(request.method, url, content=await request.body(), headers=headers)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as e:  # nothing was sent: the write did not happen
-            raise Unavailable(f"leader {leader.id} unreachable: {type(e).__name__}", retry_after_s=0.5) from None
-        except httpx.TransportError as e:  # sent, then no answer: it may have committed
-            raise OutcomeUnknown(
-                f"the leader did not answer ({type(e).__name__}); retry with the same Idempotency-Key"
-            ) from None
-        passthrough = {
-            k: v
-            for k, v in upstream.headers.items()
-            if k.lower() in ("content-type", "retry-after", "idempotent-replayed")
-        }
-        return Response(upstream.content, status_code=upstream.status_code, headers=passthrough)
+        return await to_leader(request.method, path, request.url.query, request.headers, await request.body())
 
     def leader_only(route: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
         """Serve ``route`` on the leader only: on a follower the request is forwarded to the leader."""

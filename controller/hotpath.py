@@ -5,7 +5,8 @@ thread is saturated, and 56 % of its time per write went to FastAPI/Starlette ro
 router matches every request twice, route by route) and dependency solving, against 14 % in the write
 itself. ``HotWrites`` answers the common case of a few write routes directly:
 
-- only on the leader (a follower's request goes on to FastAPI, which forwards it here);
+- on the leader; a follower passes the request on to the leader (``LeaderForwarder``, as the FastAPI
+  routes do) without parsing it;
 - only a well-formed request: a JSON body that its pydantic model accepts and path parameters of the
   expected shape. Anything else, including every error FastAPI would report, is handed to FastAPI
   unchanged (with the body it already read), so error answers have exactly one source;
@@ -19,10 +20,11 @@ limits and latency metrics apply to it unchanged; the FastAPI routes stay declar
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import httpx
 import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
@@ -30,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from metadata_log import commands
 from metadata_log.codec import pack
-from metadata_log.errors import KfedError
+from metadata_log.errors import KfedError, OutcomeUnknown, Unavailable
 from metadata_log.image import MetadataImage
 
 from . import problems
@@ -69,6 +71,41 @@ async def commit(
     key = check_idempotency_key(key)
     fp = fingerprint(method, path, body) if key is not None else ""
     return await service.write(plan.command, plan.render, key, fp)
+
+
+class LeaderForwarder:
+    """Sends a request a follower cannot answer (a write, a lease, a group call) on to the leader, and its
+    answer back. Used by the FastAPI routes and by ``HotWrites`` on followers."""
+
+    PASSED_ON: Final = ("content-type", "accept", "idempotency-key", "authorization")
+    PASSED_BACK: Final = ("content-type", "retry-after", "idempotent-replayed")
+
+    def __init__(self, service: ControllerService, client: httpx.AsyncClient) -> None:
+        self.service = service
+        self.client = client
+
+    async def __call__(
+        self, method: str, raw_path: str, query: str, headers: Mapping[str, str], body: bytes
+    ) -> Response:
+        """``raw_path``: as received, still percent-encoded; ``headers``: looked up by lower-case name."""
+        if headers.get(FORWARDED_HEADER.lower()):
+            raise Unavailable("leadership moved while the write was forwarded", retry_after_s=0.2)
+        leader = self.service.leader()
+        if leader is None:
+            raise Unavailable("no leader elected yet", retry_after_s=1.0)
+        onward = {name: value for name in self.PASSED_ON if (value := headers.get(name)) is not None}
+        onward[FORWARDED_HEADER] = str(self.service.node_id)
+        url = leader.http + raw_path + (f"?{query}" if query else "")
+        try:
+            upstream = await self.client.request(method, url, content=body, headers=onward)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:  # nothing was sent: the write did not happen
+            raise Unavailable(f"leader {leader.id} unreachable: {type(e).__name__}", retry_after_s=0.5) from None
+        except httpx.TransportError as e:  # sent, then no answer: it may have committed
+            raise OutcomeUnknown(
+                f"the leader did not answer ({type(e).__name__}); retry with the same Idempotency-Key"
+            ) from None
+        back = {name: value for name in self.PASSED_BACK if (value := upstream.headers.get(name)) is not None}
+        return Response(upstream.content, status_code=upstream.status_code, headers=back)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,14 +151,17 @@ class _RouteLabel:
 class HotWrites:
     """ASGI middleware: serves ``routes`` on the leader for well-formed requests, else calls ``app``."""
 
-    def __init__(self, app: ASGIApp, service: ControllerService, routes: list[HotRoute]) -> None:
+    def __init__(
+        self, app: ASGIApp, service: ControllerService, routes: list[HotRoute], to_leader: LeaderForwarder
+    ) -> None:
         self.app = app
         self.service = service
         self.routes = routes
+        self.to_leader = to_leader
         self.labels = {r.template: _RouteLabel(r.template) for r in routes}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.service.is_leader():
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         path = scope["path"]
@@ -133,7 +173,7 @@ class HotWrites:
             await self.app(scope, receive, send)
             return
         headers = _first_headers(scope["headers"])
-        if not headers.get(b"content-type", b"").startswith(b"application/json"):
+        if not headers.get("content-type", "").startswith("application/json"):
             await self.app(scope, receive, send)
             return
         try:
@@ -141,23 +181,33 @@ class HotWrites:
         except KfedError as e:  # the body limit of the outer middleware
             await problems.kfed_error_response(e)(scope, receive, send)
             return
+        if not self.service.is_leader():  # the leader validates it; a follower only passes it on
+            scope["route"] = self.labels[route.template]
+            raw_path = scope.get("raw_path", b"").decode("latin-1") or path
+            try:
+                forwarded = await self.to_leader(
+                    scope["method"], raw_path, scope.get("query_string", b"").decode("latin-1"), headers, body
+                )
+            except KfedError as e:
+                forwarded = problems.kfed_error_response(e)
+            await forwarded(scope, receive, send)
+            return
         try:
             model = route.body.model_validate_json(body)
         except ValidationError:  # FastAPI answers with its own error, from the same bytes
             await self.app(scope, _replay(body, receive), send)
             return
         scope["route"] = self.labels[route.template]
-        key = headers.get(b"idempotency-key")
         try:
             reply = await commit(
                 self.service,
                 route.plan(**params, body=model),
-                key.decode("latin-1") if key is not None else None,
+                headers.get("idempotency-key"),
                 scope["method"],
                 scope.get("root_path", "") + path,
                 body,
             )
-            response = write_response(reply, MSGPACK.encode() in headers.get(b"accept", b""), route.status)
+            response = write_response(reply, MSGPACK in headers.get("accept", ""), route.status)
         except KfedError as e:
             response = problems.kfed_error_response(e)
         except Exception as e:  # the same answer as FastAPI's catch-all handler
@@ -166,11 +216,11 @@ class HotWrites:
         await response(scope, receive, send)
 
 
-def _first_headers(raw: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
-    """Header name -> its first value, as Starlette's ``Headers.get`` answers."""
-    out: dict[bytes, bytes] = {}
+def _first_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Header name (lower case, as ASGI gives it) -> its first value, as Starlette's ``Headers.get`` answers."""
+    out: dict[str, str] = {}
     for name, value in raw:
-        out.setdefault(name, value)
+        out.setdefault(name.decode("latin-1"), value.decode("latin-1"))
     return out
 
 
