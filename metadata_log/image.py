@@ -341,6 +341,7 @@ class MetadataDelta:
             placements = {(p.cluster_id, p.physical_topic, p.physical_partition) for p in parts}
             self._placements[topic_name] = placements
         checked_clusters: set[str] = set()
+        new_tuple = tuple.__new__  # PartitionImage(...) without the Python frame of its generated __new__
         for partition, cluster_id, physical_topic, physical_partition in rows:
             if cluster_id not in checked_clusters:
                 cluster = self._cluster(cluster_id)
@@ -362,7 +363,8 @@ class MetadataDelta:
                     f"{cluster_id}/{physical_topic}/{physical_partition} already backs a partition of {topic_name}"
                 )
             placements.add(placement)
-            parts.append(PartitionImage(partition, cluster_id, physical_topic, physical_partition))
+            fields = (partition, cluster_id, physical_topic, physical_partition, "writable")  # every field, in order
+            parts.append(new_tuple(PartitionImage, fields))
             self._count += 1
 
     def apply(self) -> MetadataImage:

@@ -11,6 +11,7 @@ from metadata_log.image import (
     EMPTY_IMAGE,
     InvalidRecord,
     MetadataImage,
+    PartitionImage,
     apply,
     image_from_wire,
     image_to_records,
@@ -191,3 +192,12 @@ def test_evolve_refuses_a_field_the_image_does_not_have() -> None:
     assert _evolve(cluster, state="draining") == ClusterImage("c1", "eu", "h:1", state="draining")
     with pytest.raises(TypeError):
         _evolve(cluster, stat="draining")
+
+
+def test_partitions_added_in_bulk_are_the_partition_images_the_class_makes() -> None:
+    # MetadataDelta.add_partitions builds PartitionImage tuples directly: its field list must match the class's
+    assert PartitionImage._fields == ("partition", "cluster_id", "physical_topic", "physical_partition", "state")
+    image = apply(apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1")]), [TopicCreated("i", "t", "r1")])
+    image = apply(image, [PartitionsAdded("t", 0, "c1", "pt", 7)])
+    (p,) = image.topics["t"].partitions
+    assert p == PartitionImage(0, "c1", "pt", 7) and type(p) is PartitionImage and p.state == "writable"
