@@ -19,6 +19,7 @@ from .image import (
     ClusterImage,
     InvalidRecord,
     MetadataImage,
+    PartitionImage,
     TopicImage,
     apply,
 )
@@ -192,13 +193,17 @@ def create_topic(
             f"{MAX_PARTITIONS_PER_REQUEST} per request",
         )
     records: list[Record] = [TopicCreated(topic_id, name, region, retention_ms)]
-    logical = 0
+    partitions: list[PartitionImage] = []
     for cluster_id in clusters:
         for physical_partition in range(partitions_per_cluster):
+            logical = len(partitions)
             records.append(PartitionsAdded(name, logical, cluster_id, physical, physical_partition))
-            logical += 1
-    after = _apply_checked(image, records)
-    return Result(tuple(records), topic_view(after, after.topics[name]))
+            partitions.append(PartitionImage(logical, cluster_id, physical, physical_partition))
+    # The reply without applying the records to the whole image first (a third of this command's time for
+    # a 500-partition topic): every check that apply makes holds by construction here (a new name, the
+    # region's active clusters, ids from 0, distinct physical partitions), and the commit applies them.
+    topic = TopicImage(topic_id, name, region, retention_ms, tuple(partitions))
+    return Result(tuple(records), topic_view(image, topic))
 
 
 def add_partitions(

@@ -13,8 +13,10 @@ from metadata_log.records import (
     ClusterStateChanged,
     PartitionsAdded,
     PartitionStateChanged,
+    PhysicalPartitionsReported,
     TopicCreated,
 )
+from metadata_log.views import topic_view
 
 
 def run(image: MetadataImage, result: commands.Result) -> MetadataImage:
@@ -220,3 +222,15 @@ def test_decommissioned_removes_the_clusters_partitions_through_read_only(two_cl
     image = run(image, commands.change_cluster_state(image, "c2", "decommissioned"))
     assert [p.state for p in image.topics["t"].partitions] == ["writable", "writable", "removed", "removed"]
     assert image.clusters["c2"].state == "decommissioned"
+
+
+@pytest.mark.parametrize("physical", [None, "shared"])
+def test_create_topic_replies_with_the_topic_its_records_make(
+    two_clusters: MetadataImage, physical: str | None
+) -> None:
+    # the reply is built without applying the records: it must be the view of the image they make,
+    # including leaders already reported for the physical topic (a re-created topic on the same name)
+    image = apply(two_clusters, [PhysicalPartitionsReported("c2", "shared", 1, "127.0.0.1:29092")])
+    result = commands.create_topic(image, "t", "r1", 3, topic_id="i", physical_topic=physical, retention_ms=60_000)
+    after = run(image, result)
+    assert result.reply == topic_view(after, after.topics["t"])
