@@ -149,7 +149,8 @@ class _RouteLabel:
 
 
 class HotWrites:
-    """ASGI middleware: serves ``routes`` on the leader for well-formed requests, else calls ``app``."""
+    """ASGI middleware: serves ``routes`` on the leader for well-formed JSON requests and passes them on to the
+    leader from a follower; anything else goes to ``app`` (FastAPI)."""
 
     def __init__(
         self, app: ASGIApp, service: ControllerService, routes: list[HotRoute], to_leader: LeaderForwarder
