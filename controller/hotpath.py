@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import httpx
@@ -119,27 +119,30 @@ class HotRoute:
     plan: Callable[..., WritePlan]
     status: int = 200
     int_params: frozenset[str] = frozenset()
+    # the template split once: (literal segment, None) or (None, parameter name)
+    segments: tuple[tuple[str | None, str | None], ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        split = tuple((None, s[1:-1]) if s.startswith("{") else (s, None) for s in self.template.split("/"))
+        object.__setattr__(self, "segments", split)
 
     def match(self, method: str, path: str) -> dict[str, Any] | None:
-        if method != self.method:
-            return None
-        wanted, got = self.template.split("/"), path.split("/")
-        if len(wanted) != len(got):
+        got = path.split("/")
+        if method != self.method or len(got) != len(self.segments):
             return None
         params: dict[str, Any] = {}
-        for want, seg in zip(wanted, got, strict=True):
-            if want.startswith("{"):
-                name = want[1:-1]
-                if not seg:
+        for (literal, name), seg in zip(self.segments, got, strict=True):
+            if name is None:
+                if seg != literal:
                     return None
-                if name in self.int_params:
-                    if not seg.isascii() or not seg.isdigit():
-                        return None  # FastAPI reports it (or another route takes it)
-                    params[name] = int(seg)
-                else:
-                    params[name] = seg
-            elif want != seg:
+            elif not seg:
                 return None
+            elif name in self.int_params:
+                if not seg.isascii() or not seg.isdigit():
+                    return None  # FastAPI reports it (or another route takes it)
+                params[name] = int(seg)
+            else:
+                params[name] = seg
         return params
 
 

@@ -9,6 +9,7 @@ import httpx
 import msgpack
 import pytest
 
+from controller.app import HOT_WRITES
 from deploy.local import LocalQuorum
 from metadata_log.client import ControllerClient
 from metadata_log.errors import InvalidRequest
@@ -236,6 +237,15 @@ def test_openapi_and_ops_endpoints(quorum: LocalQuorum) -> None:
         "/v1/topics",
     ):
         assert path in spec["paths"]
+    # the hot path's routes are FastAPI's routes: same path, method and body model (one place to drift from)
+    for route in HOT_WRITES:
+        operation = spec["paths"][route.template][route.method.lower()]
+        body_schema = operation["requestBody"]["content"]["application/json"]["schema"]
+        assert body_schema["$ref"].endswith("/" + route.body.__name__), route.template
+        assert str(route.status) in operation["responses"], route.template
+        path_params = {p["name"]: p["schema"]["type"] for p in operation.get("parameters", []) if p["in"] == "path"}
+        declared = {seg[1:-1] for seg in route.template.split("/") if seg.startswith("{")}
+        assert path_params == {n: "integer" if n in route.int_params else "string" for n in declared}
     assert quorum.client.get(url + "/docs").status_code == 200
     assert quorum.client.get(url + "/healthz").status_code == 200
     assert quorum.client.get(url + "/readyz").status_code == 200
