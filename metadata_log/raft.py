@@ -8,8 +8,11 @@ What this layer adds to pysyncobj, each for a measured reason (see shared/PYSYNC
 - an fsynced journal (pysyncobj's mmap journal never syncs: power loss could lose acknowledged entries);
 - CheckQuorum at election scale, fast reconnects, and fail-fast proposals without a leader;
 - a bridge from the Raft thread to asyncio (``propose`` returns an awaitable; callbacks never block);
-- a guard against self-inflicted elections: a node that stalled in its own apply gets a fresh
-  election timeout instead of deposing a healthy leader (pysyncobj has no pre-vote).
+- guards against self-inflicted elections: time this node's Raft thread spent on its own work or could
+  not run (applying a catch-up backlog, the GIL held by a garbage collection or a dump) does not count
+  against its peers (``_Replica._onTick``); and a pre-vote (pysyncobj has none): a node whose election
+  timeout expired asks first whether a majority would vote for it, and campaigns, which raises the
+  term and deposes the leader, only then (``PreVote``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import struct
 import threading
 import time
@@ -50,7 +52,7 @@ DISK_HEADROOM_BYTES: Final = 1024 * 1024
 PICKLE_PROTOCOL: Final = 4
 """What pysyncobj pickles Raft commands and messages with (its own is 2); see ``RaftNode.__init__``."""
 STALL_GUARD_MS: Final = 50
-"""A local apply or dump longer than this resets the node's election deadline (see module doc)."""
+"""A Raft tick that takes this much longer than its socket wait is a stall of this node (see module doc)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,18 +524,6 @@ class RaftNode:
         cluster = {TCPNode(a) for a in internal["cluster"]}
         return (tuple(last), tuple(prev), cluster)
 
-    def _after_stall(self, started: float, what: str) -> None:
-        """Never raises: it runs inside the replicated method."""
-        elapsed_ms = (time.monotonic() - started) * 1000
-        syncobj = getattr(self, "_syncobj", None)  # None while SyncObj.__init__ is still running
-        if elapsed_ms <= STALL_GUARD_MS or syncobj is None:
-            return
-        timeout = random.uniform(self._conf.raftMinTimeout, self._conf.raftMaxTimeout)
-        # Name-mangled private of SyncObj 0.3.17 (pinned); tests/unit/test_raft.py checks it exists.
-        # pysyncobj's own clock (CLOCK_MONOTONIC_RAW), not time.monotonic(): they differ by ~0.1 s here
-        syncobj._SyncObj__raftElectionDeadline = pysyncobj_clock() + timeout
-        log.info("%s took %.0f ms; election deadline reset", what, elapsed_ms)
-
     def _on_state_changed(self, old: int, new: int) -> None:
         was_leader = self._role == "leader"
         self._role = {0: "follower", 1: "candidate", 2: "leader"}.get(new, "unknown")
@@ -747,6 +737,71 @@ def is_progress_reply(message: dict[str, Any]) -> bool:
     return message.get("type") == "next_node_idx" and message.get("success") is True and not message.get("reset")
 
 
+class PreVote:
+    """The Raft pre-vote (Ongaro's thesis, 9.6), which pysyncobj lacks.
+
+    Without it a node that missed its leader's heartbeats for its own reasons (a wiped follower replaying
+    the log, a process that stalled) raises the term when it campaigns, and the healthy leader steps down
+    on seeing it: a 1M-partition catch-up caused a dozen elections. With it, a node whose election
+    timeout expired first sends ``kfed_pre_vote`` for the next term. A peer agrees only if it has not heard
+    from a leader for an election timeout (``raftMinTimeout``) and the asker's log is at least as up to date
+    as its own; nobody's term changes. Only with a majority does the node run pysyncobj's election. A
+    leadership transfer (``timeout_now``) campaigns at once, as before.
+    """
+
+    REQUEST: Final = "kfed_pre_vote"
+    REPLY: Final = "kfed_pre_vote_reply"
+
+    def __init__(self) -> None:
+        self.term: int | None = None  # the term of the round this node runs, if any
+        self.granted: set[Any] = set()
+        self.won = False  # a majority agreed: campaign on the next tick
+
+    def start(self, term: int) -> None:
+        self.term, self.granted, self.won = term, set(), False
+
+    def answer(self, granted_by: Any, term: int, granted: bool, voters: int) -> None:
+        if term != self.term or not granted or self.won:
+            return
+        self.granted.add(granted_by)
+        self.won = len(self.granted) + 1 > voters / 2  # + 1: its own
+
+    @staticmethod
+    def agree(asked_log: tuple[int, int], own_log: tuple[int, int], leader_heard_s: float, min_timeout_s: float,
+              is_leader: bool) -> bool:  # fmt: skip
+        """Would this node vote for the asker? ``*_log`` are (last term, last index)."""
+        return not is_leader and leader_heard_s >= min_timeout_s and asked_log >= own_log
+
+
+@dataclass(frozen=True, slots=True)
+class TickMark:
+    """What a Raft tick started with: when, how long its socket poll may wait, and the peers' clocks."""
+
+    started: float
+    wait_s: float
+    election_deadline: float
+    last_replies: dict[Any, float]
+
+
+def excuse_stall(replica: _Replica, mark: TickMark, now: float) -> bool:
+    """After a tick that took longer than its poll wait plus ``STALL_GUARD_MS`` (see ``_Replica._onTick``),
+    move on by the excess the election deadline and the leader's last-reply times that nothing refreshed
+    since ``mark`` (never past ``now``); True if it was a stall."""
+    stalled = now - mark.started - mark.wait_s
+    if stalled <= STALL_GUARD_MS / 1000:
+        return False
+    replica.kfed_stalls += 1
+    if replica._SyncObj__raftElectionDeadline == mark.election_deadline:
+        replica._SyncObj__raftElectionDeadline += stalled
+    heard = replica._SyncObj__lastResponseTime
+    for peer, at in heard.items():
+        if mark.last_replies.get(peer) == at:
+            heard[peer] = min(now, at + stalled)
+    if stalled > 0.2:
+        log.info("raft tick stalled %.0f ms; the peers' silence during it is not counted", stalled * 1000)
+    return True
+
+
 class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
     """The pysyncobj object. Its single replicated method is the whole state machine.
 
@@ -765,18 +820,93 @@ class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
     _SyncObj__leaderCommitIndex: int | None
     _SyncObj__recvTransmission: Any
     _SyncObj__transport: Any
+    _SyncObj__raftElectionDeadline: float
+    _SyncObj__lastResponseTime: dict[Any, float]
+    _SyncObj__raftState: int
+    _SyncObj__transferInProgress: bool
 
     def __init__(self, self_raft: str, peers: list[str], conf: SyncObjConf, node: RaftNode) -> None:
         self._kfed_state = node.state
         self._kfed_node = node
         # (term, index): the highest index this node has told that term's leader it holds (diagnostics only)
         self._kfed_acknowledged = (-1, 0)
+        self._kfed_tick: TickMark | None = None  # how the last tick started
+        self._kfed_pre_vote = PreVote()
+        self._kfed_leader_heard = pysyncobj_clock()  # when an append_entries of a current leader came
+        self.kfed_stalls = 0  # ticks that took STALL_GUARD_MS longer than their socket wait (diagnostics)
         super().__init__(self_raft, peers, conf)
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        """pysyncobj's tick, after taking out the time the last tick could not listen.
+
+        A tick checks the election deadline (follower) and the peers' last replies (leader, CheckQuorum)
+        first, then does its work (applying committed entries, sending), and reads its sockets last, for at
+        most ``timeToWait``. When the previous tick took longer than that wait (a catch-up backlog of
+        applies, the GIL held by a garbage collection, a dump or a big decode), heartbeats and replies may
+        still wait unread while the clock says the peers were silent: a follower would start an election and
+        depose a healthy leader, a leader would step down. So the excess moves on whichever of those clocks
+        nothing refreshed meanwhile; a peer that is really silent is noticed that much later.
+        """
+        now = pysyncobj_clock()
+        if self._kfed_tick is not None:
+            excuse_stall(self, self._kfed_tick, now)
+        self._pre_vote(now)
+        self._kfed_tick = TickMark(
+            now, timeToWait, self._SyncObj__raftElectionDeadline, dict(self._SyncObj__lastResponseTime)
+        )
+        SyncObj._onTick(self, timeToWait)
+
+    def _pre_vote(self, now: float) -> None:
+        """Before pysyncobj's tick would campaign (see ``PreVote``): ask first, or let it if a majority agreed."""
+        if (
+            self._SyncObj__raftState == _pso._RAFT_STATE.LEADER
+            or self._SyncObj__raftElectionDeadline >= now
+            or self._SyncObj__transferInProgress
+            or not self.otherNodes
+            or self.selfNode is None
+        ):
+            return
+        if self._kfed_pre_vote.won:
+            self._kfed_pre_vote.start(-1)  # campaign now; a later timeout asks again
+            return
+        term = self._SyncObj__raftCurrentTerm + 1
+        self._kfed_pre_vote.start(term)
+        own_log = [self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex()]
+        for peer in self.otherNodes:
+            self._SyncObj__transport.send(peer, {"type": PreVote.REQUEST, "term": term, "log": own_log})
+        # no answer in an election timeout: ask again then
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+
+    def _on_pre_vote_message(self, node: Any, message: dict[str, Any]) -> None:
+        if message["type"] == PreVote.REQUEST:
+            asked_log = message.get("log") or [0, 0]
+            granted = (
+                PreVote.agree(
+                    (int(asked_log[0]), int(asked_log[1])),
+                    (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex()),
+                    pysyncobj_clock() - self._kfed_leader_heard,
+                    self._SyncObj__conf.raftMinTimeout,
+                    self._SyncObj__raftState == _pso._RAFT_STATE.LEADER,
+                )
+                and int(message["term"]) > self._SyncObj__raftCurrentTerm
+            )
+            self._SyncObj__transport.send(node, {"type": PreVote.REPLY, "term": message["term"], "granted": granted})
+            return
+        self._kfed_pre_vote.answer(node, message["term"], bool(message.get("granted")), len(self.otherNodes) + 1)
+        leader_back = pysyncobj_clock() - self._kfed_leader_heard < self._SyncObj__conf.raftMinTimeout
+        if self._kfed_pre_vote.won and not leader_back:
+            self._SyncObj__raftElectionDeadline = 0  # the next tick campaigns
 
     # SyncObj's transport callback is bound in SyncObj.__init__ as ``self.__onMessageReceived``, i.e. this
     # name: every Raft message, from the first one, comes through here.
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
         if isinstance(message, dict):
+            kind = message.get("type")
+            if kind in (PreVote.REQUEST, PreVote.REPLY):
+                self._on_pre_vote_message(node, message)
+                return
+            if kind == "append_entries" and message.get("term", -1) >= self._SyncObj__raftCurrentTerm:
+                self._kfed_leader_heard = pysyncobj_clock()
             if message.get("type") == "append_entries" and "prevLogIdx" in message:
                 if self._kfed_append_entries(node, message):
                     return
@@ -917,7 +1047,4 @@ class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
 
     @replicated  # type: ignore[untyped-decorator]  # pysyncobj is untyped
     def apply_command(self, data: bytes) -> list[Outcome]:
-        started = time.monotonic()
-        outcomes = self._kfed_state.apply_command(data)
-        self._kfed_node._after_stall(started, "apply")
-        return outcomes
+        return self._kfed_state.apply_command(data)

@@ -16,6 +16,7 @@ import pysyncobj.pickle as pso_pickle
 import pysyncobj.syncobj as pso
 import pysyncobj.tcp_connection as pso_tcp
 import pytest
+from pysyncobj.monotonic import monotonic as pysyncobj_clock
 
 from deploy.local import free_ports
 from metadata_log import raft
@@ -35,6 +36,12 @@ def test_pinned_pysyncobj_internals_are_routed_through_ours() -> None:
     for name in ("onMessageReceived", "sendNextNodeIdx", "getEntries", "getCurrentLogIndex", "deleteEntriesFrom",
                  "parseChangeClusterRequest", "doChangeCluster"):  # fmt: skip
         assert callable(getattr(pso.SyncObj, f"_SyncObj__{name}")), name
+    # _Replica._onTick wraps pysyncobj's tick, which checks these before it reads its sockets.
+    tick = inspect.getsource(pso.SyncObj._onTick)
+    assert "self.__raftElectionDeadline < monotonicTime()" in tick and "self.__lastResponseTime[node] >" in tick
+    for name in ("generateRaftTimeout", "getCurrentLogTerm", "connectedToAnyone"):  # the pre-vote's
+        assert callable(getattr(pso.SyncObj, f"_SyncObj__{name}")), name
+    assert "self.__transferInProgress = True" in inspect.getsource(pso.SyncObj)
     # TCP connections call the module-level zlib, which RaftNode replaces to set the compression level.
     assert "zlib.compress(" in inspect.getsource(pso_tcp.TcpConnection.send)
     assert "zlib.decompress(" in inspect.getsource(pso_tcp.TcpConnection)
@@ -344,6 +351,123 @@ def test_a_follower_keeps_acknowledged_entries_and_commits_only_what_a_message_v
         assert append((6, 2), [], commit=9, term=2)["success"] is True and replica.raftCommitIndex == 6
         # The journal on disk holds what the follower acknowledged.
         assert [(i, t) for _, i, t in raft.read_journal(tmp_path / "raft.journal")[1]] == log()
+    finally:
+        node.close()
+
+
+def test_a_stalled_raft_tick_does_not_count_its_stall_as_the_peers_silence(tmp_path: Path) -> None:
+    """After a tick that could not read its sockets for a while (a backlog of applies, GC, a dump holding the
+    GIL), heartbeats wait unread: the election deadline and the leader's last-reply times move on by the
+    stall, unless something refreshed them meanwhile, so the node reads them before it would start an
+    election or step down."""
+
+    class ManualTick(raft.RaftSettings):
+        def conf(self, data_dir: Path, node: raft.RaftNode) -> pso.SyncObjConf:
+            conf = super().conf(data_dir, node)
+            conf.autoTick = False
+            return conf
+
+    ports = free_ports(3)
+    node = raft.RaftNode(f"127.0.0.1:{ports[0]}", [f"127.0.0.1:{p}" for p in ports[1:]], tmp_path, LogState(),
+                         ManualTick())  # fmt: skip
+    replica = node._syncobj
+    try:
+        quiet, refreshed = list(replica.otherNodes)
+        now = pysyncobj_clock()
+        replica._SyncObj__raftElectionDeadline = now - 0.1  # expired during the stall
+        replica._SyncObj__lastResponseTime.update({quiet: now - 0.9, refreshed: now - 0.05})
+        mark = raft.TickMark(now - 1.0, 0.05, now - 0.1, {quiet: now - 0.9, refreshed: now - 0.5})
+        # a tick within its wait plus the guard: nothing moves
+        assert not raft.excuse_stall(replica, raft.TickMark(now - 0.09, 0.05, 0, {}), now)
+        assert replica._SyncObj__raftElectionDeadline == now - 0.1 and replica.kfed_stalls == 0
+
+        assert raft.excuse_stall(replica, mark, now)  # stalled 0.95 s
+        assert replica._SyncObj__raftElectionDeadline == pytest.approx(now + 0.85)
+        # the quiet peer's time moves on (capped at now); the refreshed one heard from meanwhile stays
+        assert replica._SyncObj__lastResponseTime == {quiet: now, refreshed: now - 0.05}
+        assert replica.kfed_stalls == 1
+
+        replica._SyncObj__raftElectionDeadline = now + 5  # refreshed by a heartbeat during the tick: kept
+        assert raft.excuse_stall(replica, mark, now) and replica._SyncObj__raftElectionDeadline == now + 5
+
+        # The tick marks how it started and judges the previous one by it.
+        replica._onTick(0)
+        assert replica._kfed_tick is not None and replica._kfed_tick.wait_s == 0
+        replica._kfed_tick = raft.TickMark(pysyncobj_clock() - 2.0, 0, replica._SyncObj__raftElectionDeadline, {})
+        deadline = replica._SyncObj__raftElectionDeadline
+        replica._onTick(0)
+        assert replica.kfed_stalls == 3 and replica._SyncObj__raftElectionDeadline >= deadline + 1.9
+    finally:
+        node.close()
+
+
+def test_pre_vote_rules() -> None:
+    # a peer agrees only if it is not the leader, heard no leader for an election timeout, and the asker's
+    # log (last term, last index) is at least as up to date as its own
+    assert raft.PreVote.agree((3, 10), (3, 10), 0.5, 0.3, is_leader=False)
+    assert raft.PreVote.agree((4, 2), (3, 10), 0.5, 0.3, is_leader=False)
+    assert not raft.PreVote.agree((3, 9), (3, 10), 0.5, 0.3, is_leader=False)  # behind: a wiped follower
+    assert not raft.PreVote.agree((3, 10), (3, 10), 0.1, 0.3, is_leader=False)  # its leader is alive
+    assert not raft.PreVote.agree((3, 10), (3, 10), 9.0, 0.3, is_leader=True)
+    votes = raft.PreVote()
+    votes.start(5)
+    votes.answer("b", 4, True, voters=3)  # an answer to an older round
+    votes.answer("b", 5, False, voters=3)
+    assert not votes.won and not votes.granted
+    votes.answer("b", 5, True, voters=3)
+    assert votes.won  # itself + b of 3
+    votes.start(6)
+    votes.answer("b", 6, True, voters=5)
+    assert not votes.won
+    votes.answer("b", 6, True, voters=5)  # the same peer twice counts once
+    votes.answer("c", 6, True, voters=5)
+    assert votes.won
+
+
+def test_a_follower_asks_before_it_campaigns(tmp_path: Path) -> None:
+    """An expired election timeout sends pre-votes and leaves the term alone; only a majority's agreement
+    lets pysyncobj campaign (term + 1, request_vote)."""
+
+    class ManualTick(raft.RaftSettings):
+        def conf(self, data_dir: Path, node: raft.RaftNode) -> pso.SyncObjConf:
+            conf = super().conf(data_dir, node)
+            conf.autoTick = False
+            return conf
+
+    ports = free_ports(3)
+    node = raft.RaftNode(f"127.0.0.1:{ports[0]}", [f"127.0.0.1:{p}" for p in ports[1:]], tmp_path, LogState(),
+                         ManualTick())  # fmt: skip
+    replica = node._syncobj
+    sent: list[tuple[object, dict[str, object]]] = []
+    replica._SyncObj__transport.send = lambda to, message: sent.append((to, message)) or True
+    replica._SyncObj__connectedToAnyone = lambda: True
+    try:
+        peer_b, peer_c = list(replica.otherNodes)
+        term = replica.raftCurrentTerm
+        replica._kfed_leader_heard = pysyncobj_clock() - 5
+        replica._SyncObj__raftElectionDeadline = 0
+        replica._onTick(0)
+        assert replica.raftCurrentTerm == term and replica._SyncObj__raftState == 0  # still a follower
+        asked = [m for _, m in sent if m["type"] == raft.PreVote.REQUEST]
+        assert len(asked) == 2 and asked[0]["term"] == term + 1
+        assert not any(m["type"] == "request_vote" for _, m in sent)
+
+        # a peer that still hears its leader says no; another refusal: still no election
+        replica._SyncObj__onMessageReceived(peer_b, {"type": raft.PreVote.REPLY, "term": term + 1, "granted": False})
+        replica._onTick(0)
+        assert replica.raftCurrentTerm == term
+        # a majority agrees: the next tick campaigns
+        replica._SyncObj__onMessageReceived(peer_c, {"type": raft.PreVote.REPLY, "term": term + 1, "granted": True})
+        replica._onTick(0)
+        assert replica.raftCurrentTerm == term + 1
+        assert any(m["type"] == "request_vote" for _, m in sent)
+
+        # asked by a peer while this node hears a leader: no, and the term stays
+        sent.clear()
+        replica._kfed_leader_heard = pysyncobj_clock()
+        replica._SyncObj__onMessageReceived(peer_b, {"type": raft.PreVote.REQUEST, "term": term + 5, "log": [9, 99]})
+        assert sent == [(peer_b, {"type": raft.PreVote.REPLY, "term": term + 5, "granted": False})]
+        assert replica.raftCurrentTerm == term + 1
     finally:
         node.close()
 
