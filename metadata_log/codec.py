@@ -241,6 +241,25 @@ def gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
+def freeze_survivors(collect: bool = True) -> bool:
+    """Collect (``collect``), then move every object still alive to the collector's permanent generation.
+
+    A node holds a big image as millions of immutable objects that every full collection walks again
+    (``PartitionImage`` tuples stay tracked: CPython untracks only exact tuples): 0.35-0.66 s per pass
+    with 1M partitions, and CPython runs one each time the surviving objects grew by a quarter. Such a
+    pause costs a leader its leadership. Frozen objects are still freed by reference counting once no
+    image holds them; what freezing gives up is finding *cycles* among them, and the image, its records
+    and the log window form none. Skipped (False) while a ``gc_paused`` section runs on another thread:
+    the collection would walk what it is building."""
+    with _gc_lock:
+        if _gc_pauses:
+            return False
+    if collect:
+        gc.collect()
+    gc.freeze()
+    return True
+
+
 def pack(value: Any) -> bytes:
     """msgpack with the settings used everywhere in kfed."""
     return msgpack.packb(value, use_bin_type=True)

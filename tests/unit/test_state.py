@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
-from metadata_log.codec import round_trips
+from metadata_log import state as state_module
+from metadata_log.codec import freeze_survivors, gc_paused, round_trips
 from metadata_log.image import EMPTY_IMAGE, apply
 from metadata_log.records import (
     ClusterRegistered,
@@ -108,6 +111,36 @@ def test_dump_and_load_round_trip() -> None:
     assert loaded.image == state.image == apply(EMPTY_IMAGE, ONE_OF_EACH)
     assert loaded.outcome_for_key("key-1") == state.outcome_for_key("key-1")
     assert resets == [([], len(ONE_OF_EACH) - 1)]
+
+
+def test_survivors_are_frozen_out_of_collections_after_enough_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A big image is millions of tracked objects that every full collection would walk again (a pause that
+    costs leadership): after FREEZE_EVERY_RECORDS applied records, and after a load, what is alive is frozen."""
+    monkeypatch.setattr(state_module, "FREEZE_EVERY_RECORDS", 3)
+    gc.unfreeze()
+    try:
+        state, _ = collecting_state()
+        state.apply_command(encode_command([Proposal((NoOp(), NoOp()))]))
+        assert gc.get_freeze_count() == 0
+        state.apply_command(encode_command([Proposal((NoOp(),))]))
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        assert state.image.offset == 2  # frozen objects are still alive and used as before
+
+        gc.unfreeze()
+        with gc_paused():  # another thread encoding a dump: no collection, no freeze; retried later
+            assert not freeze_survivors()
+            state.apply_command(encode_command([Proposal((NoOp(), NoOp(), NoOp()))]))
+            assert gc.get_freeze_count() == 0
+        state.apply_command(encode_command([Proposal((NoOp(),))]))
+        assert gc.get_freeze_count() > 0
+
+        gc.unfreeze()
+        loaded = LogState()
+        loaded.load(state.dump({}))
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 @pytest.mark.parametrize(
