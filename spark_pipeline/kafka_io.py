@@ -20,12 +20,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, TopicPartition
 
+from metadata_log.codec import gc_paused
+
 from .plan import DataLossError, OffsetRange, Watermarks
 
 CONSUME_BATCH: Final = 10_000
 """Messages taken from librdkafka per ``consume()`` call, and so the most rows of one Arrow batch."""
 POLL_S: Final = 0.1
 """Longest wait of one ``consume()`` call: it returns early only when its batch is full."""
+
+# Message methods, called per message by ``map`` in C (no Python loop): per 10,000-message batch
+_error, _key, _value, _timestamp = Message.error, Message.key, Message.value, Message.timestamp
 
 HEADERS_TYPE: Final = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -153,43 +158,58 @@ def read_range(
         position = r.start
         last_progress = time.monotonic()
         while position < r.end:
-            # never more than what is left: the call then returns as soon as the range is complete
-            msgs = consumer.consume(min(CONSUME_BATCH, r.end - position), POLL_S)
-            data = [m for m in msgs if m.error() is None]
-            for msg in msgs if len(data) < len(msgs) else ():  # events: partition EOF, errors
-                err = msg.error()
-                if err is None:
-                    continue
-                if err.code() == KafkaError._PARTITION_EOF:
-                    eof_at = _offset(msg)
-                    if eof_at < r.end and eof_at >= position:
-                        where = f"{p.cluster_id} {p.physical_topic}[{p.physical_partition}]"
-                        detail = f"{p.topic}/{p.partition} ({where}) ends at {eof_at}, before {r.end}: records lost"
-                        if fail_on_data_loss:
-                            raise DataLossError(detail + " (set failOnDataLoss=false to go on)")
-                        position = r.end
-                    continue
-                detail = f"reading {p.topic}/{p.partition} from {p.cluster_id} ({r.bootstrap}): {err.str()}"
-                if err.code() == KafkaError._AUTO_OFFSET_RESET or err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                    raise DataLossError(detail + " (set failOnDataLoss=false to skip what is lost)")
-                if err.fatal() or not err.retriable():
-                    raise RuntimeError(detail)
-            if data:
-                last_progress = time.monotonic()
-                if _offset(data[-1]) >= r.end:
-                    data = [m for m in data if _offset(m) < r.end]
+            # A batch is up to 10,000 Message objects (GC-tracked), all dropped once converted: the cyclic
+            # collector would only walk them again and again (a fifth of the reading CPU), so it waits.
+            with gc_paused():
+                # never more than what is left: the call then returns as soon as the range is complete
+                msgs = consumer.consume(min(CONSUME_BATCH, r.end - position), POLL_S)
+                data = msgs if not any(map(_error, msgs)) else [m for m in msgs if m.error() is None]
+                if len(data) < len(msgs):  # events: partition EOF, errors
+                    position = _check_events(msgs, position, r, fail_on_data_loss)
+                batch = None
                 if data:
-                    position = _offset(data[-1]) + 1
-                    yield _to_arrow(data, p.topic, p.partition, p.cluster_id, include_headers, schema)
-                else:
-                    position = r.end
-            elif time.monotonic() - last_progress > timeout_s:
-                raise ClusterUnavailable(
-                    f"no records from {p.cluster_id} ({r.bootstrap}) {p.physical_topic}[{p.physical_partition}] "
-                    f"at offset {position} for {timeout_s:.0f} s (kfed.timeoutMs)"
-                )
+                    last_progress = time.monotonic()
+                    if _offset(data[-1]) >= r.end:
+                        data = [m for m in data if _offset(m) < r.end]
+                    if data:
+                        position = _offset(data[-1]) + 1
+                        batch = _to_arrow(data, p.topic, p.partition, p.cluster_id, include_headers, schema)
+                    else:
+                        position = r.end
+                elif time.monotonic() - last_progress > timeout_s:
+                    raise ClusterUnavailable(
+                        f"no records from {p.cluster_id} ({r.bootstrap}) {p.physical_topic}[{p.physical_partition}] "
+                        f"at offset {position} for {timeout_s:.0f} s (kfed.timeoutMs)"
+                    )
+                del msgs, data  # freed here, inside the pause: the collector never sees them
+            if batch is not None:
+                yield batch
     finally:
         consumer.unassign()  # stops its fetching; the connection stays for the next task in this worker
+
+
+def _check_events(msgs: list[Message], position: int, r: OffsetRange, fail_on_data_loss: bool) -> int:
+    """Act on the events among consumed messages (partition EOF, errors); the position to go on from."""
+    p = r.placement
+    for msg in msgs:
+        err = msg.error()
+        if err is None:
+            continue
+        if err.code() == KafkaError._PARTITION_EOF:
+            eof_at = _offset(msg)
+            if eof_at < r.end and eof_at >= position:
+                where = f"{p.cluster_id} {p.physical_topic}[{p.physical_partition}]"
+                detail = f"{p.topic}/{p.partition} ({where}) ends at {eof_at}, before {r.end}: records lost"
+                if fail_on_data_loss:
+                    raise DataLossError(detail + " (set failOnDataLoss=false to go on)")
+                position = r.end
+            continue
+        detail = f"reading {p.topic}/{p.partition} from {p.cluster_id} ({r.bootstrap}): {err.str()}"
+        if err.code() == KafkaError._AUTO_OFFSET_RESET or err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+            raise DataLossError(detail + " (set failOnDataLoss=false to skip what is lost)")
+        if err.fatal() or not err.retriable():
+            raise RuntimeError(detail)
+    return position
 
 
 _CONSUMERS: dict[tuple[tuple[str, str], ...], Consumer] = {}
@@ -224,7 +244,7 @@ def _to_arrow(
 ) -> pa.RecordBatch:
     """One record batch from consumed messages, a column at a time (one C-level pass per column)."""
     n = len(msgs)
-    kinds_list, millis_list = zip(*[m.timestamp() for m in msgs], strict=True)
+    kinds_list, millis_list = zip(*map(_timestamp, msgs), strict=True)
     kinds = pa.array(kinds_list, pa.int32())
     # librdkafka: 0 not available, 1 create time, 2 log append time; Spark: -1, 0, 1
     spark_kinds = pc.subtract(kinds, pa.scalar(1, pa.int32()))
@@ -238,8 +258,8 @@ def _to_arrow(
     else:  # gaps: transaction markers, compaction
         offsets = pa.array([m.offset() for m in msgs], pa.int64())
     columns = [
-        pa.array([m.key() for m in msgs], pa.binary()),
-        pa.array([m.value() for m in msgs], pa.binary()),
+        pa.array(list(map(_key, msgs)), pa.binary()),
+        pa.array(list(map(_value, msgs)), pa.binary()),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
         offsets,
