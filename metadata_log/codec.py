@@ -265,6 +265,32 @@ def pack(value: Any) -> bytes:
     return msgpack.packb(value, use_bin_type=True)
 
 
+PACK_CHUNK_ITEMS: Final = 4096
+"""Items of a big list packed per call by ``pack_chunked``: ~1 ms of holding the GIL each."""
+
+
+def pack_chunked(value: Mapping[str, Any]) -> bytes:
+    """``pack(value)``, byte for byte, for a map with huge lists among its values (an image's records),
+    packed ``PACK_CHUNK_ITEMS`` items per call.
+
+    msgpack packs in one C call that holds the GIL throughout: for a 1M-partition image that is ~0.5 s in
+    which the node's Raft thread cannot send a heartbeat, long enough for its followers to elect another
+    leader. Between calls the interpreter hands the GIL over."""
+    packer = msgpack.Packer(use_bin_type=True)
+    parts = [packer.pack_map_header(len(value))]
+    for key, item in value.items():
+        parts.append(packer.pack(key))
+        if not isinstance(item, list) or len(item) <= PACK_CHUNK_ITEMS:
+            parts.append(packer.pack(item))
+            continue
+        parts.append(packer.pack_array_header(len(item)))
+        for start in range(0, len(item), PACK_CHUNK_ITEMS):
+            chunk = item[start : start + PACK_CHUNK_ITEMS]
+            packed = packer.pack(chunk)
+            parts.append(packed[len(packer.pack_array_header(len(chunk))) :])  # the items, without their header
+    return b"".join(parts)
+
+
 def unpack(data: bytes) -> Any:
     """msgpack decode with bounded sizes; ``CodecError`` for anything malformed."""
     if len(data) > MAX_DECODE_BYTES:

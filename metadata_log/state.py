@@ -20,7 +20,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .codec import CodecError, freeze_survivors, gc_paused, pack, record_to_wire, records_from_wire, round_trips, unpack
+from .codec import (
+    CodecError,
+    freeze_survivors,
+    gc_paused,
+    pack,
+    pack_chunked,
+    record_to_wire,
+    records_from_wire,
+    round_trips,
+    unpack,
+)
 from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire, image_to_wire
 from .records import Record
 
@@ -175,7 +185,9 @@ class LogState:
         def encode() -> bytes:
             with gc_paused():
                 wire = image_to_wire(image)
-                return frame(pack({"offset": image.offset, "records": wire, "keys": keys, "raft": raft_internal}))
+                return frame(
+                    pack_chunked({"offset": image.offset, "records": wire, "keys": keys, "raft": raft_internal})
+                )
 
         return encode
 

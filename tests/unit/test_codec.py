@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from metadata_log import codec
 from metadata_log.codec import (
     CodecError,
     decode,
@@ -168,3 +169,14 @@ def test_records_build_by_position_and_keyword_and_stay_frozen(record: object) -
             setattr(record, name, None)
     with pytest.raises(TypeError):
         cls(*values.values(), "one too many")
+
+
+@pytest.mark.parametrize("length", [0, 1, 3, 4, 7, 15, 16, 17, 40, 70_000])
+def test_chunked_packing_gives_the_same_bytes(monkeypatch: pytest.MonkeyPatch, length: int) -> None:
+    """Dumps and snapshots are packed a slice at a time (the GIL is handed over between slices); the bytes
+    must be exactly msgpack's: array headers of every size class, nested values, other keys around."""
+    monkeypatch.setattr(codec, "PACK_CHUNK_ITEMS", 3 if length < 1000 else 4096)
+    records = [["PartitionsAdded", 0, f"t{i}", i, "c1", f"t{i}", i % 7, b"\x00" * (i % 3)] for i in range(length)]
+    value = {"offset": length - 1, "records": records, "keys": [["k", None, "committed", 1, 2, ""]], "raft": {"a": [1]}}
+    assert codec.pack_chunked(value) == msgpack.packb(value, use_bin_type=True)
+    assert codec.unpack(codec.pack_chunked(value)) == value

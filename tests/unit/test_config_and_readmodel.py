@@ -122,3 +122,10 @@ async def test_a_recent_snapshot_is_reused_while_the_window_still_continues_it(
     publish_noops(model, 200)  # the window moves past the snapshot's next offset
     assert model.log_start_offset > kept.offset + 1
     assert model.snapshot().offset == 219
+
+
+@pytest.mark.parametrize("length", [0, 1, 3, 4, 10])
+def test_snapshot_json_is_encoded_in_slices_with_the_same_bytes(monkeypatch: pytest.MonkeyPatch, length: int) -> None:
+    monkeypatch.setattr(readmodel, "PACK_CHUNK_ITEMS", 3)
+    records = [{"type": "NoOp", "data": {"i": i, "s": 'é"x'}} for i in range(length)]
+    assert readmodel.json_chunked(41, records) == orjson.dumps({"offset": 41, "records": records})
