@@ -266,7 +266,7 @@ def pack(value: Any) -> bytes:
 
 
 PACK_CHUNK_ITEMS: Final = 4096
-"""Items of a big list packed per call by ``pack_chunked``: ~1 ms of holding the GIL each."""
+"""Items of a big list packed per call by ``pack_chunked``: ~1 ms of holding the GIL for 4,096 partition rows."""
 
 
 def pack_chunked(value: Mapping[str, Any]) -> bytes:

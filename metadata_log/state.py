@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 COMMAND_VERSION: Final = 1
 FREEZE_EVERY_RECORDS: Final = 100_000
 """Applied records after which the objects alive are frozen out of garbage collection (``freeze_survivors``):
-each freeze costs one collection of what is not frozen yet, ~0.1 s at this size."""
+each freeze costs one collection of what is not frozen yet (27-49 ms measured for 100k partition records)."""
 MAX_IDEMPOTENCY_KEYS: Final = 100_000
 """Keys remembered in the replicated state; the oldest is forgotten first (deterministic on every node)."""
 MAX_IDEMPOTENCY_KEY_CHARS: Final = 255

@@ -297,21 +297,28 @@ def test_plan_append_deletes_only_from_the_first_conflict() -> None:
     assert raft.plan_append(log.get, 1, longer) == raft.AppendPlan(None, longer[4:], 6)
 
 
+class ManualTick(raft.RaftSettings):
+    def conf(self, data_dir: Path, node: raft.RaftNode) -> pso.SyncObjConf:
+        conf = super().conf(data_dir, node)
+        conf.autoTick = False  # messages and ticks are delivered by the test only: no thread, no races
+        return conf
+
+
+def manual_tick_node(tmp_path: Path) -> tuple[raft.RaftNode, str]:
+    """A follower of a 3-voter quorum whose peers never answer, and one of those peers' address."""
+    self_port, leader_port, other_port = free_ports(3)
+    leader = f"127.0.0.1:{leader_port}"
+    node = raft.RaftNode(f"127.0.0.1:{self_port}", [leader, f"127.0.0.1:{other_port}"], tmp_path, LogState(),
+                         ManualTick())  # fmt: skip
+    return node, leader
+
+
 def test_a_follower_keeps_acknowledged_entries_and_commits_only_what_a_message_verified(tmp_path: Path) -> None:
     """A duplicated and a reordered append_entries (TCP reconnects, a paused follower, a leader re-sending
     after a late reply) reach a real follower. pysyncobj 0.3.17 deleted every entry after prevLogIdx, which
     removed entries the follower had acknowledged (the lost write of ``make faults SEED=4``)."""
 
-    class ManualTick(raft.RaftSettings):
-        def conf(self, data_dir: Path, node: raft.RaftNode) -> pso.SyncObjConf:
-            conf = super().conf(data_dir, node)
-            conf.autoTick = False  # messages are delivered by the test only: no thread, no races
-            return conf
-
-    self_port, leader_port, other_port = free_ports(3)
-    leader = f"127.0.0.1:{leader_port}"
-    node = raft.RaftNode(f"127.0.0.1:{self_port}", [leader, f"127.0.0.1:{other_port}"], tmp_path, LogState(),
-                         ManualTick())  # fmt: skip
+    node, leader = manual_tick_node(tmp_path)
     replica = node._syncobj
     replies: list[dict[str, object]] = []
     replica._SyncObj__transport.send = lambda to, message: replies.append(message) or True
@@ -361,15 +368,7 @@ def test_a_stalled_raft_tick_does_not_count_its_stall_as_the_peers_silence(tmp_p
     stall, unless something refreshed them meanwhile, so the node reads them before it would start an
     election or step down."""
 
-    class ManualTick(raft.RaftSettings):
-        def conf(self, data_dir: Path, node: raft.RaftNode) -> pso.SyncObjConf:
-            conf = super().conf(data_dir, node)
-            conf.autoTick = False
-            return conf
-
-    ports = free_ports(3)
-    node = raft.RaftNode(f"127.0.0.1:{ports[0]}", [f"127.0.0.1:{p}" for p in ports[1:]], tmp_path, LogState(),
-                         ManualTick())  # fmt: skip
+    node, _ = manual_tick_node(tmp_path)
     replica = node._syncobj
     try:
         quiet, refreshed = list(replica.otherNodes)
@@ -428,15 +427,7 @@ def test_a_follower_asks_before_it_campaigns(tmp_path: Path) -> None:
     """An expired election timeout sends pre-votes and leaves the term alone; only a majority's agreement
     lets pysyncobj campaign (term + 1, request_vote)."""
 
-    class ManualTick(raft.RaftSettings):
-        def conf(self, data_dir: Path, node: raft.RaftNode) -> pso.SyncObjConf:
-            conf = super().conf(data_dir, node)
-            conf.autoTick = False
-            return conf
-
-    ports = free_ports(3)
-    node = raft.RaftNode(f"127.0.0.1:{ports[0]}", [f"127.0.0.1:{p}" for p in ports[1:]], tmp_path, LogState(),
-                         ManualTick())  # fmt: skip
+    node, _ = manual_tick_node(tmp_path)
     replica = node._syncobj
     sent: list[tuple[object, dict[str, object]]] = []
     replica._SyncObj__transport.send = lambda to, message: sent.append((to, message)) or True
