@@ -53,6 +53,7 @@ DISK_HEADROOM_BYTES: Final = 1024 * 1024
 """A write is refused (503) unless the disk keeps this much free after the journal grows for it."""
 PICKLE_PROTOCOL: Final = 4
 """What pysyncobj pickles Raft commands and messages with (its own is 2); see ``RaftNode.__init__``."""
+PRE_VOTE_CLOCK_MARGIN_S: Final = 0.005
 STALL_GUARD_MS: Final = 50
 """A Raft tick that takes this much longer than its socket wait is a stall of this node (see module doc)."""
 
@@ -754,9 +755,11 @@ class PreVote:
     the log, a process that stalled) raises the term when it campaigns, and the healthy leader steps down
     on seeing it: a 1M-partition catch-up caused a dozen elections. With it, a node whose election
     timeout expired first sends ``kfed_pre_vote`` for the next term. A peer agrees only if it has not heard
-    from a leader for an election timeout (``raftMinTimeout``) and the asker's log is at least as up to date
-    as its own; nobody's term changes. Only with a majority does the node run pysyncobj's election. A
-    leadership transfer (``timeout_now``) campaigns at once, as before.
+    from a leader for its configured minimum election timeout and the asker's log is at least as up to date
+    as its own; nobody's term changes. Terms are not compared: a node whose term lags but whose log holds
+    the last committed entry must still be electable (its real elections then raise its term, as without
+    pre-vote). Only with a majority does the node run pysyncobj's election, and a leader heard meanwhile
+    cancels the round. A leadership transfer (``timeout_now``) campaigns at once, as before.
     """
 
     REQUEST: Final = "kfed_pre_vote"
@@ -767,7 +770,8 @@ class PreVote:
         self.granted: set[Any] = set()
         self.won = False  # a majority agreed: campaign on the next tick
 
-    def start(self, term: int) -> None:
+    def start(self, term: int | None) -> None:
+        """A new round for ``term``; None ends any round (a leader was heard, or the node campaigns)."""
         self.term, self.granted, self.won = term, set(), False
 
     def answer(self, granted_by: Any, term: int, granted: bool, voters: int) -> None:
@@ -870,14 +874,17 @@ class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         """Before pysyncobj's tick would campaign (see ``PreVote``): ask first, or let it if a majority agreed."""
         if (
             self._SyncObj__raftState == _pso._RAFT_STATE.LEADER
-            or self._SyncObj__raftElectionDeadline >= now
+            # pysyncobj reads its clock again a moment later: a deadline falling in between is taken as
+            # expired here, so it never campaigns without asking first
+            or self._SyncObj__raftElectionDeadline >= now + PRE_VOTE_CLOCK_MARGIN_S
             or self._SyncObj__transferInProgress
             or not self.otherNodes
             or self.selfNode is None
         ):
             return
         if self._kfed_pre_vote.won:
-            self._kfed_pre_vote.start(-1)  # campaign now; a later timeout asks again
+            self._kfed_pre_vote.start(None)  # campaign now; a later timeout asks again
+            self._SyncObj__raftElectionDeadline = 0
             return
         term = self._SyncObj__raftCurrentTerm + 1
         self._kfed_pre_vote.start(term)
@@ -890,21 +897,21 @@ class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
     def _on_pre_vote_message(self, node: Any, message: dict[str, Any]) -> None:
         if message["type"] == PreVote.REQUEST:
             asked_log = message.get("log") or [0, 0]
-            granted = (
-                PreVote.agree(
-                    (int(asked_log[0]), int(asked_log[1])),
-                    (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex()),
-                    pysyncobj_clock() - self._kfed_leader_heard,
-                    self._SyncObj__conf.raftMinTimeout,
-                    self._SyncObj__raftState == _pso._RAFT_STATE.LEADER,
-                )
-                and int(message["term"]) > self._SyncObj__raftCurrentTerm
+            granted = PreVote.agree(
+                (int(asked_log[0]), int(asked_log[1])),
+                (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex()),
+                pysyncobj_clock() - self._kfed_leader_heard,
+                # the configured timeout: a joining node's conf holds a much longer one while it waits
+                # to be led (``hold_elections_until_led``), and must not refuse everyone meanwhile
+                self._kfed_node.settings.election_timeout_ms_min / 1000,
+                self._SyncObj__raftState == _pso._RAFT_STATE.LEADER,
             )
             self._SyncObj__transport.send(node, {"type": PreVote.REPLY, "term": message["term"], "granted": granted})
             return
+        if node not in self.otherNodes:
+            return  # not a voter (any more)
         self._kfed_pre_vote.answer(node, message["term"], bool(message.get("granted")), len(self.otherNodes) + 1)
-        leader_back = pysyncobj_clock() - self._kfed_leader_heard < self._SyncObj__conf.raftMinTimeout
-        if self._kfed_pre_vote.won and not leader_back:
+        if self._kfed_pre_vote.won:
             self._SyncObj__raftElectionDeadline = 0  # the next tick campaigns
 
     # SyncObj's transport callback is bound in SyncObj.__init__ as ``self.__onMessageReceived``, i.e. this
@@ -917,6 +924,7 @@ class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
                 return
             if kind == "append_entries" and message.get("term", -1) >= self._SyncObj__raftCurrentTerm:
                 self._kfed_leader_heard = pysyncobj_clock()
+                self._kfed_pre_vote.start(None)  # a leader is there: a round won before it must not campaign
             if message.get("type") == "append_entries" and "prevLogIdx" in message:
                 if self._kfed_append_entries(node, message):
                     return

@@ -459,6 +459,45 @@ def test_a_follower_asks_before_it_campaigns(tmp_path: Path) -> None:
         replica._SyncObj__onMessageReceived(peer_b, {"type": raft.PreVote.REQUEST, "term": term + 5, "log": [9, 99]})
         assert sent == [(peer_b, {"type": raft.PreVote.REPLY, "term": term + 5, "granted": False})]
         assert replica.raftCurrentTerm == term + 1
+
+        # no leader heard: an asker whose term lags this node's, but whose log is as up to date, gets a yes
+        # (it may hold the last committed entry; its real elections then raise its term)
+        sent.clear()
+        replica._kfed_leader_heard = pysyncobj_clock() - 5
+        own_log = [replica._SyncObj__getCurrentLogTerm(), replica._SyncObj__getCurrentLogIndex()]
+        replica._SyncObj__onMessageReceived(peer_b, {"type": raft.PreVote.REQUEST, "term": 1, "log": own_log})
+        assert sent == [(peer_b, {"type": raft.PreVote.REPLY, "term": 1, "granted": True})]
+        # ... and a node holding its elections until it is led (joining) still answers by its real timeout
+        sent.clear()
+        node.hold_elections_until_led()
+        replica._SyncObj__onMessageReceived(peer_c, {"type": raft.PreVote.REQUEST, "term": 9, "log": own_log})
+        assert sent == [(peer_c, {"type": raft.PreVote.REPLY, "term": 9, "granted": True})]
+    finally:
+        node.close()
+
+
+def test_a_leader_heard_cancels_a_pre_vote_round_and_strangers_do_not_count(tmp_path: Path) -> None:
+    node, leader = manual_tick_node(tmp_path)
+    replica = node._syncobj
+    replica._SyncObj__transport.send = lambda to, message: True
+    try:
+        peer = next(n for n in replica.otherNodes if n.address == leader)
+        term = replica.raftCurrentTerm
+        replica._kfed_leader_heard = pysyncobj_clock() - 5
+        replica._SyncObj__raftElectionDeadline = 0
+        replica._onTick(0)
+        assert replica._kfed_pre_vote.term == term + 1
+        stranger = raft.TCPNode("127.0.0.1:1")
+        replica._SyncObj__onMessageReceived(stranger, {"type": raft.PreVote.REPLY, "term": term + 1, "granted": True})
+        assert not replica._kfed_pre_vote.won
+        # a heartbeat of a current leader arrives before the majority's answer: the round is over
+        replica._SyncObj__onMessageReceived(peer, {
+            "type": "append_entries", "term": term, "commit_index": 0, "prevLogIdx": 1, "prevLogTerm": 0,
+            "entries": [],
+        })  # fmt: skip
+        assert replica._kfed_pre_vote.term is None
+        replica._SyncObj__onMessageReceived(peer, {"type": raft.PreVote.REPLY, "term": term + 1, "granted": True})
+        assert not replica._kfed_pre_vote.won and replica._SyncObj__raftElectionDeadline > pysyncobj_clock()
     finally:
         node.close()
 
