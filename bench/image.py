@@ -208,16 +208,19 @@ def wipe_and_catch_up(q: LocalQuorum, node_id: int, target_offset: int, timeout_
 
 
 # -- leadership steering and monitoring ---------------------------------------------------------------
-def steer_leader(q: LocalQuorum, target: int, attempts: int = 12) -> int:
-    """Move leadership to ``target`` by pausing whoever leads (SIGSTOP 1.5 s, SIGCONT); returns the leader."""
+def steer_leader(q: LocalQuorum, target: int, attempts: int = 12) -> tuple[int, int]:
+    """Move leadership to ``target`` by pausing whoever leads (SIGSTOP 1.5 s, SIGCONT); returns the leader
+    and how many times a leader was paused (each forces an election the benchmark caused itself)."""
     leader = q.leader(timeout_s=30)
+    paused = 0
     for _ in range(attempts):
         if leader == target:
-            return leader
+            return leader, paused
         pid = pid_of(q, leader)
         if pid is None:
             break
         os.kill(pid, signal.SIGSTOP)
+        paused += 1
         try:
             time.sleep(1.5)
             q.leader(timeout_s=15, exclude=leader)
@@ -225,7 +228,7 @@ def steer_leader(q: LocalQuorum, target: int, attempts: int = 12) -> int:
             os.kill(pid, signal.SIGCONT)
         time.sleep(1.0)
         leader = q.leader(timeout_s=15)
-    return leader
+    return leader, paused
 
 
 class RoleWatcher(Background):
@@ -377,7 +380,7 @@ def compaction_experiment(q: LocalQuorum, watcher: RoleWatcher, started_raw: dic
     info["slots_s_from_now"] = {n: [round(s - now_raw), round(e - now_raw)] for n, (s, e) in slots.items()}
     info["target"], info["trigger"] = target, "entries" if pump else "time"
     print(f"  compaction slots (s from now): {info['slots_s_from_now']}; leadership -> node {target}", flush=True)
-    info["leader_before"] = steer_leader(q, target)
+    info["leader_before"], info["steering_pauses"] = steer_leader(q, target)
     since = time.time()
     with ProbeWriter(q.urls) as writer:
         if pump:
@@ -659,11 +662,13 @@ def run_steps(
     result.details["dumps"] = all_dumps
     leaders = watcher.leaders()
     result.details["leaders_seen"] = leaders
+    steered = int(info.get("steering_pauses", 0)) if info else 0
     result.rows.append(
         Row(
             "leader elections seen during the benchmark (after the first)",
             len(leaders) - 1,
             "",
+            f"{steered} forced by the harness (it pauses the leader to move leadership before compaction); "
             "(node, term): " + ", ".join(f"({n}, {t})" for n, t in leaders),
         )
     )
