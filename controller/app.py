@@ -35,6 +35,7 @@ from metadata_log.errors import (
     Unavailable,
 )
 from metadata_log.image import MetadataImage
+from metadata_log.raft import STALL_GUARD_MS
 from metadata_log.views import cluster_view, metadata_view, topic_view
 
 from . import auth, dashboard, metrics, problems
@@ -673,6 +674,11 @@ def build_app(
                 f'role="{role}"',
             )
         lines += metrics.gauge("kfed_raft_term", "Current Raft term.", status.term)
+        lines += metrics.counter(
+            "kfed_raft_stalls_total",
+            f"Raft ticks that could not read their sockets for {STALL_GUARD_MS} ms beyond their wait.",
+            status.stalls,
+        )
         lines += metrics.gauge("kfed_applied_offset", "Offset of the last applied record.", rm.image.offset)
         lines += metrics.gauge("kfed_high_watermark", "Offset the next committed record will get.", rm.high_watermark)
         lines += metrics.gauge("kfed_log_start_offset", "First offset in the in-memory window.", rm.log_start_offset)

@@ -15,6 +15,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from metadata_log.access import Access
+from metadata_log.codec import freeze_survivors
 from metadata_log.image import MetadataImage
 from metadata_log.raft import RaftNode, RaftSettings
 from metadata_log.records import Record
@@ -128,10 +129,10 @@ def _tune_gc() -> None:
     """Keep the garbage collector from stalling the Raft thread on a big image.
 
     A full collection walks every object: with 1M partitions loaded it took 0.35 s here, enough to miss
-    heartbeats and force elections. The image is immutable and never cyclic garbage, so what is loaded
-    at start moves out of the collector's view (gc.freeze) and young collections run less often."""
-    gc.collect()
-    gc.freeze()
+    heartbeats and force elections. What start-up loaded and replayed moves out of the collector's view
+    (``freeze_survivors``, which ``LogState`` also runs as the image grows) and young collections run
+    less often."""
+    freeze_survivors()
     gc.set_threshold(50_000, 20, 100)
 
 

@@ -461,6 +461,7 @@ class RaftStatus:
     role: str  # leader / follower / candidate
     term: int
     leader_raft: str | None  # "host:port" of the leader as this node sees it
+    stalls: int = 0  # Raft ticks that could not listen for STALL_GUARD_MS beyond their wait (see excuse_stall)
 
 
 class RaftNode:
@@ -630,6 +631,7 @@ class RaftNode:
             role=self._role,
             term=int(s.raftCurrentTerm),
             leader_raft=leader.address if leader is not None else None,
+            stalls=s.kfed_stalls,
         )
 
     def alive(self) -> bool:
@@ -774,6 +776,11 @@ class PreVote:
         """A new round for ``term``; None ends any round (a leader was heard, or the node campaigns)."""
         self.term, self.granted, self.won = term, set(), False
 
+    def cancel(self) -> None:
+        """End the round, if one runs (called for every heartbeat: nothing is built when none does)."""
+        if self.term is not None:
+            self.start(None)
+
     def answer(self, granted_by: Any, term: int, granted: bool, voters: int) -> None:
         if term != self.term or not granted or self.won:
             return
@@ -847,7 +854,7 @@ class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         self._kfed_tick: TickMark | None = None  # how the last tick started
         self._kfed_pre_vote = PreVote()
         self._kfed_leader_heard = pysyncobj_clock()  # when an append_entries of a current leader came
-        self.kfed_stalls = 0  # ticks that took STALL_GUARD_MS longer than their socket wait (diagnostics)
+        self.kfed_stalls = 0  # ticks that took STALL_GUARD_MS longer than their socket wait (/metrics)
         super().__init__(self_raft, peers, conf)
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
@@ -884,7 +891,7 @@ class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
             return
         if self._kfed_pre_vote.won:
             self._kfed_pre_vote.start(None)  # campaign now; a later timeout asks again
-            self._SyncObj__raftElectionDeadline = 0
+            self._SyncObj__raftElectionDeadline = 0  # also when it was within the margin: pysyncobj must see it
             return
         term = self._SyncObj__raftCurrentTerm + 1
         self._kfed_pre_vote.start(term)
@@ -924,8 +931,8 @@ class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
                 return
             if kind == "append_entries" and message.get("term", -1) >= self._SyncObj__raftCurrentTerm:
                 self._kfed_leader_heard = pysyncobj_clock()
-                self._kfed_pre_vote.start(None)  # a leader is there: a round won before it must not campaign
-            if message.get("type") == "append_entries" and "prevLogIdx" in message:
+                self._kfed_pre_vote.cancel()  # a leader is there: a round won before it must not campaign
+            if kind == "append_entries" and "prevLogIdx" in message:
                 if self._kfed_append_entries(node, message):
                     return
             elif stale_reply(message, self._SyncObj__raftCurrentTerm):

@@ -244,14 +244,14 @@ def test_openapi_and_ops_endpoints(quorum: LocalQuorum) -> None:
         assert body_schema["$ref"].endswith("/" + route.body.__name__), route.template
         assert str(route.status) in operation["responses"], route.template
         path_params = {p["name"]: p["schema"]["type"] for p in operation.get("parameters", []) if p["in"] == "path"}
-        declared = {seg[1:-1] for seg in route.template.split("/") if seg.startswith("{")}
+        declared = {name for _, name in route.segments if name is not None}
         assert path_params == {n: "integer" if n in route.int_params else "string" for n in declared}
     assert quorum.client.get(url + "/docs").status_code == 200
     assert quorum.client.get(url + "/healthz").status_code == 200
     assert quorum.client.get(url + "/readyz").status_code == 200
     metrics = quorum.client.get(url + "/metrics").text
-    for name in ("kfed_raft_role", "kfed_raft_term", "kfed_applied_offset", "kfed_high_watermark",
-                 "kfed_http_request_duration_seconds_bucket"):  # fmt: skip
+    for name in ("kfed_raft_role", "kfed_raft_term", "kfed_raft_stalls_total", "kfed_applied_offset",
+                 "kfed_high_watermark", "kfed_http_request_duration_seconds_bucket"):  # fmt: skip
         assert name in metrics
 
 

@@ -396,6 +396,7 @@ def test_a_stalled_raft_tick_does_not_count_its_stall_as_the_peers_silence(tmp_p
         deadline = replica._SyncObj__raftElectionDeadline
         replica._onTick(0)
         assert replica.kfed_stalls == 3 and replica._SyncObj__raftElectionDeadline >= deadline + 1.9
+        assert node.status().stalls == 3  # what /metrics reports as kfed_raft_stalls_total
     finally:
         node.close()
 
@@ -421,6 +422,10 @@ def test_pre_vote_rules() -> None:
     votes.answer("b", 6, True, voters=5)  # the same peer twice counts once
     votes.answer("c", 6, True, voters=5)
     assert votes.won
+    votes.cancel()  # a leader was heard
+    assert votes.term is None and not votes.won and not votes.granted
+    votes.answer("d", 6, True, voters=5)
+    assert not votes.granted
 
 
 def test_a_follower_asks_before_it_campaigns(tmp_path: Path) -> None:
