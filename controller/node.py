@@ -71,9 +71,9 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
     read_model = ReadModel(settings.retention_records)
     state = LogState()
 
-    def publish(records: Sequence[tuple[int, Record]], image: MetadataImage) -> None:
+    def publish(first_offset: int, records: Sequence[Record], image: MetadataImage) -> None:
         # On the Raft thread: hand over to the loop, in order, never blocking.
-        loop.call_soon_threadsafe(read_model.publish, records, image)
+        loop.call_soon_threadsafe(read_model.publish, first_offset, records, image)
 
     state.set_publisher(publish)
     raft = RaftNode(me.raft, peers, data_dir, state, settings.raft)

@@ -107,8 +107,9 @@ class ReadModel:
             raise ValueError("retention_records must be >= 1")
         self.retention_records = retention_records
         self.image: MetadataImage = EMPTY_IMAGE
-        # Entry, or the (offset, record) pair it was published as until a reader first asks for it
-        self._entries: list[Entry | tuple[int, Record]] = []
+        # Entry, or the bare record until a reader first asks for it (one object less per record for the
+        # garbage collector to walk; its offset is its place in the window)
+        self._entries: list[Entry | Record] = []
         self._start = 0  # offset of self._entries[0]
         self._changed = asyncio.Event()
         self._snapshot: Snapshot | None = None
@@ -123,15 +124,16 @@ class ReadModel:
         changed.set()
 
     # -- writer side (loop thread) ----------------------------------------------------------------
-    def publish(self, records: Sequence[tuple[int, Record]], image: MetadataImage) -> None:
+    def publish(self, first_offset: int, records: Sequence[Record], image: MetadataImage) -> None:
+        """Records committed at ``first_offset``, ``first_offset + 1``, ... and the image after them; no
+        records: the state was replaced by ``image`` (``reset``)."""
         if not records:
             self.reset(image)
             return
-        first = records[0][0]
-        if first != self.high_watermark:
+        if first_offset != self.high_watermark:
             # Never a silent skip: a gap means this model missed a publish (a bug), or was reset.
-            raise AssertionError(f"read model at {self.high_watermark} got records from {first}")
-        self._entries.extend(records)  # (offset, record) pairs; made Entry objects when first read
+            raise AssertionError(f"read model at {self.high_watermark} got records from {first_offset}")
+        self._entries += records  # made Entry objects when first read
         self.image = image
         overshoot = len(self._entries) - self.retention_records
         if overshoot > self.retention_records // 4:
@@ -164,7 +166,7 @@ class ReadModel:
         for j in range(i, min(i + limit, len(window))):
             item = window[j]
             if not isinstance(item, Entry):
-                item = window[j] = Entry(*item)  # kept, so the JSON encoding is shared by later readers
+                item = window[j] = Entry(self._start + j, item)  # kept: later readers share its JSON encoding
             entries.append(item)
         next_offset = entries[-1].offset + 1 if entries else max(offset, self._start)
         return LogPage(entries, next_offset, self.high_watermark, self._start)

@@ -14,7 +14,7 @@ import itertools
 import operator
 import threading
 import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import UnionType
 from typing import Any, Final
 
@@ -101,26 +101,49 @@ def record_from_wire(value: Any) -> Record:
 
 
 def records_from_wire(rows: Iterable[Any]) -> list[Record]:
-    """``record_from_wire`` of each row; a well-formed ``PartitionsAdded`` (the bulk of every topic
-    creation) takes a direct path with the same type checks, without the generic field loop. (Spelled
-    out for that one class: a generic check of any row against ``_EXACT_TYPES`` decoded a 500-partition
-    command in ~1.6 ms against ~1.0 ms for this.)"""
+    """``record_from_wire`` of each row. Runs of well-formed ``PartitionsAdded`` rows (the bulk of every
+    topic creation) are checked a column at a time (``partition_columns``) and built by ``map``, with no
+    Python loop over the rows."""
+    rows = rows if isinstance(rows, list) else list(rows)
+    if not (only_type(rows, list) and all(rows)):  # something other than non-empty lists: row by row
+        return [record_from_wire(row) for row in rows]
     out: list[Record] = []
-    for row in rows:
-        if (
-            type(row) is list
-            and len(row) == 7
-            and row[0] == "PartitionsAdded"
-            and type(row[2]) is str
-            and type(row[3]) is int
-            and type(row[4]) is str
-            and type(row[5]) is str
-            and type(row[6]) is int
-        ):
-            out.append(PartitionsAdded(row[2], row[3], row[4], row[5], row[6]))
-        else:
-            out.append(record_from_wire(row))
+    for tag, group in itertools.groupby(rows, _TAG):
+        if tag != "PartitionsAdded":
+            out += map(record_from_wire, group)
+            continue
+        run = list(group)
+        columns = partition_columns(run)
+        out += map(record_from_wire, run) if columns is None else map(PartitionsAdded, *columns)
     return out
+
+
+_TAG: Final = operator.itemgetter(0)
+
+
+def only_type(values: Iterable[Any], cls: type) -> bool:
+    """Whether every value is exactly of type ``cls`` (not a subclass: a bool is no int here) and there is
+    at least one. One pass in C."""
+    return set(map(type, values)) == {cls}
+
+
+def partition_columns(rows: list[Any]) -> tuple[Sequence[Any], ...] | None:
+    """The five field columns (topic, partition, cluster_id, physical_topic, physical_partition) of
+    ``PartitionsAdded`` wire rows, when every row is exactly ``[tag, version, str, int, str, str, int]``
+    (what ``encode`` writes); None when any row differs, for the caller to decode row by row."""
+    if not rows or set(map(len, rows)) != {7}:
+        return None
+    _tags, _versions, *columns = zip(*rows, strict=True)
+    topics, partitions, cluster_ids, physical_topics, physical_partitions = columns
+    if not (
+        only_type(topics, str)
+        and only_type(partitions, int)
+        and only_type(cluster_ids, str)
+        and only_type(physical_topics, str)
+        and only_type(physical_partitions, int)
+    ):
+        return None
+    return tuple(columns)
 
 
 _STR: Final[tuple[type, ...]] = (str,)

@@ -64,9 +64,10 @@ class Outcome:
     detail: str = ""
 
 
-Publisher = Callable[[Sequence[tuple[int, Record]], MetadataImage], None]
-"""Called after each command that committed records: (offset, record) pairs and the new image.
-Called with no records when the state was replaced by a dump (at start, or a snapshot from the leader)."""
+Publisher = Callable[[int, Sequence[Record], MetadataImage], None]
+"""Called after each command that committed records: the offset of the first, the records (at consecutive
+offsets) and the new image. Called with no records when the state was replaced by a dump (at start, or a
+snapshot from the leader)."""
 
 
 def encode_command(proposals: Sequence[Proposal]) -> bytes:
@@ -130,7 +131,8 @@ class LogState:
             log.error("undecodable command of %d bytes ignored: %s", len(data), e)
             return [Outcome("rejected", detail=f"undecodable command: {e}")]
         outcomes: list[Outcome] = []
-        published: list[tuple[int, Record]] = []
+        first_offset = self.image.offset + 1
+        published: list[Record] = []  # committed records, at first_offset, first_offset + 1, ...
         for proposal in proposals:
             try:
                 outcome = self._apply_proposal(proposal, published)
@@ -140,7 +142,7 @@ class LogState:
             outcomes.append(outcome)
         if published and self._publisher is not None:
             try:
-                self._publisher(published, self.image)
+                self._publisher(first_offset, published, self.image)
             except Exception:
                 log.exception("publisher failed")
         self._applied_since_freeze += len(published)
@@ -148,7 +150,7 @@ class LogState:
             self._applied_since_freeze = 0
         return outcomes
 
-    def _apply_proposal(self, proposal: Proposal, published: list[tuple[int, Record]]) -> Outcome:
+    def _apply_proposal(self, proposal: Proposal, published: list[Record]) -> Outcome:
         key = proposal.idempotency_key
         if key is not None:
             seen = self._keys.get(key)
@@ -164,8 +166,7 @@ class LogState:
             return Outcome("rejected", detail=str(e))
         self.image = after
         first_offset = base.offset + 1
-        for i, record in enumerate(proposal.records):
-            published.append((first_offset + i, record))
+        published += proposal.records
         outcome = Outcome(
             "committed", first_offset if proposal.records else -1, after.offset if proposal.records else -1
         )
@@ -211,7 +212,7 @@ class LogState:
         self.image = image
         self._keys = keys
         if self._publisher is not None:
-            self._publisher([], image)  # no records: readers restart from this image
+            self._publisher(image.offset + 1, [], image)  # no records: readers restart from this image
         del value, body  # the decoded form: garbage now, and it must not be frozen
         freeze_survivors(collect=False)  # everything built since the pause is the image: nothing to find
         self._applied_since_freeze = 0

@@ -180,3 +180,21 @@ def test_chunked_packing_gives_the_same_bytes(monkeypatch: pytest.MonkeyPatch, l
     value = {"offset": length - 1, "records": records, "keys": [["k", None, "committed", 1, 2, ""]], "raft": {"a": [1]}}
     assert codec.pack_chunked(value) == msgpack.packb(value, use_bin_type=True)
     assert codec.unpack(codec.pack_chunked(value)) == value
+
+
+def test_records_from_wire_agrees_with_record_from_wire_on_mixed_runs() -> None:
+    rows: list[object] = [
+        ["ClusterRegistered", 0, "c1", "eu", "h:1"],
+        *(["PartitionsAdded", 0, "t", i, "c1", "t", i] for i in range(5)),
+        ["PartitionsAdded", 0, "u", 0, "c1", "u", 0],
+        ["NoOp", 0],
+        ["PartitionsAdded", 0, "t", 5, "c1", "t", 5, "a field from a newer writer"],
+        ["PartitionsAdded", 0, "t", 6, "c1", "t", 6],
+    ]
+    assert records_from_wire(rows) == [record_from_wire(r) for r in rows]
+    assert records_from_wire(iter(rows)) == [record_from_wire(r) for r in rows]
+    for bad in ("PartitionsAdded", [], ["PartitionsAdded", 0, "t", 7, "c1", "t", False]):
+        with pytest.raises(CodecError):
+            records_from_wire([*rows, bad])
+        with pytest.raises(CodecError):
+            records_from_wire([bad, *rows])

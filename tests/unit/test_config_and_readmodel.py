@@ -45,9 +45,8 @@ def test_bad_quorum_configs_name_the_problem(data: dict, message: str) -> None:
 
 
 def publish_noops(model: ReadModel, count: int) -> None:
-    start = model.high_watermark
-    records: list[tuple[int, Record]] = [(start + i, NoOp()) for i in range(count)]
-    model.publish(records, apply(model.image, [r for _, r in records]))
+    records: list[Record] = [NoOp() for _ in range(count)]
+    model.publish(model.high_watermark, records, apply(model.image, records))
 
 
 async def test_window_keeps_between_n_and_five_quarters_n() -> None:
@@ -78,13 +77,13 @@ async def test_read_past_the_end_is_empty_and_wait_wakes_on_publish() -> None:
 async def test_a_gap_in_published_offsets_is_a_crash_not_a_skip() -> None:
     model = ReadModel()
     with pytest.raises(AssertionError):
-        model.publish([(5, NoOp())], apply(EMPTY_IMAGE, [NoOp()]))
+        model.publish(5, [NoOp()], apply(EMPTY_IMAGE, [NoOp()]))
 
 
 async def test_reset_starts_the_window_after_the_loaded_image() -> None:
     model = ReadModel()
     image = apply(EMPTY_IMAGE, [NoOp()] * 10)
-    model.publish([], image)
+    model.publish(10, [], image)
     assert model.log_start_offset == 10 and model.high_watermark == 10
     assert model.snapshot().offset == 9
 

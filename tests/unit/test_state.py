@@ -32,7 +32,7 @@ from .samples import ONE_OF_EACH
 
 def collecting_state() -> tuple[LogState, list[tuple[int, Record]]]:
     published: list[tuple[int, Record]] = []
-    state = LogState(lambda records, image: published.extend(records))
+    state = LogState(lambda first, records, image: published.extend(enumerate(records, first)))
     return state, published
 
 
@@ -93,7 +93,7 @@ def test_garbage_commands_never_raise(data: bytes) -> None:
 
 
 def test_a_publisher_failure_does_not_stop_apply() -> None:
-    def boom(records: object, image: object) -> None:
+    def boom(first_offset: object, records: object, image: object) -> None:
         raise RuntimeError("publisher bug")
 
     state = LogState(boom)
@@ -106,11 +106,11 @@ def test_dump_and_load_round_trip() -> None:
     state.apply_command(encode_command([Proposal(tuple(ONE_OF_EACH), "key-1", "fp")]))
     data = state.dump({"last": [b"cmd", 7, 2]})
     loaded, resets = LogState(), []
-    loaded.set_publisher(lambda records, image: resets.append((list(records), image.offset)))
+    loaded.set_publisher(lambda first, records, image: resets.append((first, list(records), image.offset)))
     assert loaded.load(data) == {"last": [b"cmd", 7, 2]}
     assert loaded.image == state.image == apply(EMPTY_IMAGE, ONE_OF_EACH)
     assert loaded.outcome_for_key("key-1") == state.outcome_for_key("key-1")
-    assert resets == [([], len(ONE_OF_EACH) - 1)]
+    assert resets == [(len(ONE_OF_EACH), [], len(ONE_OF_EACH) - 1)]
 
 
 def test_survivors_are_frozen_out_of_collections_after_enough_records(monkeypatch: pytest.MonkeyPatch) -> None:
