@@ -223,6 +223,28 @@ def round_trips(records: Iterable[Record]) -> bool:
     return True
 
 
+_PARTITION_FIELD_TYPES: Final = (str, int, str, str, int)  # PartitionsAdded's fields, as partition_columns checks
+_PARTITION_GETTERS: Final = tuple(map(operator.attrgetter, _FIELDS[PartitionsAdded]))
+
+
+def records_to_wire(records: Iterable[Record]) -> tuple[list[Any], bool]:
+    """The wire rows of ``records`` (``record_to_wire`` of each; rows of a run of ``PartitionsAdded`` are
+    tuples, which msgpack writes as the same arrays) and whether they all ``round_trips``, in one pass.
+    Runs of ``PartitionsAdded`` go a column at a time, without a Python call per record."""
+    rows: list[Any] = []
+    exact = True
+    for cls, group in itertools.groupby(records, type):
+        run = list(group)
+        if cls is PartitionsAdded:
+            columns = [list(map(get, run)) for get in _PARTITION_GETTERS]
+            exact = exact and all(map(only_type, columns, _PARTITION_FIELD_TYPES))
+            rows += zip(itertools.repeat(cls.TYPE), itertools.repeat(WIRE_VERSION), *columns)
+        else:
+            rows += map(record_to_wire, run)
+            exact = exact and round_trips(run)
+    return rows, exact
+
+
 def encode(records: Iterable[Record]) -> bytes:
     """msgpack bytes of a sequence of records."""
     return pack([record_to_wire(r) for r in records])

@@ -26,9 +26,8 @@ from .codec import (
     gc_paused,
     pack,
     pack_chunked,
-    record_to_wire,
     records_from_wire,
-    round_trips,
+    records_to_wire,
     unpack,
 )
 from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire, image_to_wire
@@ -71,12 +70,17 @@ snapshot from the leader)."""
 
 
 def encode_command(proposals: Sequence[Proposal]) -> bytes:
-    return pack(
-        [
-            COMMAND_VERSION,
-            [[p.idempotency_key, p.fingerprint, [record_to_wire(r) for r in p.records]] for p in proposals],
-        ]
-    )
+    return _encode_command(proposals)[0]
+
+
+def _encode_command(proposals: Sequence[Proposal]) -> tuple[bytes, bool]:
+    """The command's bytes, and whether every record in it ``round_trips``."""
+    body, exact = [], True
+    for p in proposals:
+        rows, rows_exact = records_to_wire(p.records)
+        body.append([p.idempotency_key, p.fingerprint, rows])
+        exact = exact and rows_exact
+    return pack([COMMAND_VERSION, body]), exact
 
 
 def decode_command(data: bytes) -> list[Proposal]:
@@ -118,8 +122,8 @@ class LogState:
     def encode_proposal(self, proposals: Sequence[Proposal]) -> bytes:
         """``encode_command`` for a command this node proposes (as leader). When applying it here needs no
         decoding (see ``_ProposedCommands``), the proposals are kept until it is applied."""
-        data = encode_command(proposals)
-        if all(round_trips(p.records) for p in proposals):
+        data, exact = _encode_command(proposals)
+        if exact:
             self._proposed.add(data, list(proposals))
         return data
 

@@ -15,11 +15,14 @@ from metadata_log.codec import (
     decode,
     encode,
     gc_paused,
+    pack,
     record_from_dict,
     record_from_wire,
     record_to_dict,
     record_to_wire,
     records_from_wire,
+    records_to_wire,
+    round_trips,
 )
 from metadata_log.image import EMPTY_IMAGE, apply
 from metadata_log.records import (
@@ -198,3 +201,12 @@ def test_records_from_wire_agrees_with_record_from_wire_on_mixed_runs() -> None:
             records_from_wire([*rows, bad])
         with pytest.raises(CodecError):
             records_from_wire([bad, *rows])
+
+
+def test_records_to_wire_packs_like_record_to_wire_and_says_whether_it_round_trips() -> None:
+    records = [*ONE_OF_EACH, *(PartitionsAdded("t", i, "c1", "t", i) for i in range(3)), ClusterFenced("c", "x", 1)]
+    rows, exact = records_to_wire(records)
+    assert pack(rows) == pack([record_to_wire(r) for r in records])
+    assert exact == round_trips(records)
+    for odd in (PartitionsAdded("t", True, "c1", "t", 0), PartitionsAdded("t", 0, "c1", "t", 0.5)):  # type: ignore[arg-type]
+        assert records_to_wire([*records, odd])[1] is False
