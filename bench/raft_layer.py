@@ -97,7 +97,10 @@ def run(sizes: Sizes, tmp: Path, result: BenchResult) -> None:
                     f"{fmt(ph['commands_per_s'])} commands/s, {fmt(ph['records_per_s'])} records/s",
                     flush=True,
                 )
-            shutil.rmtree(vdir, ignore_errors=True)
+            if report["node_log_errors"]:  # keep what explains them
+                result.notes.append(f"round {r + 1} {name}: node logs with problems in {vdir} (kept with --keep)")
+            else:
+                shutil.rmtree(vdir, ignore_errors=True)
     result.details["rounds"] = rounds
     result.details["conf"] = confs
     result.details["node_log_errors"] = errors

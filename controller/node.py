@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from metadata_log.access import Access
 from metadata_log.codec import freeze_survivors
 from metadata_log.image import MetadataImage
-from metadata_log.raft import RaftNode, RaftSettings
+from metadata_log.raft import RaftNode, RaftSettings, hand_over
 from metadata_log.records import Record
 from metadata_log.state import LogState
 
@@ -73,7 +73,7 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
 
     def publish(first_offset: int, records: Sequence[Record], image: MetadataImage) -> None:
         # On the Raft thread: hand over to the loop, in order, never blocking.
-        loop.call_soon_threadsafe(read_model.publish, first_offset, records, image)
+        hand_over(loop, read_model.publish, first_offset, records, image)
 
     state.set_publisher(publish)
     raft = RaftNode(me.raft, peers, data_dir, state, settings.raft)

@@ -546,7 +546,8 @@ class RaftNode:
             with self._pending_lock:
                 pending, self._pending = self._pending, {}
             for loop, future in pending.values():
-                loop.call_soon_threadsafe(
+                hand_over(
+                    loop,
                     _fail,
                     future,
                     OutcomeUnknown(
@@ -561,7 +562,7 @@ class RaftNode:
         future: asyncio.Future[None] = loop.create_future()
 
         def done(result: Any, error: int) -> None:  # on the Raft thread
-            loop.call_soon_threadsafe(_settle, future, None, error)
+            hand_over(loop, _settle, future, None, error)
 
         if action == "add":
             self._syncobj.addNodeToCluster(raft, callback=done)
@@ -618,7 +619,7 @@ class RaftNode:
         def done(result: Any, error: int) -> None:  # on the Raft thread: never block here
             with self._pending_lock:
                 self._pending.pop(pending_id, None)
-            loop.call_soon_threadsafe(_settle, future, result, error)
+            hand_over(loop, _settle, future, result, error)
 
         self._syncobj.apply_command(data, callback=done)
         return future
@@ -656,6 +657,17 @@ class RaftNode:
 def _fail(future: asyncio.Future[list[Outcome]], error: Exception) -> None:
     if not future.done():
         future.set_exception(error)
+
+
+def hand_over(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
+    """``loop.call_soon_threadsafe(callback, *args)`` from the Raft thread. A loop that is already closed
+    has nobody left waiting (the process is shutting down): the result is dropped instead of raising
+    inside pysyncobj's tick, which logged it as a failed tick."""
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        if not loop.is_closed():
+            raise
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: int) -> None:

@@ -573,3 +573,14 @@ def test_only_a_plain_success_answer_keeps_the_leaders_next_index_ahead() -> Non
     assert not raft.is_progress_reply(reply(success=False, reset=True))
     assert not raft.is_progress_reply(reply(success=1))
     assert not raft.is_progress_reply({"type": "append_entries", "success": True})
+
+
+def test_results_for_a_closed_loop_are_dropped_not_raised_in_the_tick() -> None:
+    # at shutdown the loop that waited for a commit is closed before the Raft thread stops
+    loop = asyncio.new_event_loop()
+    got: list[int] = []
+    raft.hand_over(loop, got.append, 1)
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+    raft.hand_over(loop, got.append, 2)  # would raise "Event loop is closed" from call_soon_threadsafe
+    assert got == [1]
