@@ -239,7 +239,7 @@ def build_app(
     auth.document(app, tokens)
     latency = metrics.RequestLatency()
     forwarder = httpx.AsyncClient(timeout=httpx.Timeout(service.commit_timeout_s + 2, connect=1.0), verify=peer_verify)
-    to_leader = LeaderForwarder(service, forwarder)
+    to_leader = LeaderForwarder(service, service.commit_timeout_s + 2, peer_verify)
     # The node's own token for its status calls to the other voters (forwarded requests carry the caller's).
     own_token = tokens.admin or tokens.read
     peer_headers = {"Authorization": f"Bearer {own_token}"} if own_token else {}
@@ -702,6 +702,7 @@ def build_app(
 
     dashboard.mount(app)
     app.state.forwarder = forwarder
+    app.state.to_leader = to_leader
     return app
 
 

@@ -99,6 +99,7 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
         yield
         await service.stop()
         await app.state.forwarder.aclose()
+        await app.state.to_leader.aclose()
 
     peer_verify = Access(ca_file=str(settings.tls.ca) if settings.tls and settings.tls.ca else None).verify()
     app = build_app(service, lifespan, settings.tokens, peer_verify)

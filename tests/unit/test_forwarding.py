@@ -1,0 +1,108 @@
+"""LeaderForwarder: a follower passes a request on to the leader over real loopback sockets."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+
+from controller.hotpath import FORWARDED_HEADER, LeaderForwarder
+from deploy.local import free_ports
+from metadata_log.errors import OutcomeUnknown, Unavailable
+
+
+@dataclass
+class _Voter:
+    id: int
+    http: str
+
+
+class _Service:
+    """The two things the forwarder asks the node: who leads, and who it is itself."""
+
+    node_id = 2
+
+    def __init__(self, leader_http: str | None) -> None:
+        self._leader = _Voter(1, leader_http) if leader_http else None
+
+    def leader(self) -> _Voter | None:
+        return self._leader
+
+
+async def _leader_answering(handle: object) -> tuple[asyncio.Server, str]:
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)  # type: ignore[arg-type]
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}"
+
+
+async def test_a_request_goes_to_the_leader_and_its_answer_comes_back() -> None:
+    seen: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while head := await reader.readuntil(b"\r\n\r\n"):
+            length = int(next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1])
+            seen.append(head + await reader.readexactly(length))
+            body = b'{"offset":7}'
+            writer.write(
+                b"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\nidempotent-replayed: true\r\n"
+                b"x-internal: no\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            await writer.drain()
+
+    server, url = await _leader_answering(handle)
+    forwarder = LeaderForwarder(_Service(url), timeout_s=5.0)  # type: ignore[arg-type]
+    try:
+        for _ in range(2):  # the second request reuses the connection
+            response = await forwarder(
+                "POST",
+                "/v1/topics/a%2Fb/partitions",
+                "x=1",
+                {"content-type": "application/json", "idempotency-key": "k1", "cookie": "secret"},
+                b'{"count":1}',
+            )
+            assert response.status_code == 201 and response.body == b'{"offset":7}'
+            assert response.headers["idempotent-replayed"] == "true" and "x-internal" not in response.headers
+    finally:
+        await forwarder.aclose()
+        server.close()
+    request = seen[0].decode().lower()
+    assert request.startswith("post /v1/topics/a%2fb/partitions?x=1 http/1.1")  # the path stays encoded
+    assert f"{FORWARDED_HEADER.lower()}: 2" in request and "idempotency-key: k1" in request
+    assert "cookie" not in request and request.endswith('{"count":1}')
+    assert len(seen) == 2
+
+
+async def test_an_unreachable_leader_means_nothing_was_sent() -> None:
+    (port,) = free_ports(1)
+    forwarder = LeaderForwarder(_Service(f"http://127.0.0.1:{port}"), timeout_s=5.0)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(Unavailable, match="unreachable"):
+            await forwarder("POST", "/v1/clusters", "", {}, b"{}")
+    finally:
+        await forwarder.aclose()
+
+
+async def test_a_leader_that_hangs_up_may_have_committed() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.close()  # read the request, then gone without an answer
+
+    server, url = await _leader_answering(handle)
+    forwarder = LeaderForwarder(_Service(url), timeout_s=5.0)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(OutcomeUnknown, match="Idempotency-Key"):
+            await forwarder("POST", "/v1/clusters", "", {}, b"{}")
+    finally:
+        await forwarder.aclose()
+        server.close()
+
+
+async def test_no_leader_or_a_second_hop_is_refused_before_sending() -> None:
+    forwarder = LeaderForwarder(_Service(None), timeout_s=5.0)  # type: ignore[arg-type]
+    with pytest.raises(Unavailable, match="no leader"):
+        await forwarder("POST", "/v1/clusters", "", {}, b"{}")
+    forwarder = LeaderForwarder(_Service("http://127.0.0.1:9"), timeout_s=5.0)  # type: ignore[arg-type]
+    with pytest.raises(Unavailable, match="leadership moved"):
+        await forwarder("POST", "/v1/clusters", "", {FORWARDED_HEADER.lower(): "3"}, b"{}")
+    await forwarder.aclose()
