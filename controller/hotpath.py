@@ -105,19 +105,28 @@ class LeaderForwarder:
         import aiohttp
 
         if self._session is None:
-            self._session = aiohttp.ClientSession(
+            session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
                     limit=self.MAX_CONNECTIONS, keepalive_timeout=self.KEEPALIVE_S, ssl=self.verify
                 ),
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s, connect=1.0),
+                # sock_connect, not connect: aiohttp's connect also bounds the wait for a free connection
+                # of the pool, which a burst of slow commits can make longer than a second
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=1.0),
                 auto_decompress=False,
-                skip_auto_headers=("User-Agent", "Accept-Encoding"),
+                skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),  # pass on only ours
             )
+            # aiohttp sends a PUT or DELETE again when the connection drops before the answer (RFC 9112
+            # allows it for idempotent methods). A write the leader committed would then get the answer of
+            # its repeat (a 409 or a 404) instead of "outcome unknown". aiohttp's own test client turns the
+            # retry off through this attribute; there is no public switch (tested).
+            session._retry_connection = False
+            self._session = session
         return self._session
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
     async def __call__(
         self, method: str, raw_path: str, query: str, headers: Mapping[str, str], body: bytes

@@ -98,8 +98,10 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
         log.info("node %d serving %s (raft %s, data %s)", node_id, me.http, me.raft, data_dir)
         yield
         await service.stop()
-        await app.state.forwarder.aclose()
-        await app.state.to_leader.aclose()
+        try:
+            await app.state.forwarder.aclose()
+        finally:
+            await app.state.to_leader.aclose()
 
     peer_verify = Access(ca_file=str(settings.tls.ca) if settings.tls and settings.tls.ca else None).verify()
     app = build_app(service, lifespan, settings.tokens, peer_verify)

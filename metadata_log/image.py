@@ -108,15 +108,16 @@ class PartitionImage(NamedTuple):
 
 
 def new_partitions(
-    partitions: Iterable[int],
-    cluster_ids: Iterable[str],
-    physical_topics: Iterable[str],
-    physical_partitions: Iterable[int],
+    partitions: Sequence[int],
+    cluster_ids: Sequence[str],
+    physical_topics: Sequence[str],
+    physical_partitions: Sequence[int],
 ) -> Iterator[PartitionImage]:
     """Writable ``PartitionImage``s from columns of their fields, built in C: ``tuple.__new__`` with every
     field in order, without the Python frame of the generated ``__new__`` (``test_image`` checks the
     field order). For bulk paths: topics have up to 1M partitions."""
-    fields = zip(partitions, cluster_ids, physical_topics, physical_partitions, repeat("writable"))
+    states = repeat("writable", len(partitions))
+    fields = zip(partitions, cluster_ids, physical_topics, physical_partitions, states, strict=True)
     return map(tuple.__new__, repeat(PartitionImage), fields)
 
 
@@ -361,14 +362,18 @@ class MetadataDelta:
         topic = self._topic(topic_name)
         parts = self._partition_list(topic_name)
         placements = self._placements_of(topic_name, parts)
-        new_placements = set(zip(cluster_ids, physical_topics, physical_partitions, strict=True))
-        if (
-            tuple(partitions) == tuple(range(len(parts), len(parts) + n))
-            and (n == 0 or min(physical_partitions) >= 0)
-            and all(self._can_place(cluster_id, topic) for cluster_id in set(cluster_ids))
-            and len(new_placements) == n
-            and placements.isdisjoint(new_placements)
-        ):
+        try:
+            new_placements = set(zip(cluster_ids, physical_topics, physical_partitions, strict=True))
+            fits = (
+                tuple(partitions) == tuple(range(len(parts), len(parts) + n))
+                and (n == 0 or min(physical_partitions) >= 0)
+                and all(self._can_place(cluster_id, topic) for cluster_id in set(cluster_ids))
+                and len(new_placements) == n
+                and placements.isdisjoint(new_placements)
+            )
+        except TypeError:  # a value of the wrong type (not from the codec, which checks them): row by row
+            fits = False
+        if fits:
             placements |= new_placements
             parts += new_partitions(partitions, cluster_ids, physical_topics, physical_partitions)
             self._count += n

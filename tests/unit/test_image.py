@@ -242,6 +242,7 @@ def _run(n: int = 6, **change: object) -> list[PartitionsAdded]:
         _run(r3__physical_partition=1),  # c2/t/1 twice in the run
         _run(r0__cluster_id="c1", r0__physical_partition=0),  # c1/t/0 already backs t/0
         _run(r2__partition=9, r4__cluster_id="nope"),  # two problems: the first one is reported
+        _run(r1__partition=9, r3__physical_partition=None),  # and a later value of the wrong type is not it
         _run(r2__topic="nope"),  # a run of another topic, which does not exist
         _run(r3__topic="u", r4__topic="u", r5__topic="u"),  # two runs: u's first partition is not 0
     ],
