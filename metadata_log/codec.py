@@ -227,6 +227,12 @@ _PARTITION_FIELD_TYPES: Final = (str, int, str, str, int)  # PartitionsAdded's f
 _PARTITION_GETTERS: Final = tuple(map(operator.attrgetter, _FIELDS[PartitionsAdded]))
 
 
+def record_columns(records: Iterable[PartitionsAdded]) -> list[list[Any]]:
+    """The five field columns of ``PartitionsAdded`` records, as ``partition_columns`` gives them for rows."""
+    records = records if isinstance(records, list | tuple) else list(records)
+    return [list(map(get, records)) for get in _PARTITION_GETTERS]
+
+
 def records_to_wire(records: Iterable[Record]) -> tuple[list[Any], bool]:
     """The wire rows of ``records`` (``record_to_wire`` of each; rows of a run of ``PartitionsAdded`` are
     tuples, which msgpack writes as the same arrays) and whether they all ``round_trips``, in one pass.
@@ -236,7 +242,7 @@ def records_to_wire(records: Iterable[Record]) -> tuple[list[Any], bool]:
     for cls, group in itertools.groupby(records, type):
         run = list(group)
         if cls is PartitionsAdded:
-            columns = [list(map(get, run)) for get in _PARTITION_GETTERS]
+            columns = record_columns(run)  # type: ignore[arg-type]  # grouped by type
             exact = exact and all(map(only_type, columns, _PARTITION_FIELD_TYPES))
             rows += zip(itertools.repeat(cls.TYPE), itertools.repeat(WIRE_VERSION), *columns)
         else:

@@ -16,7 +16,14 @@ from dataclasses import dataclass, field, replace
 from itertools import groupby, repeat
 from typing import Any, Final, NamedTuple, TypeVar
 
-from .codec import WIRE_VERSION, only_type, partition_columns, record_from_wire, record_to_wire
+from .codec import (
+    WIRE_VERSION,
+    only_type,
+    partition_columns,
+    record_columns,
+    record_from_wire,
+    record_to_wire,
+)
 from .records import (
     ClusterFenced,
     ClusterRegistered,
@@ -430,7 +437,7 @@ class MetadataDelta:
     def add_partition_records(self, records: Sequence[PartitionsAdded]) -> None:
         """Replay of consecutive ``PartitionsAdded`` records (of one topic or several): ``add_partitions``
         per run of one topic."""
-        columns = [list(map(get, records)) for get in _PARTITION_COLUMNS]
+        columns = record_columns(records)
         for topic_name, start, stop in _runs(columns[0]):
             if stop - start == len(records):
                 self.add_partitions(topic_name, *columns[1:])
@@ -474,11 +481,6 @@ def apply(image: MetadataImage, records: Iterable[Record]) -> MetadataImage:
             for record in group:
                 delta.replay(record)
     return delta.apply()
-
-
-_PARTITION_COLUMNS: Final = tuple(
-    operator.attrgetter(name) for name in ("topic", "partition", "cluster_id", "physical_topic", "physical_partition")
-)
 
 
 def _runs(keys: Sequence[str]) -> Iterator[tuple[str, int, int]]:
