@@ -102,20 +102,25 @@ def record_from_wire(value: Any) -> Record:
 
 def records_from_wire(rows: Iterable[Any]) -> list[Record]:
     """``record_from_wire`` of each row. Runs of well-formed ``PartitionsAdded`` rows (the bulk of every
-    topic creation) are checked a column at a time (``partition_columns``) and built by ``map``, with no
-    Python loop over the rows."""
-    rows = rows if isinstance(rows, list) else list(rows)
-    if not (only_type(rows, list) and all(rows)):  # something other than non-empty lists: row by row
-        return [record_from_wire(row) for row in rows]
+    topic creation) are checked a column at a time (``wire_groups``) and built by ``map``, with no Python
+    loop over the rows."""
     out: list[Record] = []
-    for tag, group in itertools.groupby(rows, _TAG):
-        if tag != "PartitionsAdded":
-            out += map(record_from_wire, group)
-            continue
-        run = list(group)
-        columns = partition_columns(run)
-        out += map(record_from_wire, run) if columns is None else map(PartitionsAdded, *columns)
+    for group, columns in wire_groups(rows):
+        out += map(record_from_wire, group) if columns is None else map(PartitionsAdded, *columns)
     return out
+
+
+def wire_groups(rows: Iterable[Any]) -> Iterator[tuple[list[Any], tuple[Sequence[Any], ...] | None]]:
+    """The rows, in order, as consecutive groups: a run of ``PartitionsAdded`` rows that ``partition_columns``
+    accepts comes with its columns; any other group (other record types, an odd row) with None, for the
+    caller to decode row by row (``record_from_wire`` says what is wrong with a row)."""
+    rows = rows if isinstance(rows, list) else list(rows)
+    if not (only_type(rows, list) and all(rows)):  # something other than non-empty lists: no grouping by tag
+        yield rows, None
+        return
+    for tag, group in itertools.groupby(rows, _TAG):
+        run = list(group)
+        yield run, partition_columns(run) if tag == "PartitionsAdded" else None
 
 
 _TAG: Final = operator.itemgetter(0)
@@ -127,6 +132,9 @@ def only_type(values: Iterable[Any], cls: type) -> bool:
     return set(map(type, values)) == {cls}
 
 
+_PARTITION_FIELD_TYPES: Final = (str, int, str, str, int)  # PartitionsAdded's fields, in order
+
+
 def partition_columns(rows: list[Any]) -> tuple[Sequence[Any], ...] | None:
     """The five field columns (topic, partition, cluster_id, physical_topic, physical_partition) of
     ``PartitionsAdded`` wire rows, when every row is exactly ``[tag, version, str, int, str, str, int]``
@@ -134,16 +142,7 @@ def partition_columns(rows: list[Any]) -> tuple[Sequence[Any], ...] | None:
     if not rows or set(map(len, rows)) != {7}:
         return None
     _tags, _versions, *columns = zip(*rows, strict=True)
-    topics, partitions, cluster_ids, physical_topics, physical_partitions = columns
-    if not (
-        only_type(topics, str)
-        and only_type(partitions, int)
-        and only_type(cluster_ids, str)
-        and only_type(physical_topics, str)
-        and only_type(physical_partitions, int)
-    ):
-        return None
-    return tuple(columns)
+    return tuple(columns) if all(map(only_type, columns, _PARTITION_FIELD_TYPES)) else None
 
 
 _STR: Final[tuple[type, ...]] = (str,)
@@ -223,7 +222,6 @@ def round_trips(records: Iterable[Record]) -> bool:
     return True
 
 
-_PARTITION_FIELD_TYPES: Final = (str, int, str, str, int)  # PartitionsAdded's fields, as partition_columns checks
 _PARTITION_GETTERS: Final = tuple(map(operator.attrgetter, _FIELDS[PartitionsAdded]))
 
 

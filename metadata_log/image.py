@@ -10,7 +10,6 @@ validated against the same image can never corrupt the log. No clock, no randomn
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import groupby, repeat
@@ -18,11 +17,10 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 from .codec import (
     WIRE_VERSION,
-    only_type,
-    partition_columns,
     record_columns,
     record_from_wire,
     record_to_wire,
+    wire_groups,
 )
 from .records import (
     ClusterFenced,
@@ -552,31 +550,16 @@ def image_from_wire(rows: Iterable[Any], offset: int) -> MetadataImage:
     """Rebuild a snapshot from wire rows: the same replay as ``apply``, but runs of ``PartitionsAdded`` rows
     go to the delta as columns, without record objects (a 1M-partition snapshot is almost all such rows).
     Raises ``CodecError`` or ``InvalidRecord``."""
-    rows = rows if isinstance(rows, list) else list(rows)
     delta = MetadataDelta(EMPTY_IMAGE)
-    if not (only_type(rows, list) and all(rows)):  # not all non-empty lists: no grouping by tag
-        for row in rows:
-            delta.replay(record_from_wire(row))
-        return replace(delta.apply(), offset=offset)
-    for tag, group in groupby(rows, _TAG):
-        if tag != "PartitionsAdded":
+    for group, columns in wire_groups(rows):
+        if columns is None:  # not a well-formed run of partitions: record by record, for the exact error
             for row in group:
                 delta.replay(record_from_wire(row))
-            continue
-        run = list(group)
-        columns = partition_columns(run)
-        if columns is None:  # some row is not a plain well-typed PartitionsAdded: one by one, for the error
-            for row in run:
-                record = record_from_wire(row)
-                delta.add_partition_records((record,))  # type: ignore[arg-type]  # tagged PartitionsAdded
             continue
         topics = columns[0]
         for topic_name, start, stop in _runs(topics):
             delta.add_partitions(topic_name, *(column[start:stop] for column in columns[1:]))
     return replace(delta.apply(), offset=offset)
-
-
-_TAG: Final = operator.itemgetter(0)
 
 
 def snapshot_image(records: Iterable[Record], offset: int) -> MetadataImage:
