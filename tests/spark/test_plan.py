@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 
@@ -196,3 +197,26 @@ def test_rate_limit_spreads_the_limit_by_lag_and_never_exceeds_it() -> None:
     assert rate_limit(begin, latest, 10_000) == latest
     tiny = rate_limit(begin, latest, 1)
     assert sum(tiny[k] - begin[k] for k in begin) == 1
+
+
+def test_only_a_spark_python_worker_freezes_what_it_has_imported_and_only_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_pipeline import source
+
+    gc.unfreeze()
+    monkeypatch.setattr(source, "_worker_settled", False)
+    monkeypatch.delenv("SPARK_PYTHON_RUNTIME", raising=False)
+    try:
+        source.settle_python_worker()
+        assert gc.get_freeze_count() == 0  # an application's own process (the driver, a test) is left alone
+
+        monkeypatch.setenv("SPARK_PYTHON_RUNTIME", "PYTHON_WORKER")
+        source.settle_python_worker()
+        frozen = gc.get_freeze_count()
+        assert frozen > 0  # the imports: skipped by the full collection pyspark runs after every task
+
+        created_by_a_task = [[] for _ in range(100)]  # tracked objects made after the freeze
+        source.settle_python_worker()
+        assert gc.get_freeze_count() == frozen, "a second task must not freeze what the first left behind"
+        assert created_by_a_task
+    finally:
+        gc.unfreeze()
