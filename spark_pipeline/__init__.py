@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import Any, Final
+
+ARROW_SPEED_ENV: Final = {"ARROW_ENABLE_UNSAFE_MEMORY_ACCESS": "true", "ARROW_ENABLE_NULL_CHECK_FOR_GET": "false"}
+"""Arrow Java's switches for reading trusted batches: no bounds check on every buffer access, and no second
+null check in ``get`` (Spark checks ``isNullAt`` itself). The JVM turns each batch the source's tasks
+yield into rows; with these it spent ~10 % less time per query here (2M-row reads: 4.5-4.7 -> 4.1-4.2 s,
+warm). Off by default in Arrow, because a malformed batch could then be read past its end: these batches
+are pyarrow's, built by the source itself."""
 
 
 def register(spark: Any) -> None:
@@ -23,12 +30,15 @@ def local_session(app_name: str = "kfed", master: str | None = None, **conf: str
 
     ``master`` defaults to ``local[2]`` unless one was given by ``spark-submit --master``. On loopback-only
     hosts Spark must be told its address, and its Python workers must run this interpreter (the one
-    with pyarrow and confluent-kafka installed).
+    with pyarrow and confluent-kafka installed). ``ARROW_SPEED_ENV`` is set unless the environment
+    already says otherwise (and passed to executors of a cluster master through ``spark.executorEnv``).
     """
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    for name, value in ARROW_SPEED_ENV.items():  # read by the JVM this starts (driver, and local executors)
+        os.environ.setdefault(name, value)
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
@@ -37,6 +47,7 @@ def local_session(app_name: str = "kfed", master: str | None = None, **conf: str
     if os.environ.get("SPARK_LOCAL_IP") == "127.0.0.1":
         builder = builder.config("spark.driver.host", "127.0.0.1")
     defaults = {
+        **{f"spark.executorEnv.{name}": os.environ[name] for name in ARROW_SPEED_ENV},
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",

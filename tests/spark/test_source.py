@@ -77,6 +77,13 @@ def test_batch_read_of_the_demo_topic_returns_exactly_the_produced_messages(spar
     assert all(json.loads(r["headers"][0]["value"]) == int(r["value"][2:]) for r in with_headers)
 
 
+def test_the_local_session_turns_arrow_batches_into_rows_without_per_access_checks(spark: Any) -> None:
+    """``ARROW_SPEED_ENV`` reached the JVM: Arrow Java read its switches when its classes loaded."""
+    jvm = spark.sparkContext._jvm
+    assert jvm.org.apache.arrow.memory.BoundsChecking.BOUNDS_CHECKING_ENABLED is False
+    assert jvm.org.apache.arrow.vector.NullCheckingForGet.NULL_CHECKING_ENABLED is False
+
+
 def test_metadata_offset_pins_the_partition_set(spark: Any, fed: LocalFederation) -> None:
     topic = "T_pin"
     ensure_topic(controllers(fed), topic, access=fed.quorum.access)  # one partition per cluster: P0 on c1, P1 on c2
