@@ -170,6 +170,19 @@ def split_ranges(ranges: Sequence[OffsetRange], max_per_task: int, min_partition
     return out
 
 
+def spread_over_clusters(ranges: Sequence[OffsetRange]) -> list[OffsetRange]:
+    """The ranges in task order: round-robin over the clusters, each cluster's ranges kept in order.
+
+    Spark starts tasks in index order, as many at a time as it has cores. Listed cluster by cluster, the
+    tasks running side by side all read from the same broker while the others idle (local[2] over two
+    clusters: both tasks on c1, then both on c2)."""
+    by_cluster: dict[str, list[OffsetRange]] = {}
+    for r in ranges:
+        by_cluster.setdefault(r.placement.cluster_id, []).append(r)
+    ranked = ((i, cluster_id, r) for cluster_id, rs in by_cluster.items() for i, r in enumerate(rs))
+    return [r for _, _, r in sorted(ranked, key=lambda item: (item[0], item[1]))]
+
+
 def _lost(fail: bool, detail: str) -> None:
     if fail:
         raise DataLossError(f"{detail} (set failOnDataLoss=false to skip what is lost and go on)")

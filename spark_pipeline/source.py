@@ -43,6 +43,7 @@ from .plan import (
     next_offset,
     resolve_placements,
     split_ranges,
+    spread_over_clusters,
     stream_ranges,
 )
 from .resolve import catch_up, image_at, latest_image
@@ -105,7 +106,7 @@ def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
 
 def _tasks(ranges: Sequence[OffsetRange], options: SourceOptions) -> list[InputPartition]:
     split = split_ranges(ranges, options.max_offsets_per_task, options.min_partitions)
-    return [KfedPartition(i, r, options) for i, r in enumerate(split)]
+    return [KfedPartition(i, r, options) for i, r in enumerate(spread_over_clusters(split))]
 
 
 def cluster_watermarks(

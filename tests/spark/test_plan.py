@@ -24,6 +24,7 @@ from spark_pipeline.plan import (
     rate_limit,
     resolve_placements,
     split_ranges,
+    spread_over_clusters,
     stream_ranges,
 )
 
@@ -220,3 +221,17 @@ def test_only_a_spark_python_worker_freezes_what_it_has_imported_and_only_once(m
         assert created_by_a_task
     finally:
         gc.unfreeze()
+
+
+def test_tasks_running_side_by_side_read_from_different_clusters() -> None:
+    def rng(cluster_id: str, partition: int) -> OffsetRange:
+        return OffsetRange(Placement("T", partition, "id", cluster_id, "T", partition % 4), "b:1", 0, 10)
+
+    listed = [rng("c1", p) for p in range(4)] + [rng("c2", p) for p in range(4, 8)]  # as resolved: by cluster
+    spread = spread_over_clusters(listed)
+    assert [(r.placement.cluster_id, r.placement.partition) for r in spread] == [
+        ("c1", 0), ("c2", 4), ("c1", 1), ("c2", 5), ("c1", 2), ("c2", 6), ("c1", 3), ("c2", 7)
+    ]  # fmt: skip
+    uneven = [rng("c2", 4), rng("c1", 0), rng("c1", 1), rng("c1", 2)]
+    assert [r.placement.partition for r in spread_over_clusters(uneven)] == [0, 4, 1, 2]
+    assert spread_over_clusters([]) == []
