@@ -17,7 +17,8 @@ The comparison is of a warm Spark session, as a long-running job or notebook see
 still compiling Spark's planning, task and row-conversion code during the first queries of a fresh
 session (measured here: a whole query 5.6-5.9 s for the 2nd-3rd read, 4.1-4.7 s from the 8th on; the
 1-record query 1.3-1.6 s for ~12 queries, then ~0.6 s). So ``WARMUP_READS`` whole reads and
-``WARMUP_SMALL_QUERIES`` 1-record queries run first. The very first query (cold JVM) is reported too.
+``WARMUP_SMALL_QUERIES`` 1-record queries run first. The very first query (JVM started, JIT cold) is
+reported too.
 """
 
 from __future__ import annotations
@@ -165,13 +166,14 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
     result.rows += [
         Row("kfed source rows/s (batch read, local[2])", kfed, "rows/s",
             f"plain confluent-kafka, 2 processes {fmt(plain)} rows/s ({kfed / plain:.2f}x)",
-            Goal(">=", 0.8 * plain, "rows/s"), f"{n:,} x 100 B over 8 logical partitions, median of {rounds}"),
+            Goal(">=", 0.8 * plain, "rows/s"), f"{n:,} x 100 B over 8 logical partitions, median of {rounds}, "
+            f"warm session (after {WARMUP_READS} reads and {WARMUP_SMALL_QUERIES} small queries)"),
         Row("plain confluent-kafka read, 1 process", single, "rows/s", f"kfed {kfed / single:.2f}x of it", None,
             "same partitions and settings"),
         Row("kfed query reading 1 record per partition", median(fixed_costs), "s", "", None,
-            "the fixed cost in every kfed query: log, watermarks, planning worker, 8 tasks"),
-        Row("kfed source rows/s, first query of a fresh session", cold, "rows/s", "", None,
-            "cold JVM: not compared (see the module's docstring)"),
+            "the fixed cost in every kfed query of a warm session: log, watermarks, planning worker, 8 tasks"),
+        Row("kfed source rows/s, first query of the session", cold, "rows/s", "", None,
+            "JVM up but its JIT cold: not compared (see the module's docstring)"),
         Row("producing the data (raw Producers)", n / produce_s, "msg/s", "", None, "not part of the comparison"),
     ]  # fmt: skip
     result.details["spark"] = {"messages": n, "kfed": kfed_rates, "plain_2_processes": plain_rates,

@@ -81,7 +81,9 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
 
     Building one parses the whole CA bundle: 38-70 ms measured here, paid by every ``httpx.Client`` left
     to make its own, even for plain-HTTP URLs. A Spark query's planner, each ``kfed`` command and every
-    follower start made one. Contexts are safe to share between clients and threads."""
+    follower start made one. Shared by clients on any thread: they only wrap sockets with it (and set the
+    same ALPN protocols on it). Read once: a CA file rewritten in place, or ``SSL_CERT_FILE`` changed, takes
+    effect when the process restarts."""
     if ca_file is None:
         return httpx.create_ssl_context()
     try:

@@ -132,7 +132,7 @@ def _fetch_high_watermarks(
                 raise ClusterUnavailable(f"{bootstrap}: no fetch response for {missing[:5]} in time")
             # returns once an event per partition still missing is in (else after the wait); asking for a
             # full batch made every call wait out its timeout
-            for msg in consumer.consume(len(partitions) - len(highs), min(0.1, remaining)):
+            for msg in consumer.consume(min(CONSUME_BATCH, len(partitions) - len(highs)), min(0.1, remaining)):
                 err = msg.error()
                 if err is not None and err.code() == KafkaError._PARTITION_EOF:
                     highs[(str(msg.topic()), _offset(msg, partition=True))] = _offset(msg)

@@ -84,9 +84,14 @@ def settle_python_worker() -> None:
     Walking those objects took 125-200 ms per task on local[2] here (42 ms in an idle process), and the next
     task waited for it: with 8 tasks on 2 cores, about a third of a query's fixed cost. Frozen, they are skipped
     (0.2 ms); what a task creates is still collected. Nothing is done outside Spark's Python workers
-    (``SPARK_PYTHON_RUNTIME``, set by Spark for them), so an application's own process is left alone."""
+    (``SPARK_PYTHON_RUNTIME``, set by Spark for them), so an application's own process is left alone, nor in
+    workers that are not reused (``SPARK_REUSE_WORKER`` unset): they run one task and no collection after it."""
     global _worker_settled
-    if _worker_settled or os.environ.get("SPARK_PYTHON_RUNTIME") != "PYTHON_WORKER":
+    if (
+        _worker_settled
+        or os.environ.get("SPARK_PYTHON_RUNTIME") != "PYTHON_WORKER"
+        or not os.environ.get("SPARK_REUSE_WORKER")
+    ):
         return
     _worker_settled = freeze_survivors()
 

@@ -7,6 +7,7 @@ import itertools
 import json
 
 import pytest
+from pyspark.sql.datasource import InputPartition
 
 from metadata_log.image import EMPTY_IMAGE, apply
 from metadata_log.records import ClusterRegistered, PartitionsAdded, PartitionStateChanged, TopicCreated
@@ -206,12 +207,18 @@ def test_only_a_spark_python_worker_freezes_what_it_has_imported_and_only_once(m
     gc.unfreeze()
     monkeypatch.setattr(source, "_worker_settled", False)
     monkeypatch.delenv("SPARK_PYTHON_RUNTIME", raising=False)
+    monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
     try:
         source.settle_python_worker()
         assert gc.get_freeze_count() == 0  # an application's own process (the driver, a test) is left alone
 
         monkeypatch.setenv("SPARK_PYTHON_RUNTIME", "PYTHON_WORKER")
+        monkeypatch.delenv("SPARK_REUSE_WORKER")
         source.settle_python_worker()
+        assert gc.get_freeze_count() == 0  # a worker used for one task only: no collection after it to spare
+
+        monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
+        assert list(source._read(InputPartition(0))) == []  # a task's first call into the source
         frozen = gc.get_freeze_count()
         assert frozen > 0  # the imports: skipped by the full collection pyspark runs after every task
 
@@ -232,6 +239,10 @@ def test_tasks_running_side_by_side_read_from_different_clusters() -> None:
     assert [(r.placement.cluster_id, r.placement.partition) for r in spread] == [
         ("c1", 0), ("c2", 4), ("c1", 1), ("c2", 5), ("c1", 2), ("c2", 6), ("c1", 3), ("c2", 7)
     ]  # fmt: skip
+    from spark_pipeline.source import _tasks
+
+    tasks = _tasks(listed, parse_options(BASE, "batch"))  # what Spark is given: index order is start order
+    assert [(t.value, t.range) for t in tasks] == list(enumerate(spread))  # type: ignore[attr-defined]
     uneven = [rng("c2", 4), rng("c1", 0), rng("c1", 1), rng("c1", 2)]
     assert [r.placement.partition for r in spread_over_clusters(uneven)] == [0, 4, 1, 2]
     assert spread_over_clusters([]) == []
