@@ -32,8 +32,8 @@ def local_session(app_name: str = "kfed", master: str | None = None, **conf: str
     ``master`` defaults to ``local[2]`` unless one was given by ``spark-submit --master``. On loopback-only
     hosts Spark must be told its address, and its Python workers must run this interpreter (the one
     with pyarrow and confluent-kafka installed). ``ARROW_SPEED_ENV`` is set unless the environment
-    already says otherwise (and passed to executors of a cluster master through ``spark.executorEnv``).
-    """
+    already says otherwise, and passed to executors of a cluster master through ``spark.executorEnv``
+    unless spark-submit's ``--conf`` set those."""
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
