@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Container, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import repeat
 from typing import Any, Final
 
@@ -127,8 +127,13 @@ def register_cluster(image: MetadataImage, cluster_id: str, region: str, bootstr
         if existing.bootstrap_servers == bootstrap_servers:
             return Result((), cluster_view(existing))
     records = (ClusterRegistered(cluster_id, region, bootstrap_servers),)
-    after = _apply_checked(image, records)
-    return Result(records, cluster_view(after.clusters[cluster_id]))
+    # the cluster as apply() will make it: applying here would copy the image's cluster map per request
+    cluster = (
+        ClusterImage(cluster_id, region, bootstrap_servers)
+        if existing is None
+        else replace(existing, bootstrap_servers=bootstrap_servers)
+    )
+    return Result(records, cluster_view(cluster))
 
 
 def change_cluster_state(image: MetadataImage, cluster_id: str, state: str) -> Result:

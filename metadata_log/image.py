@@ -329,10 +329,9 @@ class MetadataDelta:
         self._count += 1
 
     def _replay_cluster_registered(self, record: ClusterRegistered) -> None:
-        clusters = self._cluster_map()
-        existing = clusters.get(record.cluster_id)
+        existing = (self._clusters if self._clusters is not None else self._base.clusters).get(record.cluster_id)
         if existing is None:
-            clusters[record.cluster_id] = ClusterImage(
+            self._cluster_map()[record.cluster_id] = ClusterImage(
                 cluster_id=record.cluster_id,
                 region=record.region,
                 bootstrap_servers=record.bootstrap_servers,
@@ -344,7 +343,8 @@ class MetadataDelta:
             )
         if existing.state == "decommissioned":
             raise InvalidRecord(f"cluster {record.cluster_id!r} is decommissioned")
-        clusters[record.cluster_id] = _evolve(existing, bootstrap_servers=record.bootstrap_servers)
+        if existing.bootstrap_servers != record.bootstrap_servers:  # else nothing changes (e.g. a retried write)
+            self._cluster_map()[record.cluster_id] = _evolve(existing, bootstrap_servers=record.bootstrap_servers)
 
     def _replay_partition_added(self, record: PartitionsAdded) -> None:
         self.add_partition_records((record,))

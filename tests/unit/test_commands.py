@@ -16,7 +16,7 @@ from metadata_log.records import (
     PhysicalPartitionsReported,
     TopicCreated,
 )
-from metadata_log.views import topic_view
+from metadata_log.views import cluster_view, topic_view
 
 
 def run(image: MetadataImage, result: commands.Result) -> MetadataImage:
@@ -102,6 +102,14 @@ def test_register_cluster_is_idempotent_and_guards_region(two_clusters: Metadata
         with pytest.raises(InvalidRequest) as e:
             commands.register_cluster(two_clusters, "c5", "r1", bad)
         assert e.value.field == "bootstrap_servers"
+
+
+def test_register_cluster_replies_with_the_cluster_its_record_makes(two_clusters: MetadataImage) -> None:
+    fenced = commands.fence_cluster(two_clusters, "c1", "down", at_ms=5)
+    image = apply(two_clusters, fenced.records)
+    for cluster_id, servers in (("c1", "10.0.0.1:9092"), ("c9", "10.0.0.9:9092")):  # moved, new
+        result = commands.register_cluster(image, cluster_id, "r1", servers)
+        assert result.reply == cluster_view(apply(image, result.records).clusters[cluster_id])
 
 
 def test_cluster_state_paths(two_clusters: MetadataImage) -> None:

@@ -5,15 +5,21 @@ from __future__ import annotations
 import gc
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from metadata_log import state as state_module
 from metadata_log.codec import freeze_survivors, gc_paused, round_trips
 from metadata_log.image import EMPTY_IMAGE, apply
 from metadata_log.records import (
+    ClusterFenced,
     ClusterRegistered,
+    ClusterStateChanged,
+    ClusterUnfenced,
     GroupGenerationStarted,
     NoOp,
     PartitionsAdded,
+    PartitionStateChanged,
     Record,
     TopicCreated,
 )
@@ -79,6 +85,61 @@ def test_idempotency_window_is_bounded_and_forgets_oldest_first() -> None:
     assert state.outcome_for_key("k0") is None
     assert state.outcome_for_key("k4") is None
     assert state.outcome_for_key("k5") is not None
+
+
+# records that apply or not depending on what came before (each one is valid in some state)
+_POOL = (
+    ClusterRegistered("c1", "r1", "h:1"),
+    ClusterRegistered("c1", "r1", "h:2"),
+    ClusterRegistered("c1", "r2", "h:1"),
+    ClusterRegistered("c2", "r1", "h:3"),
+    ClusterStateChanged("c1", "read_only"),
+    ClusterStateChanged("c1", "active"),
+    ClusterFenced("c1", "down", 1),
+    ClusterUnfenced("c1", 2),
+    TopicCreated("i", "t", "r1"),
+    PartitionsAdded("t", 0, "c1", "t", 0),
+    PartitionsAdded("t", 1, "c2", "t", 0),
+    PartitionStateChanged("t", 0, "read_only"),
+    NoOp(),
+)
+_PROPOSALS = st.builds(
+    Proposal,
+    st.lists(st.sampled_from(_POOL), max_size=3).map(tuple),
+    st.sampled_from([None, "k0", "k1", "k2", "k3"]),
+    st.sampled_from(["f", "g"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    before=st.lists(_PROPOSALS, max_size=6),
+    group=st.lists(_PROPOSALS, min_size=2, max_size=8),
+    max_keys=st.sampled_from([2, 3, MAX_IDEMPOTENCY_KEYS]),
+)
+@example(  # k0 is remembered, but the group's first write pushes it out before the group uses it again
+    before=[Proposal((NoOp(),), "k0", "f"), Proposal((NoOp(),), "k1", "f")],
+    group=[Proposal((NoOp(),), "k2", "f"), Proposal((NoOp(),), "k0", "f")],
+    max_keys=2,
+)
+def test_a_group_of_proposals_does_what_they_do_one_command_each(
+    before: list[Proposal], group: list[Proposal], max_keys: int
+) -> None:
+    # A command of many proposals is applied with one apply() when they all commit; outcomes, offsets, image,
+    # remembered keys and published records must be exactly those of applying them one at a time.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(state_module, "MAX_IDEMPOTENCY_KEYS", max_keys)
+        together, published_together = collecting_state()
+        one_by_one, published_one_by_one = collecting_state()
+        for proposal in before:
+            together.apply_command(encode_command([proposal]))
+            one_by_one.apply_command(encode_command([proposal]))
+        outcomes = together.apply_command(encode_command(group))
+        expected = [one_by_one.apply_command(encode_command([proposal]))[0] for proposal in group]
+    assert outcomes == expected
+    assert together.image == one_by_one.image
+    assert list(together._keys.items()) == list(one_by_one._keys.items())
+    assert published_together == published_one_by_one
 
 
 @pytest.mark.parametrize(
