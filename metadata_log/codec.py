@@ -101,26 +101,32 @@ def record_from_wire(value: Any) -> Record:
 
 
 def records_from_wire(rows: Iterable[Any]) -> list[Record]:
-    """``record_from_wire`` of each row. Runs of well-formed ``PartitionsAdded`` rows (the bulk of every
-    topic creation) are checked a column at a time (``wire_groups``) and built by ``map``, with no Python
-    loop over the rows."""
+    """``record_from_wire`` of each row. Runs of well-formed rows of one record type whose fields are all
+    plain values (``PartitionsAdded`` of every topic creation, the ``PartitionStateChanged`` of an agent's
+    report, ...) are checked a column at a time (``wire_groups``) and built by ``map``, with no Python loop
+    over the rows."""
     out: list[Record] = []
     for group, columns in wire_groups(rows):
-        out += map(record_from_wire, group) if columns is None else map(PartitionsAdded, *columns)
+        out += map(record_from_wire, group) if columns is None else run_records(group, columns)
     return out
 
 
+def run_records(run: list[Any], columns: tuple[Sequence[Any], ...]) -> Iterator[Record]:
+    """The records of a run of rows ``wire_groups`` gave with its columns."""
+    return map(_BY_TAG[run[0][0]], *columns)
+
+
 def wire_groups(rows: Iterable[Any]) -> Iterator[tuple[list[Any], tuple[Sequence[Any], ...] | None]]:
-    """The rows, in order, as consecutive groups: a run of ``PartitionsAdded`` rows that ``partition_columns``
-    accepts comes with its columns; any other group (other record types, an odd row) with None, for the
-    caller to decode row by row (``record_from_wire`` says what is wrong with a row)."""
+    """The rows, in order, as consecutive groups of one tag: a run that ``run_columns`` accepts comes with
+    its field columns; any other group (an odd row, a type with nested or nullable fields) with None, for
+    the caller to decode row by row (``record_from_wire`` says what is wrong with a row)."""
     rows = rows if isinstance(rows, list) else list(rows)
     if not (only_type(rows, list) and all(rows)):  # something other than non-empty lists: no grouping by tag
         yield rows, None
         return
     for tag, group in itertools.groupby(rows, _TAG):
         run = list(group)
-        yield run, partition_columns(run) if tag == "PartitionsAdded" else None
+        yield run, run_columns(tag, run)
 
 
 _TAG: Final = operator.itemgetter(0)
@@ -132,17 +138,16 @@ def only_type(values: Iterable[Any], cls: type) -> bool:
     return set(map(type, values)) == {cls}
 
 
-_PARTITION_FIELD_TYPES: Final = (str, int, str, str, int)  # PartitionsAdded's fields, in order
-
-
-def partition_columns(rows: list[Any]) -> tuple[Sequence[Any], ...] | None:
-    """The five field columns (topic, partition, cluster_id, physical_topic, physical_partition) of
-    ``PartitionsAdded`` wire rows, when every row is exactly ``[tag, version, str, int, str, str, int]``
-    (what ``encode`` writes); None when any row differs, for the caller to decode row by row."""
-    if not rows or set(map(len, rows)) != {7}:
+def run_columns(tag: Any, rows: list[Any]) -> tuple[Sequence[Any], ...] | None:
+    """The field columns of wire rows of record type ``tag``, when its fields are all plain values
+    (``_COLUMNAR``) and every row is exactly ``[tag, version, *fields]`` of the declared types (what
+    ``encode`` writes); None when any row differs, for the caller to decode row by row. For
+    ``PartitionsAdded``: (topic, partition, cluster_id, physical_topic, physical_partition)."""
+    types = _COLUMNAR.get(_BY_TAG.get(tag)) if isinstance(tag, str) else None  # type: ignore[arg-type]  # None: no entry
+    if types is None or not rows or set(map(len, rows)) != {2 + len(types)}:
         return None
     _tags, _versions, *columns = zip(*rows, strict=True)
-    return tuple(columns) if all(map(only_type, columns, _PARTITION_FIELD_TYPES)) else None
+    return tuple(columns) if all(map(only_type, columns, types)) else None
 
 
 _STR: Final[tuple[type, ...]] = (str,)
@@ -209,6 +214,10 @@ def _exact_types_for(cls: type[Record]) -> frozenset[tuple[type, ...]]:
 
 
 _EXACT_TYPES: Final = {cls: _exact_types_for(cls) for cls in RECORD_TYPES}
+_COLUMNAR: Final[dict[type[Record], tuple[type, ...]]] = {
+    cls: types for cls in RECORD_TYPES if len(_EXACT_TYPES[cls]) == 1 and (types := next(iter(_EXACT_TYPES[cls])))
+}
+"""Record types decoded a column at a time: one exact type per field (no nested, no nullable field)."""
 
 
 def round_trips(records: Iterable[Record]) -> bool:
@@ -222,27 +231,28 @@ def round_trips(records: Iterable[Record]) -> bool:
     return True
 
 
-_PARTITION_GETTERS: Final = tuple(map(operator.attrgetter, _FIELDS[PartitionsAdded]))
+_COLUMN_GETTERS: Final = {cls: tuple(map(operator.attrgetter, _FIELDS[cls])) for cls in RECORD_TYPES}
 
 
-def record_columns(records: Iterable[PartitionsAdded]) -> list[list[Any]]:
-    """The five field columns of ``PartitionsAdded`` records, as ``partition_columns`` gives them for rows."""
+def record_columns(records: Iterable[Record], cls: type[Record] = PartitionsAdded) -> list[list[Any]]:
+    """The field columns of records of type ``cls``, as ``run_columns`` gives them for rows."""
     records = records if isinstance(records, list | tuple) else list(records)
-    return [list(map(get, records)) for get in _PARTITION_GETTERS]
+    return [list(map(get, records)) for get in _COLUMN_GETTERS[cls]]
 
 
 def records_to_wire(records: Iterable[Record]) -> tuple[list[Any], bool]:
-    """The wire rows of ``records`` (``record_to_wire`` of each; rows of a run of ``PartitionsAdded`` are
-    tuples, which msgpack writes as the same arrays) and whether they all ``round_trips``, in one pass.
-    Runs of ``PartitionsAdded`` go a column at a time, without a Python call per record."""
+    """The wire rows of ``records`` (``record_to_wire`` of each) and whether they all ``round_trips``, in
+    one pass. Runs of a type that ``run_columns`` decodes go a column at a time, without a Python call per
+    record (their rows are tuples, which msgpack writes as the same arrays)."""
     rows: list[Any] = []
     exact = True
     for cls, group in itertools.groupby(records, type):
         run = list(group)
-        if cls is PartitionsAdded:
-            columns = record_columns(run)  # type: ignore[arg-type]  # grouped by type
-            exact = exact and all(map(only_type, columns, _PARTITION_FIELD_TYPES))
-            rows += zip(itertools.repeat(cls.TYPE), itertools.repeat(WIRE_VERSION), *columns)
+        types = _COLUMNAR.get(cls)
+        if types is not None:
+            columns = record_columns(run, cls)
+            exact = exact and all(map(only_type, columns, types))
+            rows += zip(itertools.repeat(run[0].TYPE), itertools.repeat(WIRE_VERSION), *columns)
         else:
             rows += map(record_to_wire, run)
             exact = exact and round_trips(run)

@@ -20,6 +20,7 @@ from .codec import (
     record_columns,
     record_from_wire,
     record_to_wire,
+    run_records,
     wire_groups,
 )
 from .records import (
@@ -552,9 +553,13 @@ def image_from_wire(rows: Iterable[Any], offset: int) -> MetadataImage:
     Raises ``CodecError`` or ``InvalidRecord``."""
     delta = MetadataDelta(EMPTY_IMAGE)
     for group, columns in wire_groups(rows):
-        if columns is None:  # not a well-formed run of partitions: record by record, for the exact error
+        if columns is None:  # not a well-formed run: record by record, for the exact error
             for row in group:
                 delta.replay(record_from_wire(row))
+            continue
+        if group[0][0] != PartitionsAdded.TYPE:
+            for record in run_records(group, columns):
+                delta.replay(record)
             continue
         topics = columns[0]
         for topic_name, start, stop in _runs(topics):

@@ -193,10 +193,23 @@ def test_records_from_wire_agrees_with_record_from_wire_on_mixed_runs() -> None:
         ["NoOp", 0],
         ["PartitionsAdded", 0, "t", 5, "c1", "t", 5, "a field from a newer writer"],
         ["PartitionsAdded", 0, "t", 6, "c1", "t", 6],
+        *(["PartitionStateChanged", 0, "t", i, "read_only"] for i in range(3)),  # an agent's report
+        ["ClusterRegistered", 0, "c2", "eu", "h:2"],
+        ["ClusterRegistered", 0, "c3", "eu", "h:3"],
+        ["ClusterFenced", 0, "c2", "down", 17],
+        ["QuorumVoterChanged", 0, 4, "h:9104", "http://h:8004", False],
+        ["NoOp", 0],
     ]
     assert records_from_wire(rows) == [record_from_wire(r) for r in rows]
     assert records_from_wire(iter(rows)) == [record_from_wire(r) for r in rows]
-    for bad in ("PartitionsAdded", [], ["PartitionsAdded", 0, "t", 7, "c1", "t", False]):
+    for bad in (
+        "PartitionsAdded",
+        [],
+        ["PartitionsAdded", 0, "t", 7, "c1", "t", False],
+        ["PartitionStateChanged", 0, "t", True, "read_only"],  # a bool is not an int
+        ["ClusterRegistered", 0, "c4", None, "h:4"],
+        ["ClusterFenced", 0, "c2", "down"],
+    ):
         with pytest.raises(CodecError):
             records_from_wire([*rows, bad])
         with pytest.raises(CodecError):
@@ -204,9 +217,22 @@ def test_records_from_wire_agrees_with_record_from_wire_on_mixed_runs() -> None:
 
 
 def test_records_to_wire_packs_like_record_to_wire_and_says_whether_it_round_trips() -> None:
-    records = [*ONE_OF_EACH, *(PartitionsAdded("t", i, "c1", "t", i) for i in range(3)), ClusterFenced("c", "x", 1)]
+    records = [
+        *ONE_OF_EACH,
+        *(PartitionsAdded("t", i, "c1", "t", i) for i in range(3)),
+        ClusterFenced("c", "x", 1),
+        *(PartitionStateChanged("t", i, "read_only") for i in range(3)),
+        *(ClusterRegistered(f"c{i}", "eu", f"h:{i + 1}") for i in range(3)),
+    ]
     rows, exact = records_to_wire(records)
     assert pack(rows) == pack([record_to_wire(r) for r in records])
     assert exact == round_trips(records)
-    for odd in (PartitionsAdded("t", True, "c1", "t", 0), PartitionsAdded("t", 0, "c1", "t", 0.5)):  # type: ignore[arg-type]
+    assert records_to_wire(records[-6:])[1] is True
+    for odd in (
+        PartitionsAdded("t", True, "c1", "t", 0),  # type: ignore[arg-type]
+        PartitionsAdded("t", 0, "c1", "t", 0.5),  # type: ignore[arg-type]
+        PartitionStateChanged("t", True, "read_only"),  # type: ignore[arg-type]
+        ClusterRegistered("c9", "eu", None),  # type: ignore[arg-type]
+    ):
         assert records_to_wire([*records, odd])[1] is False
+        assert records_to_wire([odd, *records])[1] is False
