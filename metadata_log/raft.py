@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
+import mmap
 import os
 import struct
+import sys
 import threading
 import time
 import zlib
@@ -225,6 +228,46 @@ def _write_journal_file(path: Path, entries: Sequence[tuple[bytes, int, int]]) -
     _fsync_path(str(path.parent))
 
 
+_MS_SYNC: Final = 4  # <sys/mman.h> on Linux
+
+
+def _load_msync() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        msync = ctypes.CDLL(None, use_errno=True).msync
+    except (OSError, AttributeError):
+        return None
+    msync.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    msync.restype = ctypes.c_int
+    return msync
+
+
+_msync: Final = _load_msync()
+
+
+def sync_range(mm: mmap.mmap, offset: int, size: int) -> None:
+    """Make bytes ``[offset, offset + size)`` of a shared file mapping durable: msync(MS_SYNC) of their pages.
+
+    ``mmap.flush()`` holds the GIL through the whole msync, disk write included, and without a range it
+    walks the whole mapping: measured here, a thread calling it in a loop left another Python thread 3 % of
+    its speed and stalls of up to 0.5 s, so the journal's syncs stalled the node's event loop (HTTP) and
+    its Raft thread alike. msync through ctypes runs without the GIL, on the written pages only."""
+    if offset < 0 or size < 0 or offset + size > len(mm):
+        raise ValueError(f"range [{offset}, {offset + size}) is not inside the {len(mm)}-byte mapping")
+    start = offset - offset % mmap.PAGESIZE
+    length = offset + size - start
+    if _msync is None:
+        mm.flush(start, length)
+        return
+    view = ctypes.c_char.from_buffer(mm)
+    address = ctypes.addressof(view)
+    del view  # no buffer export may outlive this call: the journal resizes its mapping
+    if _msync(address + start, length, _MS_SYNC) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"msync of the Raft journal: {os.strerror(err)}")
+
+
 class JournalFull(OSError):
     """No room on disk for the next journal entry; nothing was written."""
 
@@ -307,9 +350,10 @@ class _CheckedJournal(FileJournal):  # type: ignore[misc]  # pysyncobj is untype
         st = os.statvfs(self._path.parent)
         return bool(st.f_bavail * st.f_frsize >= max(needed, 2 * self._allocated) + DISK_HEADROOM_BYTES)
 
-    def _sync(self) -> None:
+    def _sync(self, offset: int = 0, size: int = _HEADER_SIZE) -> None:
+        """Make ``size`` bytes at ``offset`` durable (by default the header, where the end of the log is)."""
         if self._fsync:
-            self.flush()
+            sync_range(self._file(), offset, size)
 
     def add(self, command: bytes, idx: int, term: int) -> None:
         self.add_entries(((command, idx, term),))
@@ -326,7 +370,7 @@ class _CheckedJournal(FileJournal):  # type: ignore[misc]  # pysyncobj is untype
         self._reserve(start + len(data))
         journal_file = self._FileJournal__journalFile
         journal_file.write(start, data)
-        self._sync()  # the entries are durable before the header covers them
+        self._sync(start, len(data))  # the entries are durable before the header covers them
         self._FileJournal__journal.extend(entries)
         self._FileJournal__currentOffset = start + len(data)
         journal_file.write(_END_FIELD, struct.pack("<I", start + len(data)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import inspect
+import mmap
 import struct
 import subprocess
 import time
@@ -203,23 +204,50 @@ def test_journal_round_trip_and_an_unfinished_append_past_the_end_is_ignored(tmp
     reopened._destroy()
 
 
-def test_a_batch_append_syncs_twice_and_reads_back_like_single_appends(tmp_path: Path) -> None:
+def test_a_batch_append_syncs_twice_and_reads_back_like_single_appends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A follower appends all the entries of one message with two syncs (entries, then the header's end over
     # them) instead of two per entry; the file is the same as after single appends, and sync-ordered.
     single = checked_journal(tmp_path / "single.journal")
     batched = raft._CheckedJournal(str(tmp_path / "batched.journal"), fsync=True)
     events: list[str] = []
-    real_sync, real_write = batched._sync, batched._FileJournal__journalFile.write
-    batched._sync = lambda: (events.append("sync"), real_sync())[1]  # type: ignore[method-assign]
+    real_sync_range, real_write = raft.sync_range, batched._FileJournal__journalFile.write
+
+    def sync_range(mm: object, offset: int, size: int) -> None:
+        events.append(f"sync [{offset}, {offset + size})")
+        real_sync_range(mm, offset, size)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(raft, "sync_range", sync_range)
     batched._FileJournal__journalFile.write = lambda at, data: (events.append(f"write@{at}"), real_write(at, data))[1]
     batched.add_entries([(b"command-%d" % i, i, 1 + i // 3) for i in range(1, 6)])
-    assert events == [f"write@{raft._HEADER_SIZE}", "sync", f"write@{raft._END_FIELD}", "sync"]
+    end = batched._FileJournal__currentOffset
+    assert raft._END_FIELD + 4 <= raft._HEADER_SIZE
+    assert events == [
+        f"write@{raft._HEADER_SIZE}",
+        f"sync [{raft._HEADER_SIZE}, {end})",  # exactly the entries written
+        f"write@{raft._END_FIELD}",
+        f"sync [0, {raft._HEADER_SIZE})",  # the header, with the end field
+    ]
     batched.add_entries([])
     assert len(events) == 4
     assert [batched[i] for i in range(len(batched))] == [single[i] for i in range(len(single))]
     single._destroy()
     batched._destroy()
     assert raft.read_journal(tmp_path / "batched.journal") == raft.read_journal(tmp_path / "single.journal")
+
+
+def test_sync_range_syncs_the_pages_of_any_range_and_leaves_the_mapping_resizable(tmp_path: Path) -> None:
+    path = tmp_path / "mapped"
+    path.write_bytes(bytes(3 * mmap.PAGESIZE))
+    with path.open("r+b") as f, mmap.mmap(f.fileno(), 0) as mm:
+        mm[mmap.PAGESIZE + 10 : mmap.PAGESIZE + 20] = b"0123456789"
+        raft.sync_range(mm, mmap.PAGESIZE + 10, 10)  # unaligned: from the start of its page
+        raft.sync_range(mm, 5, 2 * mmap.PAGESIZE)  # across pages
+        mm.resize(4 * mmap.PAGESIZE)  # no buffer export left behind
+        with pytest.raises(ValueError, match="not inside"):
+            raft.sync_range(mm, 4 * mmap.PAGESIZE - 1, 2)
+    assert path.read_bytes()[mmap.PAGESIZE + 10 : mmap.PAGESIZE + 20] == b"0123456789"
 
 
 @pytest.mark.parametrize(
