@@ -102,9 +102,9 @@ def record_from_wire(value: Any) -> Record:
 
 def records_from_wire(rows: Iterable[Any]) -> list[Record]:
     """``record_from_wire`` of each row. Runs of well-formed rows of one record type whose fields are all
-    plain values (``PartitionsAdded`` of every topic creation, the ``PartitionStateChanged`` of an agent's
-    report, ...) are checked a column at a time (``wire_groups``) and built by ``map``, with no Python loop
-    over the rows."""
+    plain values (``PartitionsAdded`` of every topic creation, the ``PartitionStateChanged`` of a shrink or
+    a deletion, ...) are checked a column at a time (``wire_groups``) and built by ``map``, with no Python
+    loop over the rows."""
     out: list[Record] = []
     for group, columns in wire_groups(rows):
         out += map(record_from_wire, group) if columns is None else run_records(group, columns)
@@ -215,9 +215,12 @@ def _exact_types_for(cls: type[Record]) -> frozenset[tuple[type, ...]]:
 
 _EXACT_TYPES: Final = {cls: _exact_types_for(cls) for cls in RECORD_TYPES}
 _COLUMNAR: Final[dict[type[Record], tuple[type, ...]]] = {
-    cls: types for cls in RECORD_TYPES if len(_EXACT_TYPES[cls]) == 1 and (types := next(iter(_EXACT_TYPES[cls])))
+    cls: next(iter(_EXACT_TYPES[cls]))
+    for cls in RECORD_TYPES
+    # one exact type per field (no nested, no nullable field), and at least one field: map() needs a column
+    if len(_EXACT_TYPES[cls]) == 1 and dataclasses.fields(cls)
 }
-"""Record types decoded a column at a time: one exact type per field (no nested, no nullable field)."""
+"""Record types decoded a column at a time (``run_columns``); the others go row by row."""
 
 
 def round_trips(records: Iterable[Record]) -> bool:

@@ -23,6 +23,7 @@ import ctypes
 import logging
 import mmap
 import os
+import platform
 import struct
 import sys
 import threading
@@ -228,11 +229,15 @@ def _write_journal_file(path: Path, entries: Sequence[tuple[bytes, int, int]]) -
     _fsync_path(str(path.parent))
 
 
-_MS_SYNC: Final = 4  # <sys/mman.h> on Linux
+_MS_SYNC: Final = 4  # <sys/mman.h> of Linux's generic ABI; Alpha, PA-RISC and others number it differently
+_MS_SYNC_IS_4: Final = frozenset(
+    {"x86_64", "amd64", "i386", "i686", "aarch64", "arm64", "armv7l", "riscv64", "ppc64le", "s390x"}
+)
 
 
 def _load_msync() -> Any:
-    if not sys.platform.startswith("linux"):
+    """libc's msync where its MS_SYNC is known to be ``_MS_SYNC``; None elsewhere (``mmap.flush`` is used)."""
+    if not sys.platform.startswith("linux") or platform.machine() not in _MS_SYNC_IS_4:
         return None
     try:
         msync = ctypes.CDLL(None, use_errno=True).msync
@@ -252,7 +257,10 @@ def sync_range(mm: mmap.mmap, offset: int, size: int) -> None:
     ``mmap.flush()`` holds the GIL through the whole msync, disk write included, and without a range it
     walks the whole mapping: measured here, a thread calling it in a loop left another Python thread 3 % of
     its speed and stalls of up to 0.5 s, so the journal's syncs stalled the node's event loop (HTTP) and
-    its Raft thread alike. msync through ctypes runs without the GIL, on the written pages only."""
+    its Raft thread alike. msync through ctypes runs without the GIL, on the written pages only.
+
+    Without the GIL, nothing stops another thread from resizing or closing the mapping during the call: the
+    journal's mapping changes only on the Raft thread, which is the one that syncs it. Keep it that way."""
     if offset < 0 or size < 0 or offset + size > len(mm):
         raise ValueError(f"range [{offset}, {offset + size}) is not inside the {len(mm)}-byte mapping")
     start = offset - offset % mmap.PAGESIZE

@@ -161,9 +161,17 @@ class LogState:
         """The outcomes of applying ``proposals`` one after another, computed with one ``apply`` of all
         their records, or None (nothing changed) when a proposal would not commit or an idempotency key
         needs the one-at-a-time path. Each ``apply`` copies the image's maps it changes (its clusters,
-        its topics), so a group-committed command of many small writes pays that once, not per write."""
+        its topics), so a group-committed command of many small writes pays that once, not per write; a
+        command with a rejected proposal pays the attempt on top of the one-at-a-time path. Changes nothing
+        unless it returns outcomes."""
         if len(proposals) > MAX_IDEMPOTENCY_KEYS:  # its own keys would push each other out
             return None
+        try:
+            return self._apply_all(proposals, published)
+        except Exception:  # InvalidRecord, or a bug (an odd key): the one-at-a-time path rejects the right proposal
+            return None
+
+    def _apply_all(self, proposals: Sequence[Proposal], published: list[Record]) -> list[Outcome] | None:
         keys = self._keys
         new_keys: dict[str, tuple[str | None, Outcome]] = {}
         outcomes: list[Outcome] = []
@@ -195,10 +203,7 @@ class LogState:
             if key is not None:
                 new_keys[key] = (proposal.fingerprint, outcome)
             outcomes.append(outcome)
-        try:
-            self.image = apply(self.image, records)
-        except Exception:  # InvalidRecord, or a bug: the one-at-a-time path rejects the right proposal
-            return None
+        self.image = apply(self.image, records)  # raises before changing anything
         published += records
         keys.update(new_keys)
         while len(keys) > MAX_IDEMPOTENCY_KEYS:

@@ -23,6 +23,7 @@ from metadata_log.codec import (
     records_from_wire,
     records_to_wire,
     round_trips,
+    wire_groups,
 )
 from metadata_log.image import EMPTY_IMAGE, apply
 from metadata_log.records import (
@@ -193,7 +194,7 @@ def test_records_from_wire_agrees_with_record_from_wire_on_mixed_runs() -> None:
         ["NoOp", 0],
         ["PartitionsAdded", 0, "t", 5, "c1", "t", 5, "a field from a newer writer"],
         ["PartitionsAdded", 0, "t", 6, "c1", "t", 6],
-        *(["PartitionStateChanged", 0, "t", i, "read_only"] for i in range(3)),  # an agent's report
+        *(["PartitionStateChanged", 0, "t", i, "read_only"] for i in range(3)),  # a shrink
         ["ClusterRegistered", 0, "c2", "eu", "h:2"],
         ["ClusterRegistered", 0, "c3", "eu", "h:3"],
         ["ClusterFenced", 0, "c2", "down", 17],
@@ -202,6 +203,13 @@ def test_records_from_wire_agrees_with_record_from_wire_on_mixed_runs() -> None:
     ]
     assert records_from_wire(rows) == [record_from_wire(r) for r in rows]
     assert records_from_wire(iter(rows)) == [record_from_wire(r) for r in rows]
+    runs = [(group[0][0], columns is not None) for group, columns in wire_groups(rows) if len(group) > 1]
+    assert runs == [  # the runs that went column by column (a row from a newer writer sends its run row by row)
+        ("PartitionsAdded", True),
+        ("PartitionsAdded", False),
+        ("PartitionStateChanged", True),
+        ("ClusterRegistered", True),
+    ]
     for bad in (
         "PartitionsAdded",
         [],

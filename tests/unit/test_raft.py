@@ -237,17 +237,34 @@ def test_a_batch_append_syncs_twice_and_reads_back_like_single_appends(
     assert raft.read_journal(tmp_path / "batched.journal") == raft.read_journal(tmp_path / "single.journal")
 
 
-def test_sync_range_syncs_the_pages_of_any_range_and_leaves_the_mapping_resizable(tmp_path: Path) -> None:
+def test_sync_range_msyncs_whole_pages_covering_the_range_and_leaves_the_mapping_resizable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if raft._msync is None:
+        pytest.skip("no libc msync with a known MS_SYNC here: mmap.flush() is used")
+    calls: list[tuple[int, int]] = []
+    real_msync = raft._msync
+
+    def msync(address: int, length: int, flags: int) -> int:
+        calls.append((address, length))
+        assert flags == raft._MS_SYNC
+        return int(real_msync(address, length, flags))
+
+    monkeypatch.setattr(raft, "_msync", msync)
     path = tmp_path / "mapped"
     path.write_bytes(bytes(3 * mmap.PAGESIZE))
+    page = mmap.PAGESIZE
     with path.open("r+b") as f, mmap.mmap(f.fileno(), 0) as mm:
-        mm[mmap.PAGESIZE + 10 : mmap.PAGESIZE + 20] = b"0123456789"
-        raft.sync_range(mm, mmap.PAGESIZE + 10, 10)  # unaligned: from the start of its page
-        raft.sync_range(mm, 5, 2 * mmap.PAGESIZE)  # across pages
-        mm.resize(4 * mmap.PAGESIZE)  # no buffer export left behind
+        mm[page + 10 : page + 20] = b"0123456789"
+        raft.sync_range(mm, page + 10, 10)  # unaligned: from the start of its page
+        raft.sync_range(mm, 5, 2 * page)  # across pages
+        (first, first_length), (second, second_length) = calls
+        assert first % page == 0 and first_length == 20  # [page, page + 20)
+        assert second == first - page and second_length == 2 * page + 5  # [0, 2 pages + 5)
+        mm.resize(4 * page)  # no buffer export left behind
         with pytest.raises(ValueError, match="not inside"):
-            raft.sync_range(mm, 4 * mmap.PAGESIZE - 1, 2)
-    assert path.read_bytes()[mmap.PAGESIZE + 10 : mmap.PAGESIZE + 20] == b"0123456789"
+            raft.sync_range(mm, 4 * page - 1, 2)
+    assert path.read_bytes()[page + 10 : page + 20] == b"0123456789"
 
 
 @pytest.mark.parametrize(

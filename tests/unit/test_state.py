@@ -142,6 +142,18 @@ def test_a_group_of_proposals_does_what_they_do_one_command_each(
     assert published_together == published_one_by_one
 
 
+def test_a_group_that_all_commits_is_applied_in_one_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    def one_at_a_time(*args: object) -> None:
+        raise AssertionError("applied one proposal at a time")
+
+    monkeypatch.setattr(LogState, "_apply_proposal", one_at_a_time)
+    state, published = collecting_state()
+    group = [Proposal((ClusterRegistered(f"c{i}", "r1", f"h:{i + 1}"),), f"k{i}", "f") for i in range(3)]
+    outcomes = state.apply_command(encode_command([*group, group[0], Proposal((NoOp(),), "k1", "other")]))
+    assert [o.status for o in outcomes] == ["committed"] * 3 + ["duplicate", "key_reused"]
+    assert [o for o, _ in published] == [0, 1, 2]
+
+
 @pytest.mark.parametrize(
     "data", [b"", b"\xc1", b"\x93\x01\x02\x03", encode_command([])[:-1], b"\x92\x01\x91\x93\x00\x00\x90"]
 )
