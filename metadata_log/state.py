@@ -188,13 +188,7 @@ class LogState:
                         return None
                     seen = keys[key]
                 if seen is not None:
-                    fingerprint, first = seen
-                    if fingerprint != proposal.fingerprint:
-                        outcomes.append(
-                            Outcome("key_reused", detail="Idempotency-Key was used for a different request")
-                        )
-                    else:
-                        outcomes.append(Outcome("duplicate", first.first_offset, first.last_offset, first.detail))
+                    outcomes.append(_replayed(seen, proposal.fingerprint))
                     continue
             n = len(proposal.records)
             outcome = Outcome("committed", offset + 1 if n else -1, offset + n if n else -1)
@@ -206,8 +200,7 @@ class LogState:
         self.image = apply(self.image, records)  # raises before changing anything
         published += records
         keys.update(new_keys)
-        while len(keys) > MAX_IDEMPOTENCY_KEYS:
-            keys.popitem(last=False)
+        self._forget_oldest_keys()
         return outcomes
 
     def _apply_proposal(self, proposal: Proposal, published: list[Record]) -> Outcome:
@@ -215,10 +208,7 @@ class LogState:
         if key is not None:
             seen = self._keys.get(key)
             if seen is not None:
-                fingerprint, first = seen
-                if fingerprint != proposal.fingerprint:
-                    return Outcome("key_reused", detail="Idempotency-Key was used for a different request")
-                return Outcome("duplicate", first.first_offset, first.last_offset, first.detail)
+                return _replayed(seen, proposal.fingerprint)
         base = self.image
         try:
             after = apply(base, proposal.records)
@@ -232,9 +222,12 @@ class LogState:
         )
         if key is not None:
             self._keys[key] = (proposal.fingerprint, outcome)
-            while len(self._keys) > MAX_IDEMPOTENCY_KEYS:
-                self._keys.popitem(last=False)
+            self._forget_oldest_keys()
         return outcome
+
+    def _forget_oldest_keys(self) -> None:
+        while len(self._keys) > MAX_IDEMPOTENCY_KEYS:
+            self._keys.popitem(last=False)
 
     # -- durable form -----------------------------------------------------------------------------
     def capture(self, raft_internal: Any) -> Callable[[], bytes]:
@@ -277,6 +270,14 @@ class LogState:
         freeze_survivors(collect=False)  # everything built since the pause is the image: nothing to find
         self._applied_since_freeze = 0
         return value_raft
+
+
+def _replayed(seen: tuple[str | None, Outcome], fingerprint: str | None) -> Outcome:
+    """The outcome of a proposal whose idempotency key is remembered: the first one's, unless the request differs."""
+    first_fingerprint, first = seen
+    if first_fingerprint != fingerprint:
+        return Outcome("key_reused", detail="Idempotency-Key was used for a different request")
+    return Outcome("duplicate", first.first_offset, first.last_offset, first.detail)
 
 
 class _ProposedCommands:
