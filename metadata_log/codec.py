@@ -118,7 +118,7 @@ def run_records(run: list[Any], columns: tuple[Sequence[Any], ...]) -> Iterator[
 
 def wire_groups(rows: Iterable[Any]) -> Iterator[tuple[list[Any], tuple[Sequence[Any], ...] | None]]:
     """The rows, in order, as consecutive groups of one tag: a run that ``run_columns`` accepts comes with
-    its field columns; any other group (an odd row, a type with nested or nullable fields) with None, for
+    its field columns; any other group (an odd row, a type with nested fields) with None, for
     the caller to decode row by row (``record_from_wire`` says what is wrong with a row)."""
     rows = rows if isinstance(rows, list) else list(rows)
     if not (only_type(rows, list) and all(rows)):  # something other than non-empty lists: no grouping by tag
@@ -140,14 +140,15 @@ def only_type(values: Iterable[Any], cls: type) -> bool:
 
 def run_columns(tag: Any, rows: list[Any]) -> tuple[Sequence[Any], ...] | None:
     """The field columns of wire rows of record type ``tag``, when its fields are all plain values
-    (``_COLUMNAR``) and every row is exactly ``[tag, version, *fields]`` of the declared types (what
+    (``_COLUMNAR``) and every row is exactly ``[tag, version, *fields]`` of the declared types, None where a
+    field is nullable (what
     ``encode`` writes); None when any row differs, for the caller to decode row by row. For
     ``PartitionsAdded``: (topic, partition, cluster_id, physical_topic, physical_partition)."""
     types = _COLUMNAR.get(_BY_TAG.get(tag)) if isinstance(tag, str) else None  # type: ignore[arg-type]  # None: no entry
     if types is None or not rows or set(map(len, rows)) != {2 + len(types)}:
         return None
     _tags, _versions, *columns = zip(*rows, strict=True)
-    return tuple(columns) if all(map(only_type, columns, types)) else None
+    return tuple(columns) if all(map(_column_of, columns, types)) else None
 
 
 _STR: Final[tuple[type, ...]] = (str,)
@@ -192,12 +193,12 @@ def _check_types(record: Record) -> None:
         raise CodecError(f"{record.TYPE}.{name} must be {kind}{' or null' if nullable else ''}")
 
 
-def _exact_types_for(cls: type[Record]) -> frozenset[tuple[type, ...]]:
-    """Every combination of exact Python field types (in field order) that msgpack returns unchanged and
-    ``record_from_wire`` accepts: str, int, bool and None as declared. Empty for a class with other kinds
-    of fields (nested values). Computed once per class."""
+def _field_types_for(cls: type[Record]) -> tuple[frozenset[type], ...] | None:
+    """Per field, the exact Python types that msgpack returns unchanged and ``record_from_wire`` accepts:
+    str, int, bool, and None where declared. None for a class with other kinds of fields (nested values).
+    Computed once per class."""
     hints = typing.get_type_hints(cls)
-    per_field: list[tuple[type, ...]] = []
+    per_field: list[frozenset[type]] = []
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
         allowed: tuple[type, ...] = ()
@@ -208,19 +209,32 @@ def _exact_types_for(cls: type[Record]) -> frozenset[tuple[type, ...]]:
         if typing.get_origin(hint) is typing.Literal and all(isinstance(a, str) for a in typing.get_args(hint)):
             hint = str
         if hint not in (str, int, bool):
-            return frozenset()
-        per_field.append((hint, *allowed))
-    return frozenset(itertools.product(*per_field))
+            return None
+        per_field.append(frozenset((hint, *allowed)))
+    return tuple(per_field)
 
 
+def _exact_types_for(cls: type[Record]) -> frozenset[tuple[type, ...]]:
+    """Every combination of exact field types (in field order) of ``_field_types_for``; empty for a class
+    with nested fields."""
+    per_field = _FIELD_TYPES[cls]
+    return frozenset() if per_field is None else frozenset(itertools.product(*per_field))
+
+
+_FIELD_TYPES: Final = {cls: _field_types_for(cls) for cls in RECORD_TYPES}
 _EXACT_TYPES: Final = {cls: _exact_types_for(cls) for cls in RECORD_TYPES}
-_COLUMNAR: Final[dict[type[Record], tuple[type, ...]]] = {
-    cls: next(iter(_EXACT_TYPES[cls]))
-    for cls in RECORD_TYPES
-    # one exact type per field (no nested, no nullable field), and at least one field: map() needs a column
-    if len(_EXACT_TYPES[cls]) == 1 and dataclasses.fields(cls)
+_COLUMNAR: Final[dict[type[Record], tuple[frozenset[type], ...]]] = {
+    cls: types
+    for cls, types in _FIELD_TYPES.items()
+    if types  # plain values only (no nested field), and at least one field: map() needs a column
 }
-"""Record types decoded a column at a time (``run_columns``); the others go row by row."""
+"""Record types decoded a column at a time (``run_columns``), with the exact types each field accepts."""
+
+
+def _column_of(values: Iterable[Any], types: frozenset[type]) -> bool:
+    """Whether there is a value and every value is exactly of one of ``types`` (a bool is no int here)."""
+    kinds = set(map(type, values))
+    return bool(kinds) and kinds <= types
 
 
 def round_trips(records: Iterable[Record]) -> bool:
@@ -254,7 +268,7 @@ def records_to_wire(records: Iterable[Record]) -> tuple[list[Any], bool]:
         types = _COLUMNAR.get(cls)
         if types is not None:
             columns = record_columns(run, cls)
-            exact = exact and all(map(only_type, columns, types))
+            exact = exact and all(map(_column_of, columns, types))
             rows += zip(itertools.repeat(run[0].TYPE), itertools.repeat(WIRE_VERSION), *columns)
         else:
             rows += map(record_to_wire, run)

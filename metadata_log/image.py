@@ -267,15 +267,10 @@ class MetadataDelta:
                     cluster, fenced=False, fenced_reason=None, fenced_since_ms=None
                 )
             case PhysicalPartitionsReported():
-                cluster = self._cluster(record.cluster_id)
-                leaders = self._leaders.get(record.cluster_id)
-                if leaders is None:
-                    leaders = self._leaders[record.cluster_id] = dict(cluster.leaders)
-                key = (record.physical_topic, record.physical_partition)
-                if record.leader is None:
-                    leaders.pop(key, None)
-                else:
-                    leaders[key] = record.leader
+                self.report_leaders(
+                    (record.cluster_id,), (record.physical_topic,), (record.physical_partition,), (record.leader,)
+                )
+                return  # counted by report_leaders
             case TopicCreated():
                 topics = self._topic_map()
                 if record.name in topics:
@@ -433,6 +428,35 @@ class MetadataDelta:
         parts.append(PartitionImage(partition, cluster_id, physical_topic, physical_partition))
         self._count += 1
 
+    def report_leaders(
+        self,
+        cluster_ids: Sequence[str],
+        physical_topics: Sequence[str],
+        physical_partitions: Sequence[int],
+        leaders: Sequence[str | None],
+    ) -> None:
+        """Replay of consecutive ``PhysicalPartitionsReported``, given as columns of their fields: each
+        partition's leader is set (or dropped, for None), in order. A snapshot of a federation whose agents
+        report every partition holds one such record per partition; a run of one cluster is one dict update."""
+        for cluster_id, start, stop in _runs(cluster_ids):
+            current = self._leaders.get(cluster_id)
+            if current is None:
+                current = self._leaders[cluster_id] = dict(self._cluster(cluster_id).leaders)
+            columns = (physical_topics, physical_partitions, leaders)
+            if stop - start < len(cluster_ids):  # several clusters: this one's slice
+                columns = tuple(column[start:stop] for column in columns)  # type: ignore[assignment]  # same types
+            topics, partitions, run = columns
+            keys = zip(topics, partitions, strict=True)
+            if None not in run:
+                current.update(zip(keys, run, strict=True))  # type: ignore[arg-type]  # no None in this run
+                continue
+            for key, leader in zip(keys, run, strict=True):
+                if leader is None:
+                    current.pop(key, None)
+                else:
+                    current[key] = leader
+        self._count += len(cluster_ids)
+
     def add_partition_records(self, records: Sequence[PartitionsAdded]) -> None:
         """Replay of consecutive ``PartitionsAdded`` records (of one topic or several): ``add_partitions``
         per run of one topic."""
@@ -476,6 +500,8 @@ def apply(image: MetadataImage, records: Iterable[Record]) -> MetadataImage:
     for cls, group in groupby(records, type):
         if cls is PartitionsAdded:
             delta.add_partition_records(list(group))  # type: ignore[arg-type]  # grouped by type
+        elif cls is PhysicalPartitionsReported:
+            delta.report_leaders(*record_columns(list(group), cls))
         else:
             for record in group:
                 delta.replay(record)
@@ -556,6 +582,9 @@ def image_from_wire(rows: Iterable[Any], offset: int) -> MetadataImage:
         if columns is None:  # not a well-formed run: record by record, for the exact error
             for row in group:
                 delta.replay(record_from_wire(row))
+            continue
+        if group[0][0] == PhysicalPartitionsReported.TYPE:
+            delta.report_leaders(*columns)
             continue
         if group[0][0] != PartitionsAdded.TYPE:
             for record in run_records(group, columns):

@@ -200,6 +200,10 @@ def test_records_from_wire_agrees_with_record_from_wire_on_mixed_runs() -> None:
         ["ClusterFenced", 0, "c2", "down", 17],
         ["QuorumVoterChanged", 0, 4, "h:9104", "http://h:8004", False],
         ["NoOp", 0],
+        *(["PhysicalPartitionsReported", 0, "c1", "t", i, None if i == 1 else f"b{i}:9092"] for i in range(3)),
+        ["TopicCreated", 0, "i1", "a", "eu", None],
+        ["TopicCreated", 0, "i2", "b", "eu", 60_000],
+        ["TopicCreated", 0, "i3", "c", "eu"],  # from an older writer: without retention_ms
     ]
     assert records_from_wire(rows) == [record_from_wire(r) for r in rows]
     assert records_from_wire(iter(rows)) == [record_from_wire(r) for r in rows]
@@ -209,6 +213,8 @@ def test_records_from_wire_agrees_with_record_from_wire_on_mixed_runs() -> None:
         ("PartitionsAdded", False),
         ("PartitionStateChanged", True),
         ("ClusterRegistered", True),
+        ("PhysicalPartitionsReported", True),  # a nullable column
+        ("TopicCreated", False),  # rows of two lengths
     ]
     for bad in (
         "PartitionsAdded",
@@ -217,6 +223,8 @@ def test_records_from_wire_agrees_with_record_from_wire_on_mixed_runs() -> None:
         ["PartitionStateChanged", 0, "t", True, "read_only"],  # a bool is not an int
         ["ClusterRegistered", 0, "c4", None, "h:4"],
         ["ClusterFenced", 0, "c2", "down"],
+        ["PhysicalPartitionsReported", 0, "c1", "t", 3, 9092],
+        ["TopicCreated", 0, "i4", "d", "eu", "forever"],
     ):
         with pytest.raises(CodecError):
             records_from_wire([*rows, bad])
@@ -231,16 +239,18 @@ def test_records_to_wire_packs_like_record_to_wire_and_says_whether_it_round_tri
         ClusterFenced("c", "x", 1),
         *(PartitionStateChanged("t", i, "read_only") for i in range(3)),
         *(ClusterRegistered(f"c{i}", "eu", f"h:{i + 1}") for i in range(3)),
+        *(PhysicalPartitionsReported("c1", "t", i, None if i else "b:1") for i in range(2)),
     ]
     rows, exact = records_to_wire(records)
     assert pack(rows) == pack([record_to_wire(r) for r in records])
     assert exact == round_trips(records)
-    assert records_to_wire(records[-6:])[1] is True
+    assert records_to_wire(records[-8:])[1] is True
     for odd in (
         PartitionsAdded("t", True, "c1", "t", 0),  # type: ignore[arg-type]
         PartitionsAdded("t", 0, "c1", "t", 0.5),  # type: ignore[arg-type]
         PartitionStateChanged("t", True, "read_only"),  # type: ignore[arg-type]
         ClusterRegistered("c9", "eu", None),  # type: ignore[arg-type]
+        PhysicalPartitionsReported("c1", "t", 5, 9092),  # type: ignore[arg-type]
     ):
         assert records_to_wire([*records, odd])[1] is False
         assert records_to_wire([odd, *records])[1] is False

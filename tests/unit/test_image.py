@@ -27,6 +27,7 @@ from metadata_log.records import (
     ClusterUnfenced,
     PartitionsAdded,
     PartitionStateChanged,
+    PhysicalPartitionsReported,
     TopicCreated,
     TopicDeleted,
 )
@@ -279,3 +280,33 @@ def test_bulk_snapshot_path_decodes_odd_rows_one_by_one() -> None:
     for bad in ([*rows, "PartitionsAdded"], [*rows, []], [*rows, ["PartitionsAdded", 0, "t", 1, "c2", "t", True]]):
         with pytest.raises(CodecError):
             image_from_wire(bad, 0)
+
+
+def test_leader_reports_replay_in_order_whether_in_bulk_one_by_one_or_from_a_snapshot() -> None:
+    base = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1"), ClusterRegistered("c2", "r1", "h:2")])
+    reports = [
+        PhysicalPartitionsReported("c1", "t", 0, "b1:9092"),
+        PhysicalPartitionsReported("c1", "t", 1, "b2:9092"),
+        PhysicalPartitionsReported("c2", "t", 0, "b3:9092"),
+        PhysicalPartitionsReported("c1", "t", 0, None),  # gone
+        PhysicalPartitionsReported("c1", "t", 1, "b4:9092"),  # moved
+        PhysicalPartitionsReported("c1", "u", 0, None),  # never had one
+    ]
+    expected = {"c1": {("t", 1): "b4:9092"}, "c2": {("t", 0): "b3:9092"}}
+    one_by_one = base
+    for report in reports:
+        one_by_one = apply(one_by_one, [report])
+    bulk = apply(base, reports)
+    rows = [record_to_wire(r) for r in (ClusterRegistered("c1", "r1", "h:1"), ClusterRegistered("c2", "r1", "h:2"))]
+    from_rows = image_from_wire([*rows, *(record_to_wire(r) for r in reports)], bulk.offset)
+    for image in (bulk, one_by_one, from_rows, image_from_wire(image_to_wire(bulk), bulk.offset)):
+        assert {c: dict(image.clusters[c].leaders) for c in expected} == expected
+    assert bulk == one_by_one == from_rows
+    assert bulk.offset == base.offset + len(reports)
+    assert dict(base.clusters["c1"].leaders) == {}  # the base image is untouched
+    unknown = PhysicalPartitionsReported("c9", "t", 0, "b9:9092")
+    for records in ([*reports, unknown], [unknown, *reports]):
+        with pytest.raises(InvalidRecord, match="'c9' is not registered"):
+            apply(base, records)
+        with pytest.raises(InvalidRecord, match="'c9' is not registered"):
+            image_from_wire([*rows, *(record_to_wire(r) for r in records)], 0)
