@@ -305,6 +305,7 @@ def running_quorum(data_dir: Path, extra_args: Sequence[str] = (), secure: bool 
     with LocalQuorum(data_dir, extra_args=extra_args, secure=secure) as q:
         q.leader(timeout_s=30)
         wait_writable(q)
+        q.wait_ready(timeout_s=30)  # also: the log at the newest metadata version (the compact command layout)
         yield q
 
 

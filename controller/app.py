@@ -36,6 +36,7 @@ from metadata_log.errors import (
 )
 from metadata_log.image import MetadataImage
 from metadata_log.raft import STALL_GUARD_MS
+from metadata_log.records import LATEST_METADATA_VERSION
 from metadata_log.views import cluster_view, metadata_view, topic_view
 
 from . import auth, dashboard, metrics, problems
@@ -296,22 +297,28 @@ def build_app(
             "leader_id": leader.id if leader else None,
             "applied_offset": service.read_model.image.offset,
             "high_watermark": service.read_model.high_watermark,
+            "metadata_version": service.read_model.image.metadata_version,
+            "reads_metadata_up_to": LATEST_METADATA_VERSION,
         }
+
+    async def node_status_of(voter_http: str, timeout: float = 0.5) -> dict[str, Any] | None:
+        """Another node's ``/v1/node``; None when it does not answer it."""
+        try:
+            r = await forwarder.get(voter_http + "/v1/node", timeout=timeout, headers=peer_headers)
+            answer = r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        return answer if isinstance(answer, dict) else None
+
+    service.node_status_of = node_status_of
 
     @v1.get("/quorum", summary="Voters, their roles and applied offsets, and the leader")
     async def quorum(request: Request) -> Response:
         me = node_status()
 
-        async def ask(voter_http: str) -> dict[str, Any] | None:
-            try:
-                r = await forwarder.get(voter_http + "/v1/node", timeout=0.5, headers=peer_headers)
-                return r.json() if r.status_code == 200 else None
-            except (httpx.HTTPError, ValueError):
-                return None
-
         current = service.voters()
         others = [v for v in current.voters if v.id != service.node_id]
-        answers = await asyncio.gather(*(ask(v.http) for v in others))
+        answers = await asyncio.gather(*(node_status_of(v.http) for v in others))
         by_id = {service.node_id: me} | {v.id: a for v, a in zip(others, answers, strict=True) if a}
         voters = []
         for v in current.voters:
@@ -495,15 +502,12 @@ def build_app(
         http = body.http.rstrip("/")
         # A voter that is not running would cost the quorum its majority margin (or, for a small quorum,
         # its majority): only a started node that answers as that id is added.
-        try:
-            answer = await forwarder.get(http + "/v1/node", timeout=2.0, headers=peer_headers)
-            seen_id = answer.json().get("id") if answer.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, AttributeError):
-            seen_id = None
-        if seen_id != body.id:
+        seen = await node_status_of(http, timeout=2.0)
+        if seen is None or seen.get("id") != body.id:
             raise Conflict(f"no kfed controller with id {body.id} answers at {http}; start it with --join first",
                            field="http")  # fmt: skip
-        return respond(request, await service.add_voter(body.id, raft, http))
+        reads_up_to = seen.get("reads_metadata_up_to", 1)
+        return respond(request, await service.add_voter(body.id, raft, http, reads_up_to))
 
     @v1.delete("/quorum/voters/{voter_id}", summary="Remove a voter (the leader hands over leadership first)")
     @leader_only

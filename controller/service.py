@@ -10,7 +10,7 @@ import functools
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -18,7 +18,7 @@ from metadata_log.commands import Result
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound, OutcomeUnknown, Unavailable
 from metadata_log.image import MetadataImage
 from metadata_log.raft import RaftNode
-from metadata_log.records import QuorumVoterChanged, Record
+from metadata_log.records import LATEST_METADATA_VERSION, MetadataVersionChanged, QuorumVoterChanged, Record
 from metadata_log.state import MAX_IDEMPOTENCY_KEY_CHARS, LogState, Outcome, Proposal
 
 from .config import QuorumConfig, Voter
@@ -38,6 +38,8 @@ MAX_PENDING_WRITES: Final = 10_000
 LEASE_CHECK_MS: Final = 100
 """How often the leader compares agent leases with the image (fencing latency adds at most this)."""
 DRAIN_CHECK_EVERY: Final = 5
+VERSION_CHECK_EVERY: Final = 10
+"""Lease checks between two looks at whether the metadata version can go up (only while it is not the latest)."""
 """Lease checks between two drain checks (a drain check scans the draining partitions)."""
 
 
@@ -166,6 +168,8 @@ class ControllerService:
         self._drain_commit_lock = asyncio.Lock()
         self._membership_lock = asyncio.Lock()
         self._lease_task: asyncio.Task[None] | None = None
+        # GET /v1/node of a voter (its http URL), or None when it does not answer; set by the HTTP app
+        self.node_status_of: Callable[[str], Awaitable[dict[str, Any] | None]] | None = None
 
     def start(self) -> None:
         self.committer.start()
@@ -191,8 +195,9 @@ class ControllerService:
         return self.voters().by_raft(status.leader_raft) if status.leader_raft else None
 
     # -- quorum membership (one change at a time) --------------------------------------------------
-    async def add_voter(self, voter_id: int, raft: str, http: str) -> dict[str, Any]:
-        """Make a started node (``kfed controller --join``) a voter: in Raft first, then in the log."""
+    async def add_voter(self, voter_id: int, raft: str, http: str, reads_up_to: int = 1) -> dict[str, Any]:
+        """Make a started node (``kfed controller --join``) a voter: in Raft first, then in the log.
+        ``reads_up_to``: the newest metadata version the node says it reads (``/v1/node``)."""
         self._require_leader()
         current = self.voters()
         same_id = next((v for v in current.voters if v.id == voter_id), None)
@@ -202,6 +207,13 @@ class ControllerService:
         if other is not None and other.id != voter_id:
             raise Conflict(f"raft address {raft} belongs to voter {other.id}", field="raft")
         async with self._membership_lock:
+            version = self.state.image.metadata_version
+            if reads_up_to < version:
+                raise Conflict(
+                    f"the node at {http} reads metadata versions up to {reads_up_to}; the log is at {version}: "
+                    "upgrade its kfed first",
+                    field="http",
+                )
             await self._membership("add", raft)
             await self._commit_membership(QuorumVoterChanged(voter_id, raft, http, True))
         return self.membership_view()
@@ -362,6 +374,23 @@ class ControllerService:
             log.info("%s not applied: %s", what, outcome.detail)
         return outcome.status == "committed"
 
+    async def upgrade_metadata_version(self) -> None:
+        """Raise the log's metadata version to the newest that every voter reads (``MetadataVersionChanged``):
+        a new quorum, or one whose last node was just upgraded, moves to the compact command layout. Each
+        voter is asked (``/v1/node``); while one does not answer, nothing changes. Never goes down."""
+        ask = self.node_status_of
+        if self.state.image.metadata_version >= LATEST_METADATA_VERSION or ask is None or not self._sync_term():
+            return
+        async with self._membership_lock:  # no voter joins between the question and the record
+            others = [v for v in self.voters().voters if v.id != self.node_id]
+            answers = await asyncio.gather(*(ask(v.http) for v in others))
+            if any(a is None for a in answers):
+                return
+            target = min([LATEST_METADATA_VERSION, *(int(a.get("reads_metadata_up_to", 1)) for a in answers if a)])
+            raise_to = target > self.state.image.metadata_version
+            if raise_to and await self._commit_own([MetadataVersionChanged(target)], f"metadata version {target}"):
+                log.info("metadata version %d: every voter reads it", target)
+
     async def _lease_loop(self) -> None:
         ticks = 0
         while True:
@@ -372,6 +401,8 @@ class ControllerService:
                 await self.enforce_groups()
                 if ticks % DRAIN_CHECK_EVERY == 0:
                     await self.enforce_drains()
+                if ticks % VERSION_CHECK_EVERY == 0:
+                    await self.upgrade_metadata_version()
             except Exception:
                 log.exception("lease / group / drain check failed")
 

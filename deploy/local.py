@@ -213,7 +213,8 @@ class LocalQuorum(_Processes):
         raise TimeoutError(f"no leader within {timeout_s} s; logs in {self.data_dir}")
 
     def wait_ready(self, timeout_s: float = 20.0) -> None:
-        """Until every running node answers /readyz 200 (knows the leader and has caught up)."""
+        """Until every running node answers /readyz 200 (knows the leader and has caught up), and the log is at
+        the newest metadata version they all read (a new quorum raises it within a second or two)."""
         deadline = time.monotonic() + timeout_s
         for v in self.voters:
             while self.running(v.id):
@@ -225,6 +226,15 @@ class LocalQuorum(_Processes):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"node {v.id} not ready within {timeout_s} s; logs in {self.data_dir}")
                 time.sleep(0.05)
+        while True:
+            nodes = [self.node(v.id) for v in self.voters if self.running(v.id)]
+            if all(n is not None for n in nodes):
+                newest = min(n["reads_metadata_up_to"] for n in nodes if n)
+                if all(n["metadata_version"] >= newest for n in nodes if n):
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"metadata version not raised within {timeout_s} s: {nodes}")
+            time.sleep(0.05)
 
     def wait_applied(self, offset: int, node_ids: Sequence[int] | None = None, timeout_s: float = 20.0) -> None:
         deadline = time.monotonic() + timeout_s

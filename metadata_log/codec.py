@@ -7,6 +7,7 @@ missing trailing fields from their defaults and ignores trailing fields it does 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import gc
@@ -111,9 +112,76 @@ def records_from_wire(rows: Iterable[Any]) -> list[Record]:
     return out
 
 
-def run_records(run: list[Any], columns: tuple[Sequence[Any], ...]) -> Iterator[Record]:
+def run_records(run: list[Any], columns: tuple[Sequence[Any], ...]) -> list[Record]:
     """The records of a run of rows ``wire_groups`` gave with its columns."""
-    return map(_BY_TAG[run[0][0]], *columns)
+    return build_records(_BY_TAG[run[0][0]], columns, len(run))
+
+
+_SETTERS: Final = {cls: tuple(cls.__dict__[name].__set__ for name in _FIELDS[cls]) for cls in RECORD_TYPES}
+
+
+def build_records(cls: type[Record], columns: Sequence[Sequence[Any]], n: int) -> list[Record]:
+    """``n`` records of type ``cls`` from one checked column per field (every field, in order), each
+    stored through the field's slot a column at a time (``map`` in C): no Python call per record, where
+    ``map(cls, *columns)`` runs ``__init__`` once each (0.6 against 0.9 µs per ``PartitionsAdded``). The
+    same objects ``cls(*row)`` makes: ``__init__`` only stores the fields."""
+    records: list[Record] = list(map(object.__new__, itertools.repeat(cls, n)))
+    for set_field, column in zip(_SETTERS[cls], columns, strict=True):
+        collections.deque(map(set_field, records, column), maxlen=0)
+    return records
+
+
+def records_to_runs(records: Iterable[Record]) -> tuple[list[Any], bool]:
+    """The records as *runs* (metadata version 2 commands), and whether they all ``round_trips``.
+
+    Consecutive records of one type of ``_COLUMNAR`` go as one run ``[n, type, version, *columns]``: a
+    column per field, holding its ``n`` values, or just one when all ``n`` are equal (the topic of a
+    topic's partitions, its cluster...). Any other record is its ``record_to_wire`` row ``[type, version,
+    *fields]``; a row starts with a string, a run with its length. A 500-partition topic is ~2 KB instead of
+    ~30 KB of rows, and each repeated string is decoded once."""
+    items: list[Any] = []
+    exact = True
+    for cls, group in itertools.groupby(records, type):
+        run = list(group)
+        types = _COLUMNAR.get(cls)
+        if types is None or len(run) == 1:
+            items += map(record_to_wire, run)
+            exact = exact and round_trips(run)
+            continue
+        n = len(run)
+        columns = record_columns(run, cls)
+        typed = list(map(_column_of, columns, types))  # only these are shortened: True == 1, yet a bool is no int
+        exact = exact and all(typed)
+        shortened = ([c[0]] if ok and c.count(c[0]) == n else c for c, ok in zip(columns, typed, strict=True))
+        items.append([n, run[0].TYPE, WIRE_VERSION, *shortened])
+    return items, exact
+
+
+def records_from_runs(items: Any) -> list[Record]:
+    """Inverse of ``records_to_runs``; ``CodecError`` for anything malformed. A run is checked a column at a
+    time; one whose values do not all have their field's exact type (or that comes from a newer writer,
+    with more columns) is decoded row by row, so the error is ``record_from_wire``'s."""
+    if not isinstance(items, list):
+        raise CodecError("a proposal's records must be a list")
+    out: list[Record] = []
+    for item in items:
+        if not isinstance(item, list) or not item or type(item[0]) is not int:
+            out.append(record_from_wire(item))
+            continue
+        n, tag, *rest = item
+        cls = _BY_TAG.get(tag) if isinstance(tag, str) else None
+        if cls is None or n < 1 or not rest:
+            raise CodecError(f"malformed run of {n!r} records of type {tag!r}")
+        version, *columns = rest
+        if not columns or not all(isinstance(c, list) and len(c) in (1, n) for c in columns):
+            raise CodecError(f"a run of {n} {tag} needs a column per field, each a list of 1 or {n} values")
+        types = _COLUMNAR.get(cls)
+        if types is not None and len(columns) == len(types) and all(map(_column_of, columns, types)):
+            out += build_records(cls, [c * n if len(c) == 1 else c for c in columns], n)
+        else:
+            full = (c * n if len(c) == 1 else c for c in columns)
+            out += (record_from_wire([tag, version, *row]) for row in zip(*full, strict=True))
+    return out
 
 
 def wire_groups(rows: Iterable[Any]) -> Iterator[tuple[list[Any], tuple[Sequence[Any], ...] | None]]:

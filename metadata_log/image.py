@@ -24,6 +24,7 @@ from .codec import (
     wire_groups,
 )
 from .records import (
+    LATEST_METADATA_VERSION,
     ClusterFenced,
     ClusterRegistered,
     ClusterState,
@@ -32,6 +33,7 @@ from .records import (
     GroupCoordinatorAssigned,
     GroupGenerationStarted,
     GroupMember,
+    MetadataVersionChanged,
     NoOp,
     PartitionsAdded,
     PartitionState,
@@ -163,6 +165,7 @@ class MetadataImage:
     topics: Mapping[str, TopicImage]
     groups: Mapping[str, GroupImage]
     voters: Mapping[int, VoterImage] = field(default_factory=dict)
+    metadata_version: int = 1  # see ``MetadataVersionChanged``
 
     def partition_count(self) -> int:
         return sum(len(t.partitions) for t in self.topics.values())
@@ -187,7 +190,8 @@ class MetadataDelta:
     """Changes of one batch over a base image; ``replay`` records, then ``apply`` once."""
 
     __slots__ = (
-        "_base", "_clusters", "_count", "_groups", "_leaders", "_partitions", "_placements", "_topics", "_voters",
+        "_base", "_clusters", "_count", "_groups", "_leaders", "_metadata_version", "_partitions", "_placements",
+        "_topics", "_voters",
     )  # fmt: skip
 
     def __init__(self, base: MetadataImage) -> None:
@@ -200,6 +204,7 @@ class MetadataDelta:
         self._leaders: dict[str, dict[tuple[str, int], str]] = {}  # clusters whose leaders changed
         # (cluster, physical topic, physical partition) already used, per topic that gained partitions
         self._placements: dict[str, set[tuple[str, str, int]]] = {}
+        self._metadata_version = base.metadata_version
         self._count = 0
 
     # -- copy-on-write accessors -------------------------------------------------------------------
@@ -320,6 +325,14 @@ class MetadataDelta:
                 if self._voters is None:
                     self._voters = dict(self._base.voters)
                 self._voters[record.voter_id] = VoterImage(record.voter_id, record.raft, record.http, record.voter)
+            case MetadataVersionChanged():
+                if record.version < self._metadata_version:
+                    raise InvalidRecord(f"metadata version {self._metadata_version} cannot go back to {record.version}")
+                if record.version > LATEST_METADATA_VERSION:
+                    raise InvalidRecord(
+                        f"metadata version {record.version} is newer than this node reads ({LATEST_METADATA_VERSION})"
+                    )
+                self._metadata_version = record.version
             case _:
                 raise InvalidRecord(f"not a record: {type(record).__name__}")
         self._count += 1
@@ -486,6 +499,7 @@ class MetadataDelta:
             topics=topics,
             groups=self._groups if self._groups is not None else self._base.groups,
             voters=self._voters if self._voters is not None else self._base.voters,
+            metadata_version=self._metadata_version,
         )
 
 
@@ -526,6 +540,8 @@ def _snapshot_rows(image: MetadataImage) -> Iterator[tuple[type[Record], tuple[A
     """The image as (record type, field values), in an order that replays from ``EMPTY_IMAGE``."""
     # A partition cannot be added on a decommissioned cluster, so that last step of a cluster's path is
     # replayed after the topics.
+    if image.metadata_version != EMPTY_IMAGE.metadata_version:
+        yield MetadataVersionChanged, (image.metadata_version,)
     decommissioned: list[str] = []
     for c in sorted(image.clusters.values(), key=lambda c: c.cluster_id):
         yield ClusterRegistered, (c.cluster_id, c.region, c.bootstrap_servers)

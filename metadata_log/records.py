@@ -20,6 +20,8 @@ PartitionState = Literal["writable", "read_only", "removed"]
 
 CLUSTER_STATES: Final[tuple[ClusterState, ...]] = ("active", "read_only", "draining", "decommissioned")
 PARTITION_STATES: Final[tuple[PartitionState, ...]] = ("writable", "read_only", "removed")
+LATEST_METADATA_VERSION: Final = 2
+"""The newest ``MetadataVersionChanged.version`` this software reads and writes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +133,15 @@ class QuorumVoterChanged:  # v0: initial. A controller joined (voter=True) or le
     voter: bool
 
 
+@dataclass(frozen=True, slots=True)
+class MetadataVersionChanged:  # v0: initial. The quorum's nodes all read this version of the Raft commands.
+    """Version 1: a command's records are rows; 2: runs of one record type may be columns (``state.py``).
+    The leader raises it once every voter says it reads the new version; it never goes down."""
+
+    TYPE: ClassVar[str] = "MetadataVersionChanged"
+    version: int
+
+
 Record = (
     ClusterRegistered
     | ClusterStateChanged
@@ -145,6 +156,7 @@ Record = (
     | GroupGenerationStarted
     | NoOp
     | QuorumVoterChanged
+    | MetadataVersionChanged
 )
 
 RECORD_TYPES: Final[tuple[type[Record], ...]] = (
@@ -161,6 +173,7 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     GroupGenerationStarted,
     NoOp,
     QuorumVoterChanged,
+    MetadataVersionChanged,
 )
 
 

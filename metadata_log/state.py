@@ -27,16 +27,21 @@ from .codec import (
     gc_paused,
     pack,
     pack_chunked,
+    records_from_runs,
     records_from_wire,
+    records_to_runs,
     records_to_wire,
     unpack,
 )
 from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire, image_to_wire
-from .records import Record
+from .records import LATEST_METADATA_VERSION, Record
 
 log = logging.getLogger(__name__)
 
 COMMAND_VERSION: Final = 1
+"""The command layout of metadata version 1: ``[1, [[key, fingerprint, rows], ...]]``; version 2 writes ``2``
+and its records as runs (``codec.records_to_runs``). A command is written in the image's
+``metadata_version``, which every voter reads; every version up to ``LATEST_METADATA_VERSION`` is read."""
 FREEZE_EVERY_RECORDS: Final = 100_000
 """Applied records after which the objects alive are frozen out of garbage collection (``freeze_survivors``):
 each freeze costs one collection of what is not frozen yet (27-49 ms measured for 100k partition records)."""
@@ -70,24 +75,30 @@ offsets) and the new image. Called with no records when the state was replaced b
 snapshot from the leader)."""
 
 
-def encode_command(proposals: Sequence[Proposal]) -> bytes:
-    return _encode_command(proposals)[0]
+def encode_command(proposals: Sequence[Proposal], metadata_version: int = COMMAND_VERSION) -> bytes:
+    return _encode_command(proposals, metadata_version)[0]
 
 
-def _encode_command(proposals: Sequence[Proposal]) -> tuple[bytes, bool]:
-    """The command's bytes, and whether every record in it ``round_trips``."""
+def _encode_command(proposals: Sequence[Proposal], metadata_version: int) -> tuple[bytes, bool]:
+    """The command's bytes in ``metadata_version``'s layout, and whether every record in it ``round_trips``."""
+    if not COMMAND_VERSION <= metadata_version <= LATEST_METADATA_VERSION:
+        raise ValueError(f"no command layout for metadata version {metadata_version}")
+    encode_records = records_to_wire if metadata_version == COMMAND_VERSION else records_to_runs
     body, exact = [], True
     for p in proposals:
-        rows, rows_exact = records_to_wire(p.records)
+        rows, rows_exact = encode_records(p.records)
         body.append([p.idempotency_key, p.fingerprint, rows])
         exact = exact and rows_exact
-    return pack([COMMAND_VERSION, body]), exact
+    return pack([metadata_version, body]), exact
 
 
 def decode_command(data: bytes) -> list[Proposal]:
     value = unpack(data)
-    if not isinstance(value, list) or len(value) != 2 or value[0] != COMMAND_VERSION:
+    if not isinstance(value, list) or len(value) != 2 or type(value[0]) is not int:
         raise CodecError("not a kfed command")
+    decode_records = _DECODERS.get(value[0])
+    if decode_records is None:
+        raise CodecError(f"a command of metadata version {value[0]}: this node reads up to {LATEST_METADATA_VERSION}")
     if not isinstance(value[1], list):
         raise CodecError("a command holds a list of proposals")
     out = []
@@ -99,8 +110,11 @@ def decode_command(data: bytes) -> list[Proposal]:
             raise CodecError("idempotency key and fingerprint must be strings or null")
         if not isinstance(records, list):
             raise CodecError("a proposal's records must be a list")
-        out.append(Proposal(tuple(records_from_wire(records)), key, fingerprint))
+        out.append(Proposal(tuple(decode_records(records)), key, fingerprint))
     return out
+
+
+_DECODERS: Final[dict[int, Callable[[list[Any]], list[Record]]]] = {1: records_from_wire, 2: records_from_runs}
 
 
 class LogState:
@@ -123,7 +137,7 @@ class LogState:
     def encode_proposal(self, proposals: Sequence[Proposal]) -> bytes:
         """``encode_command`` for a command this node proposes (as leader). When applying it here needs no
         decoding (see ``_ProposedCommands``), the proposals are kept until it is applied."""
-        data, exact = _encode_command(proposals)
+        data, exact = _encode_command(proposals, self.image.metadata_version)
         if exact:
             self._proposed.add(data, list(proposals))
         return data

@@ -267,7 +267,8 @@ def check_writes(
             if unique is not None and not where:
                 out.append(Anomaly("lost-write", f"{key} ({kind} {_args(op)}) acknowledged at offset "
                                    f"{op['offset']}, but its record is not in the log"))  # fmt: skip
-    # Every record must answer some write (no agent runs, so nothing else writes).
+    # Every record must answer some write (no agent runs, so nothing else writes), except the quorum's own
+    # raise of its metadata version, once per version.
     state_writes = {
         (op["kind"], op.get("topic") or op.get("cluster_id"), op.get("partition"), op["state"])
         for tries in attempts.values()
@@ -275,6 +276,7 @@ def check_writes(
         if op["kind"] in ("cluster_state", "partition_state")
     }
     created_topics = {name for (record_type, name) in asked if record_type == "TopicCreated"}
+    versions_raised: set[int] = set()
     for r in log:
         t, d = r["type"], r["data"]
         if t in ("ClusterRegistered", "TopicCreated", "TopicDeleted"):
@@ -286,6 +288,9 @@ def check_writes(
             ok = ("partition_state", d["topic"], d["partition"], d["state"]) in state_writes
         elif t == "ClusterStateChanged":
             ok = ("cluster_state", d["cluster_id"], None, d["state"]) in state_writes
+        elif t == "MetadataVersionChanged":
+            ok = d["version"] not in versions_raised
+            versions_raised.add(d["version"])
         else:
             ok = False
         if not ok:

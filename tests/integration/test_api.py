@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import httpx
@@ -14,6 +15,7 @@ from deploy.local import LocalQuorum
 from metadata_log.client import ControllerClient
 from metadata_log.errors import InvalidRequest
 from metadata_log.follower import LogFollower
+from metadata_log.records import LATEST_METADATA_VERSION
 from metadata_log.views import metadata_view
 
 from .conftest import log_of
@@ -30,6 +32,19 @@ def test_one_leader_and_every_node_agrees(quorum: LocalQuorum) -> None:
     roles = sorted(v["role"] for v in views[0]["voters"])
     assert roles == ["follower", "follower", "leader"]
     assert {v["id"] for v in views[0]["voters"]} == {1, 2, 3}
+
+
+def test_the_quorum_moves_to_the_newest_metadata_version_every_voter_reads(quorum: LocalQuorum) -> None:
+    # a new quorum starts at version 1; the leader raises it once every voter says it reads the newest
+    deadline = time.monotonic() + 15
+    while True:
+        nodes = [quorum.client.get(u + "/v1/node").json() for u in quorum.urls]
+        if all(n["metadata_version"] == LATEST_METADATA_VERSION for n in nodes) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert [(n["metadata_version"], n["reads_metadata_up_to"]) for n in nodes] == [(2, 2)] * 3
+    changes = [r for r in log_of(quorum, quorum.leader()) if r["type"] == "MetadataVersionChanged"]
+    assert [r["data"] for r in changes] == [{"version": 2}]
 
 
 def test_writes_through_any_node_and_logs_are_identical(quorum: LocalQuorum) -> None:

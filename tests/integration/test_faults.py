@@ -127,27 +127,29 @@ def test_restart_of_all_nodes_keeps_every_acknowledged_write(make_quorum) -> Non
 
 def test_reader_below_the_window_gets_410_and_recovers_through_the_snapshot(make_quorum) -> None:
     q = make_quorum("--retention-records", "20")
+    base = q.node(1)["high_watermark"]  # the quorum's own records so far (its metadata version)
     with q.controller_client() as c:
         for i in range(10):
             c.post("/v1/clusters", {"cluster_id": f"w{i}", "region": "r1", "bootstrap_servers": "127.0.0.1:1"})
         early = LogFollower(q.urls, wait_ms=0)
         early.poll()
-        assert early.image.offset == 9 and early.snapshots_loaded == 1
+        assert early.image.offset == base + 9 and early.snapshots_loaded == 1
         for i in range(10, 100):
             c.post("/v1/clusters", {"cluster_id": f"w{i}", "region": "r1", "bootstrap_servers": "127.0.0.1:1"})
-    q.wait_applied(99)
-    r = q.client.get(q.url(1) + "/v1/log", params={"offset": 10})
+    last = base + 99
+    q.wait_applied(last)
+    r = q.client.get(q.url(1) + "/v1/log", params={"offset": base + 10})
     assert r.status_code == 410 and r.headers["content-type"] == "application/problem+json"
     problem = r.json()
-    assert 10 < problem["log_start_offset"] <= 100 - 20
-    assert problem["snapshot_offset"] == 99
-    # the follower that was at offset 9 falls below the window: it reloads the snapshot and goes on
-    while early.poll() or early.image.offset < 99:
+    assert base + 10 < problem["log_start_offset"] <= last + 1 - 20
+    assert problem["snapshot_offset"] == last
+    # the follower that was at offset base + 9 falls below the window: it reloads the snapshot and goes on
+    while early.poll() or early.image.offset < last:
         pass
     assert early.snapshots_loaded == 2
     assert metadata_view(early.image) == q.client.get(q.url(1) + "/v1/metadata").json()
     snapshot = q.client.get(q.url(2) + "/v1/snapshot").json()
-    assert snapshot["offset"] == 99
+    assert snapshot["offset"] == last
     assert len([r for r in snapshot["records"] if r["type"] == "ClusterRegistered"]) == 100
     early.stop()
 

@@ -10,6 +10,7 @@ from metadata_log.records import (
     GroupCoordinatorAssigned,
     GroupGenerationStarted,
     GroupMember,
+    MetadataVersionChanged,
     NoOp,
     PartitionsAdded,
     PartitionStateChanged,
@@ -44,5 +45,6 @@ ONE_OF_EACH: list[Record] = [
     TopicDeleted("C"),
     QuorumVoterChanged(4, "127.0.0.1:9104", "http://127.0.0.1:8004", True),
     QuorumVoterChanged(1, "127.0.0.1:9101", "http://127.0.0.1:8001", False),
+    MetadataVersionChanged(2),
 ]
 """A log that uses every record type and every kind of change; it applies cleanly from the empty image."""

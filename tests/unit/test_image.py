@@ -21,10 +21,12 @@ from metadata_log.image import (
     snapshot_image,
 )
 from metadata_log.records import (
+    LATEST_METADATA_VERSION,
     ClusterFenced,
     ClusterRegistered,
     ClusterStateChanged,
     ClusterUnfenced,
+    MetadataVersionChanged,
     PartitionsAdded,
     PartitionStateChanged,
     PhysicalPartitionsReported,
@@ -123,6 +125,8 @@ def test_apply_is_atomic_and_leaves_the_input_untouched() -> None:
         ([PartitionStateChanged("U_TopicA", 0, "removed")], "cannot go from writable"),
         ([PartitionStateChanged("U_TopicA", 7, "read_only")], "no partition 7"),
         ([TopicDeleted("nope")], "does not exist"),
+        ([MetadataVersionChanged(1)], "cannot go back to 1"),
+        ([MetadataVersionChanged(LATEST_METADATA_VERSION + 1)], "newer than this node reads"),
     ],
 )
 def test_records_that_do_not_fit_are_refused(records: list, message: str) -> None:
@@ -310,3 +314,12 @@ def test_leader_reports_replay_in_order_whether_in_bulk_one_by_one_or_from_a_sna
             apply(base, records)
         with pytest.raises(InvalidRecord, match="'c9' is not registered"):
             image_from_wire([*rows, *(record_to_wire(r) for r in records)], 0)
+
+
+def test_the_metadata_version_starts_at_1_only_goes_up_and_is_in_snapshots() -> None:
+    assert EMPTY_IMAGE.metadata_version == 1
+    image = apply(EMPTY_IMAGE, [MetadataVersionChanged(2), MetadataVersionChanged(2)])  # the same again: no change
+    assert image.metadata_version == 2
+    assert image_to_records(image) == [MetadataVersionChanged(2)]
+    assert image_from_wire(image_to_wire(image), image.offset) == image
+    assert image_to_records(EMPTY_IMAGE) == []

@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from metadata_log import state as state_module
-from metadata_log.codec import freeze_survivors, gc_paused, round_trips
+from metadata_log.codec import CodecError, freeze_survivors, gc_paused, pack, round_trips, unpack
 from metadata_log.image import EMPTY_IMAGE, apply
 from metadata_log.records import (
     ClusterFenced,
@@ -17,6 +17,7 @@ from metadata_log.records import (
     ClusterStateChanged,
     ClusterUnfenced,
     GroupGenerationStarted,
+    MetadataVersionChanged,
     NoOp,
     PartitionsAdded,
     PartitionStateChanged,
@@ -280,3 +281,33 @@ def test_kept_proposals_are_bounded_by_bytes_oldest_first(monkeypatch: pytest.Mo
         kept.add(data, decode_command(data))
     fit = 100 // len(commands[0])  # all commands have the same size here
     assert [kept.take(d) is not None for d in commands] == [False] * (10 - fit) + [True] * fit
+
+
+def test_commands_of_both_metadata_versions_decode_to_the_same_proposals() -> None:
+    proposals = [
+        Proposal(tuple(ONE_OF_EACH), "k", "f"),
+        Proposal((TopicCreated("i", "t", "r1"), *(PartitionsAdded("t", i, "c1", "t", i) for i in range(50)))),
+        Proposal(()),
+    ]
+    rows, runs = encode_command(proposals, 1), encode_command(proposals, 2)
+    assert unpack(rows)[0] == 1 and unpack(runs)[0] == 2
+    assert len(runs) < len(rows) / 2
+    assert decode_command(rows) == decode_command(runs) == proposals
+    with pytest.raises(CodecError, match="a command of metadata version 3: this node reads up to 2"):
+        decode_command(pack([3, []]))
+    with pytest.raises(ValueError, match="no command layout"):
+        encode_command(proposals, 3)
+
+
+def test_the_leader_writes_commands_in_the_version_the_log_has_reached() -> None:
+    state = LogState()
+    first = state.encode_proposal([Proposal((NoOp(),))])
+    assert unpack(first)[0] == 1  # a new log: version 1 until every voter is known to read 2
+    state.apply_command(first)
+    state.apply_command(state.encode_proposal([Proposal((MetadataVersionChanged(2),))]))
+    assert state.image.metadata_version == 2
+    run = [Proposal(tuple(PartitionsAdded("t", i, "c1", "t", i) for i in range(3)))]
+    assert unpack(state.encode_proposal(run)) == [
+        2,
+        [[None, None, [[3, "PartitionsAdded", 0, ["t"], [0, 1, 2], ["c1"], ["t"], [0, 1, 2]]]]],
+    ]
