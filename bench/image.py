@@ -66,6 +66,7 @@ from .httpconn import TRANSPORT_ERRORS, Connection
 
 RSS_GOAL = Goal("<=", 2048, "MiB")
 NO_LEADER_CHANGE = Goal("<=", 0, "")
+LOAD_GOAL = Goal("<=", 5.0, "s")  # a new follower or tailer loads the image (the snapshot)
 BUILD_CLIENTS = 4
 PUMP_CLIENTS = 4  # = the controller's MAX_INFLIGHT_COMMANDS, so each write is one Raft entry
 PUMP_MARGIN = 1.05  # entries pumped, relative to the compaction threshold
@@ -118,18 +119,18 @@ def max_rss_mib(samples: list[dict[int, dict[str, int]]]) -> float:
 
 
 async def post_many(
-    url: str, bodies: list[tuple[str, bytes]], clients: int, progress: str, idempotent: bool
+    url: str, bodies: list[tuple[str, bytes]], clients: int, progress: str, idempotent: bool, key_prefix: str = "bench"
 ) -> dict[str, int]:
     """POST each (path, body) once, ``clients`` at a time; returns how many ended with each status.
 
-    With ``idempotent``, 503/504/transport errors are retried with the same Idempotency-Key.
+    With ``idempotent``, 503/504/transport errors are retried with the same Idempotency-Key (``key_prefix-i``).
     """
     statuses: dict[str, int] = {}
     next_i = 0
     started = last_print = time.monotonic()
 
     async def post(conn: Connection, i: int, path: str, body: bytes) -> str:
-        headers = {"Idempotency-Key": f"bench-{i}"} if idempotent else None
+        headers = {"Idempotency-Key": f"{key_prefix}-{i}"} if idempotent else None
         for _attempt in range(20 if idempotent else 1):
             try:
                 reply = await conn.request("POST", path, body, timeout_s=120, headers=headers)
@@ -477,7 +478,50 @@ def build_image(q: LocalQuorum, sizes: Sizes, result: BenchResult) -> int:
         f"{expected:,} partitions requested = {topics:,} topics x {sizes.image_clusters} clusters x {ppc}; "
         f"quorum with --no-journal-fsync; metadata_log.codec.MAX_DECODE_BYTES = {MAX_DECODE_BYTES >> 20} MiB."
     )
+    report_leaders(q, sizes, topics, result)
     return partitions
+
+
+REPORT_CHUNK = 4000
+"""Partitions per leader report (a report's JSON body must stay under the controllers' 1 MiB request limit)."""
+
+
+def report_leaders(q: LocalQuorum, sizes: Sizes, topics: int, result: BenchResult) -> None:
+    """What real agents do once their brokers have leaders: every cluster reports each physical partition's
+    leader, so the image, its snapshots and the dumps hold one leader report per partition, as in a real
+    federation (the stand-in agents only heartbeat)."""
+    ppc = sizes.image_partitions_per_cluster
+    bodies: list[tuple[str, bytes]] = []
+    for i, cluster_id in enumerate(cluster_ids(sizes)):
+        leader = f"127.0.0.1:{9092 + i}"
+        parts = [
+            {"physical_topic": f"t{t:05d}", "physical_partition": p, "leader": leader}
+            for t in range(topics)
+            for p in range(ppc)
+        ]
+        path = f"/v1/agents/{cluster_id}/partitions"
+        bodies += (
+            (path, orjson.dumps({"partitions": parts[s : s + REPORT_CHUNK]}))
+            for s in range(0, len(parts), REPORT_CHUNK)
+        )
+    before = leader_applied(q)
+    t0 = time.monotonic()
+    statuses = asyncio.run(post_many(q.url(q.leader()), bodies, BUILD_CLIENTS, "reporting leaders", True, "leaders"))
+    report_s = time.monotonic() - t0
+    final = leader_applied(q)
+    q.wait_applied(final, timeout_s=600)
+    reports = final - before
+    result.details["leader_reports"] = {"records": reports, "requests": len(bodies), "seconds": report_s,
+                                        "statuses": statuses}  # fmt: skip
+    print(f"  {reports:,} leader reports ({len(bodies)} agent reports) in {report_s:.0f} s", flush=True)
+    result.rows.append(
+        Row(
+            f"agents report every partition's leader via POST /v1/agents/ID/partitions, {BUILD_CLIENTS} clients",
+            reports / report_s,
+            "records/s",
+            f"{reports:,} PhysicalPartitionsReported in {report_s:.0f} s ({len(bodies)} reports of <= {REPORT_CHUNK})",
+        )
+    )
 
 
 def snapshot_for_tailer(q: LocalQuorum, partitions: int, result: BenchResult) -> int:
@@ -501,7 +545,11 @@ def snapshot_for_tailer(q: LocalQuorum, partitions: int, result: BenchResult) ->
         codec_error = str(e)
         _, mp_decode_s = timed(lambda b: msgpack.unpackb(b, raw=False), body)
     del body, _
-    # What the SDK / agents do: LogFollower.load_snapshot() = GET msgpack + codec.unpack + image_from_wire.
+    _, first_runs_s = fetch(url, "/v1/snapshot?layout=runs", MSGPACK)
+    body, _runs_get_s = fetch(url, "/v1/snapshot?layout=runs", MSGPACK)
+    runs_size = len(body)
+    del body, _
+    # What the SDK / agents do: LogFollower.load_snapshot() = GET msgpack runs + codec.unpack + image_from_runs.
     follower_error = None
     with httpx.Client(timeout=600) as client:
         tailer = LogFollower([url], client=client)
@@ -516,6 +564,8 @@ def snapshot_for_tailer(q: LocalQuorum, partitions: int, result: BenchResult) ->
         "from_node": follower,
         "json_bytes": json_size,
         "msgpack_bytes": mp_size,
+        "msgpack_runs_bytes": runs_size,
+        "first_get_runs_s": first_runs_s,
         "first_get_json_s": first_json_s,
         "cached_get_json_s": json_get_s,
         "json_decode_s": json_decode_s,
@@ -533,6 +583,12 @@ def snapshot_for_tailer(q: LocalQuorum, partitions: int, result: BenchResult) ->
         Row("snapshot size, JSON", json_size / MB, "MB", f"{json_size / partitions:.0f} bytes/partition"),
         Row("snapshot size, msgpack", mp_size / MB, "MB", f"{mp_size / partitions:.0f} bytes/partition{refused}"),
         Row(
+            "snapshot size, msgpack, layout=runs (columns)",
+            runs_size / MB,
+            "MB",
+            f"{runs_size / partitions:.0f} bytes/partition; the node's first GET (builds it) {fmt(first_runs_s)} s",
+        ),
+        Row(
             "new tailer: GET /v1/snapshot (JSON, cached on the node) + orjson decode",
             json_get_s + json_decode_s,
             "s",
@@ -546,10 +602,11 @@ def snapshot_for_tailer(q: LocalQuorum, partitions: int, result: BenchResult) ->
             f"GET {fmt(mp_get_s)} s + decode {fmt(mp_decode_s)} s; first msgpack GET {fmt(first_mp_s)} s",
         ),
         Row(
-            "new tailer: LogFollower.load_snapshot() (GET msgpack + decode + image_from_wire)",
+            "new tailer: LogFollower.load_snapshot() (GET msgpack runs + decode + image_from_runs)",
             load_s,
             "s",
             f"rebuilt {rebuilt:,} partitions" + (f"; FAILED: {follower_error}" if follower_error else ""),
+            LOAD_GOAL,
         ),
     ]
     if term0 != term1:
@@ -557,7 +614,9 @@ def snapshot_for_tailer(q: LocalQuorum, partitions: int, result: BenchResult) ->
     return follower
 
 
-def catch_up_row(q: LocalQuorum, newbie: int, label: str, result: BenchResult, key: str) -> dict[str, Any]:
+def catch_up_row(
+    q: LocalQuorum, newbie: int, label: str, result: BenchResult, key: str, goal: Goal | None = None
+) -> dict[str, Any]:
     catch = wipe_and_catch_up(q, newbie, leader_applied(q))
     result.details[key] = catch
     result.rows.append(
@@ -567,6 +626,7 @@ def catch_up_row(q: LocalQuorum, newbie: int, label: str, result: BenchResult, k
             "s",
             f"node answered HTTP after {fmt(catch['first_answer_s'])} s; "
             f"its RSS then {catch['rss_kib'].get('VmRSS', 0) / 1024:.0f} MiB",
+            goal,
         )
     )
     return catch
@@ -653,7 +713,8 @@ def run_steps(
         compacted = any(d["node"] == leader for d in dumps_in_logs(q, watcher, began))
         how = "InstallSnapshot" if compacted else "log replay"
         newbie = next(v.id for v in q.voters if v.id != leader)
-        catch_up_row(q, newbie, f"after the leader compacted ({how})", result, "catch_up_after_compaction")
+        goal = LOAD_GOAL if compacted else None  # through the snapshot; a log replay is shown, not judged
+        catch_up_row(q, newbie, f"after the leader compacted ({how})", result, "catch_up_after_compaction", goal)
         rss.append(rss_all(q))
     else:
         result.notes.append("compaction experiment skipped (--quick, or --compaction off)")

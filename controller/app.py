@@ -12,7 +12,7 @@ import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 from urllib.parse import urlparse
 
 import httpx
@@ -481,13 +481,21 @@ def build_app(
         min_offset: Annotated[
             int | None, Query(ge=-1, le=INT64_MAX, description="A snapshot at this offset or later (waits for it).")
         ] = None,
+        layout: Annotated[
+            Literal["records", "runs"],
+            Query(
+                description="msgpack only: 'runs' writes runs of one record type as columns, "
+                '{"offset", "runs": [[n, type, version, *columns] or a record row, ...]}'
+            ),
+        ] = "records",
     ) -> Response:
         if min_offset is not None:
             await service.image_at_least(min_offset, MIN_OFFSET_WAIT_S)
         # encodings are built once per snapshot, off the event loop
         snap = service.read_model.snapshot(-1 if min_offset is None else min_offset)
         if wants_msgpack(request):
-            return Response(await asyncio.to_thread(lambda: snap.msgpack), media_type=MSGPACK)
+            encoded = (lambda: snap.runs) if layout == "runs" else (lambda: snap.msgpack)
+            return Response(await asyncio.to_thread(encoded), media_type=MSGPACK)
         return Response(await asyncio.to_thread(lambda: snap.json), media_type="application/json")
 
     @v1.post("/quorum/voters", summary="Add a started node (kfed controller --join) as a voter")

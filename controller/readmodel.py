@@ -18,7 +18,7 @@ import orjson
 
 from metadata_log.codec import PACK_CHUNK_ITEMS, gc_paused, pack_chunked, record_to_dict
 from metadata_log.errors import Gone
-from metadata_log.image import EMPTY_IMAGE, MetadataImage, image_to_records, image_to_wire
+from metadata_log.image import EMPTY_IMAGE, MetadataImage, image_to_records, image_to_runs, image_to_wire
 from metadata_log.records import Record
 
 DEFAULT_RETENTION_RECORDS: Final = 100_000
@@ -71,7 +71,7 @@ def json_chunked(offset: int, records: list[dict[str, Any]]) -> bytes:
 class Snapshot:
     """The image at ``offset`` as records; each encoding is made once, on first use."""
 
-    __slots__ = ("_json", "_msgpack", "image", "made", "offset")
+    __slots__ = ("_json", "_msgpack", "_runs", "image", "made", "offset")
 
     def __init__(self, image: MetadataImage) -> None:
         self.image = image
@@ -79,6 +79,7 @@ class Snapshot:
         self.made = time.monotonic()
         self._json: bytes | None = None
         self._msgpack: bytes | None = None
+        self._runs: bytes | None = None
 
     @property
     def json(self) -> bytes:
@@ -97,6 +98,15 @@ class Snapshot:
             with gc_paused():
                 self._msgpack = pack_chunked({"offset": self.offset, "records": image_to_wire(self.image)})
         return self._msgpack
+
+    @property
+    def runs(self) -> bytes:
+        """Compact form for machines (``layout=runs``): ``{"offset", "runs"}``, runs of one record type as
+        columns (``image_to_runs``); a 1M-partition snapshot is a fraction of the size and loads faster."""
+        if self._runs is None:
+            with gc_paused():
+                self._runs = pack_chunked({"offset": self.offset, "runs": image_to_runs(self.image)})
+        return self._runs
 
 
 class ReadModel:

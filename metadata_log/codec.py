@@ -17,7 +17,7 @@ import threading
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import UnionType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgpack
 
@@ -143,30 +143,43 @@ def records_to_runs(records: Iterable[Record]) -> tuple[list[Any], bool]:
     exact = True
     for cls, group in itertools.groupby(records, type):
         run = list(group)
-        types = _COLUMNAR.get(cls)
-        if types is None or len(run) == 1:
+        if cls not in _COLUMNAR or len(run) == 1:
             items += map(record_to_wire, run)
             exact = exact and round_trips(run)
             continue
-        n = len(run)
-        columns = record_columns(run, cls)
-        typed = list(map(_column_of, columns, types))  # only these are shortened: True == 1, yet a bool is no int
-        exact = exact and all(typed)
-        shortened = ([c[0]] if ok and c.count(c[0]) == n else c for c, ok in zip(columns, typed, strict=True))
-        items.append([n, run[0].TYPE, WIRE_VERSION, *shortened])
+        item, typed = run_item(cls, record_columns(run, cls), len(run))
+        items.append(item)
+        exact = exact and typed
     return items, exact
 
 
-def records_from_runs(items: Any) -> list[Record]:
-    """Inverse of ``records_to_runs``; ``CodecError`` for anything malformed. A run is checked a column at a
-    time; one whose values do not all have their field's exact type (or that comes from a newer writer,
-    with more columns) is decoded row by row, so the error is ``record_from_wire``'s."""
+def run_item(cls: type[Record], columns: Sequence[Sequence[Any]], n: int) -> tuple[list[Any], bool]:
+    """The run ``[n, type, version, *columns]`` of ``n`` records of type ``cls`` (in ``_COLUMNAR``) given as
+    columns, and whether every value has its field's exact type. Only such columns are shortened to their
+    one value when all are equal: ``True == 1``, yet a bool is no int."""
+    typed = list(map(_column_of, columns, _COLUMNAR[cls]))
+    shortened = ([c[0]] if ok and c.count(c[0]) == n else c for c, ok in zip(columns, typed, strict=True))
+    return [n, cls.TYPE, WIRE_VERSION, *shortened], all(typed)
+
+
+class Run(NamedTuple):
+    """A run read back by ``read_runs``: its record type and one full, checked column per field."""
+
+    cls: type[Record]
+    columns: list[list[Any]]
+    n: int
+
+
+def read_runs(items: Any) -> Iterator[Run | Record]:
+    """The items of ``records_to_runs`` output, in order: each well-formed run as a ``Run``, every other item
+    as its record(s). A run is checked a column at a time; one whose values do not all have their field's
+    exact type (or that comes from a newer writer, with more columns) is decoded row by row, so the error
+    is ``record_from_wire``'s. ``CodecError`` for anything malformed."""
     if not isinstance(items, list):
-        raise CodecError("a proposal's records must be a list")
-    out: list[Record] = []
+        raise CodecError(f"runs must be a list, got {type(items).__name__}")
     for item in items:
         if not isinstance(item, list) or not item or type(item[0]) is not int:
-            out.append(record_from_wire(item))
+            yield record_from_wire(item)
             continue
         n, tag, *rest = item
         cls = _BY_TAG.get(tag) if isinstance(tag, str) else None
@@ -177,10 +190,20 @@ def records_from_runs(items: Any) -> list[Record]:
             raise CodecError(f"a run of {n} {tag} needs a column per field, each a list of 1 or {n} values")
         types = _COLUMNAR.get(cls)
         if types is not None and len(columns) == len(types) and all(map(_column_of, columns, types)):
-            out += build_records(cls, [c * n if len(c) == 1 else c for c in columns], n)
+            yield Run(cls, [c * n if len(c) == 1 else c for c in columns], n)
         else:
             full = (c * n if len(c) == 1 else c for c in columns)
-            out += (record_from_wire([tag, version, *row]) for row in zip(*full, strict=True))
+            yield from (record_from_wire([tag, version, *row]) for row in zip(*full, strict=True))
+
+
+def records_from_runs(items: Any) -> list[Record]:
+    """Inverse of ``records_to_runs`` (see ``read_runs``)."""
+    out: list[Record] = []
+    for item in read_runs(items):
+        if isinstance(item, Run):
+            out += build_records(*item)
+        else:
+            out.append(item)
     return out
 
 
@@ -288,6 +311,7 @@ _COLUMNAR: Final[dict[type[Record], tuple[frozenset[type], ...]]] = {
     if types  # plain values only (no nested field), and at least one field: map() needs a column
 }
 """Record types decoded a column at a time (``run_columns``), with the exact types each field accepts."""
+COLUMNAR_TYPES: Final = frozenset(_COLUMNAR)
 
 
 def _column_of(values: Iterable[Any], types: frozenset[type]) -> bool:

@@ -19,7 +19,7 @@ import httpx
 from .access import NO_ACCESS, Access
 from .client import controller_urls
 from .codec import MAX_DECODE_BYTES, CodecError, gc_paused, record_from_dict, unpack
-from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_wire
+from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_runs, image_from_wire
 from .records import Record
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class LogFollower:
 
     def load_snapshot(self) -> None:
         """Replace the image by the controller's snapshot, unless that would move it backwards."""
-        r = self._get("/v1/snapshot")
+        r = self._get("/v1/snapshot", {"layout": "runs"})
         if r.status_code != 200:
             raise FollowerError(f"GET /v1/snapshot answered {r.status_code}: {r.text[:200]}")
         with gc_paused():
@@ -136,13 +136,18 @@ class LogFollower:
             if offset < self.image.offset:
                 raise FollowerError(f"{self.url} is behind this follower (snapshot {offset} < {self.image.offset})")
             try:
-                image = image_from_wire(body["records"], offset)
+                # runs; rows from a controller older than them (it ignores the parameter)
+                image = (
+                    image_from_runs(body["runs"], offset)
+                    if "runs" in body
+                    else image_from_wire(body["records"], offset)
+                )
             except (CodecError, InvalidRecord, KeyError, TypeError, ValueError) as e:
                 raise FollowerError(f"snapshot from {self.url} does not decode: {e}") from e
         self.snapshots_loaded += 1
         self._set_image(image, [])
 
-    def _get(self, path: str, params: dict[str, int] | None = None) -> httpx.Response:
+    def _get(self, path: str, params: dict[str, int | str] | None = None) -> httpx.Response:
         """GET a msgpack body, read at most MAX_DECODE_BYTES of it: a broken or hostile server cannot
         make the follower hold more than that in memory."""
         with self._client.stream("GET", self.url + path, params=params, headers={"Accept": MSGPACK}) as r:

@@ -13,14 +13,19 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import groupby, repeat
+from operator import itemgetter
 from typing import Any, Final, NamedTuple, TypeVar
 
 from .codec import (
+    COLUMNAR_TYPES,
     WIRE_VERSION,
+    Run,
+    build_records,
+    read_runs,
     record_columns,
     record_from_wire,
     record_to_wire,
-    run_records,
+    run_item,
     wire_groups,
 )
 from .records import (
@@ -589,27 +594,67 @@ def image_to_wire(image: MetadataImage) -> list[list[Any]]:
     return out
 
 
+def image_to_runs(image: MetadataImage) -> list[Any]:
+    """``image_to_wire`` as runs (``codec.records_to_runs``'s layout), without record objects: the form of
+    dumps and snapshots once the log is at metadata version 2. Each topic's partitions are one run, and
+    so is each cluster's leader reports; a topic's name, its cluster, a leader's address are written once
+    per run instead of once per partition."""
+    items: list[Any] = []
+    for cls, group in groupby(_snapshot_rows(image), itemgetter(0)):
+        rows = [fields for _cls, fields in group]
+        if cls in COLUMNAR_TYPES and len(rows) > 1:
+            items.append(run_item(cls, list(map(list, zip(*rows, strict=True))), len(rows))[0])
+        elif cls is GroupGenerationStarted:
+            items += (record_to_wire(cls(*fields)) for fields in rows)
+        else:
+            items += ([cls.TYPE, WIRE_VERSION, *fields] for fields in rows)
+    return items
+
+
+def image_from_runs(items: Any, offset: int) -> MetadataImage:
+    """Rebuild a snapshot from ``image_to_runs`` output: partitions and leader reports go to the delta a run
+    at a time, as columns. Raises ``CodecError`` or ``InvalidRecord``."""
+    delta = MetadataDelta(EMPTY_IMAGE)
+    for item in read_runs(items):
+        if isinstance(item, Run):
+            _replay_run(delta, item.cls, item.columns, item.n)
+        else:
+            delta.replay(item)
+    return replace(delta.apply(), offset=offset)
+
+
 def image_from_wire(rows: Iterable[Any], offset: int) -> MetadataImage:
-    """Rebuild a snapshot from wire rows: the same replay as ``apply``, but runs of ``PartitionsAdded`` rows
-    go to the delta as columns, without record objects (a 1M-partition snapshot is almost all such rows).
-    Raises ``CodecError`` or ``InvalidRecord``."""
+    """Rebuild a snapshot from wire rows: the same replay as ``apply``, but runs of rows of one type go to the
+    delta as columns (``codec.wire_groups``), without record objects for partitions and leader reports (a
+    1M-partition snapshot is almost all such rows). Raises ``CodecError`` or ``InvalidRecord``."""
     delta = MetadataDelta(EMPTY_IMAGE)
     for group, columns in wire_groups(rows):
         if columns is None:  # not a well-formed run: record by record, for the exact error
             for row in group:
                 delta.replay(record_from_wire(row))
-            continue
-        if group[0][0] == PhysicalPartitionsReported.TYPE:
-            delta.report_leaders(*columns)
-            continue
-        if group[0][0] != PartitionsAdded.TYPE:
-            for record in run_records(group, columns):
-                delta.replay(record)
-            continue
+        else:
+            _replay_run(delta, _TYPES_BY_TAG[group[0][0]], columns, len(group))
+    return replace(delta.apply(), offset=offset)
+
+
+def _replay_run(delta: MetadataDelta, cls: type[Record], columns: Sequence[Sequence[Any]], n: int) -> None:
+    """Replay ``n`` records of type ``cls`` given as checked columns, a whole run at a time where the delta
+    has a bulk path."""
+    if cls is PhysicalPartitionsReported:
+        delta.report_leaders(*columns)
+    elif cls is PartitionsAdded:
         topics = columns[0]
         for topic_name, start, stop in _runs(topics):
-            delta.add_partitions(topic_name, *(column[start:stop] for column in columns[1:]))
-    return replace(delta.apply(), offset=offset)
+            if stop - start == n:
+                delta.add_partitions(topic_name, *columns[1:])
+            else:
+                delta.add_partitions(topic_name, *(column[start:stop] for column in columns[1:]))
+    else:
+        for record in build_records(cls, columns, n):
+            delta.replay(record)
+
+
+_TYPES_BY_TAG: Final = {cls.TYPE: cls for cls in COLUMNAR_TYPES}
 
 
 def snapshot_image(records: Iterable[Record], offset: int) -> MetadataImage:

@@ -15,10 +15,13 @@ from deploy.local import LocalQuorum
 from metadata_log.client import ControllerClient
 from metadata_log.errors import InvalidRequest
 from metadata_log.follower import LogFollower
+from metadata_log.image import image_from_runs, image_from_wire
 from metadata_log.records import LATEST_METADATA_VERSION
 from metadata_log.views import metadata_view
 
 from .conftest import log_of
+
+MSGPACK = {"Accept": "application/msgpack"}
 
 
 def unique(prefix: str) -> str:
@@ -154,6 +157,18 @@ def test_read_your_writes_and_msgpack(quorum: LocalQuorum, client: ControllerCli
         )
         assert packed.headers["content-type"] == "application/msgpack"
         assert msgpack.unpackb(packed.content)["topics"][0]["partitions"] == r.json()["topics"][0]["partitions"]
+        # the snapshot in both msgpack layouts: records as rows, or runs of one type as columns
+        msgpack_snapshots = [
+            msgpack.unpackb(quorum.client.get(url + "/v1/snapshot", params=params, headers=MSGPACK).content)
+            for params in ({"min_offset": created["offset"]}, {"min_offset": created["offset"], "layout": "runs"})
+        ]
+        rows, runs = msgpack_snapshots
+        assert set(rows) == {"offset", "records"} and set(runs) == {"offset", "runs"}
+        from_rows, from_runs = (
+            image_from_wire(rows["records"], rows["offset"]),
+            image_from_runs(runs["runs"], runs["offset"]),
+        )
+        assert from_rows.topics[name] == from_runs.topics[name]
 
 
 def test_long_poll_wakes_on_commit(quorum: LocalQuorum, client: ControllerClient) -> None:

@@ -7,15 +7,17 @@ import dataclasses
 
 import pytest
 
-from metadata_log.codec import CodecError, record_to_wire
+from metadata_log.codec import CodecError, pack, record_to_wire, records_from_runs, unpack
 from metadata_log.image import (
     EMPTY_IMAGE,
     InvalidRecord,
     MetadataImage,
     PartitionImage,
     apply,
+    image_from_runs,
     image_from_wire,
     image_to_records,
+    image_to_runs,
     image_to_wire,
     is_writable,
     snapshot_image,
@@ -56,6 +58,9 @@ def test_every_prefix_replays_and_snapshots_round_trip() -> None:
         # the bulk path (dumps, msgpack snapshots) writes and reads exactly the same thing
         assert image_to_wire(image) == [record_to_wire(r) for r in image_to_records(image)]
         assert image_from_wire(image_to_wire(image), image.offset) == image
+        # and so do runs (dumps and snapshots at metadata version 2), also once through msgpack
+        assert image_from_runs(image_to_runs(image), image.offset) == image
+        assert image_from_runs(unpack(pack(image_to_runs(image))), image.offset) == image
 
 
 def test_bulk_snapshot_path_refuses_what_apply_refuses() -> None:
@@ -323,3 +328,29 @@ def test_the_metadata_version_starts_at_1_only_goes_up_and_is_in_snapshots() -> 
     assert image_to_records(image) == [MetadataVersionChanged(2)]
     assert image_from_wire(image_to_wire(image), image.offset) == image
     assert image_to_records(EMPTY_IMAGE) == []
+
+
+def test_an_image_as_runs_is_a_run_per_topic_and_per_cluster_s_leaders_and_refuses_what_apply_refuses() -> None:
+    records: list = [ClusterRegistered(f"c{i}", "r1", f"h:{i}") for i in range(3)]
+    for t in range(2):
+        records.append(TopicCreated(f"id{t}", f"t{t}", "r1"))
+        records += (PartitionsAdded(f"t{t}", i, f"c{i % 3}", f"t{t}", i // 3) for i in range(30))
+    records += (PhysicalPartitionsReported("c1", "t0", p, "h:1") for p in range(10))
+    image = apply(EMPTY_IMAGE, records)
+    runs = image_to_runs(image)
+    shape = [item[:2] if isinstance(item[0], int) else item[0] for item in runs]
+    assert shape == [
+        [2, "ClusterRegistered"], [10, "PhysicalPartitionsReported"], "ClusterRegistered",  # c0 c1, leaders, c2
+        "TopicCreated", [30, "PartitionsAdded"], "TopicCreated", [30, "PartitionsAdded"],
+    ]  # fmt: skip
+    assert records_from_runs(runs) == image_to_records(image)
+    assert image_from_runs(runs, image.offset) == image
+    assert len(pack(runs)) < len(pack(image_to_wire(image))) / 2
+    bad = [list(item) for item in runs]
+    first_run = next(i for i, item in enumerate(bad) if item[1:2] == ["PartitionsAdded"])
+    bad[first_run][4] = [0, 1, 2, *range(4, 31)]  # partition ids with one missing
+    with pytest.raises(InvalidRecord, match="not the next id"):
+        image_from_runs(bad, 0)
+    bad[first_run][4] = ["0", *range(1, 30)]
+    with pytest.raises(CodecError):
+        image_from_runs(bad, 0)

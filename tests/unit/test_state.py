@@ -32,6 +32,7 @@ from metadata_log.state import (
     _ProposedCommands,
     decode_command,
     encode_command,
+    unframe,
 )
 
 from .samples import ONE_OF_EACH
@@ -185,6 +186,18 @@ def test_dump_and_load_round_trip() -> None:
     assert loaded.image == state.image == apply(EMPTY_IMAGE, ONE_OF_EACH)
     assert loaded.outcome_for_key("key-1") == state.outcome_for_key("key-1")
     assert resets == [(len(ONE_OF_EACH), [], len(ONE_OF_EACH) - 1)]
+    assert "runs" in unpack(unframe(data))  # the log is at metadata version 2: the image goes as runs
+
+
+def test_a_dump_at_metadata_version_1_holds_rows_every_version_reads() -> None:
+    state = LogState()
+    state.apply_command(encode_command([Proposal(tuple(r for r in ONE_OF_EACH if r.TYPE != "MetadataVersionChanged"))]))
+    assert state.image.metadata_version == 1
+    data = state.dump(None)
+    assert set(unpack(unframe(data))) == {"offset", "records", "keys", "raft"}
+    loaded = LogState()
+    loaded.load(data)
+    assert loaded.image == state.image
 
 
 def test_survivors_are_frozen_out_of_collections_after_enough_records(monkeypatch: pytest.MonkeyPatch) -> None:
