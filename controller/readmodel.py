@@ -9,16 +9,19 @@ write's future, a write's reply is never sent before its records are readable he
 from __future__ import annotations
 
 import asyncio
+import io
+import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import msgpack
 import orjson
 
-from metadata_log.codec import PACK_CHUNK_ITEMS, gc_paused, pack_chunked, record_to_dict
+from metadata_log.codec import PACK_CHUNK_ITEMS, gc_paused, record_to_dict
 from metadata_log.errors import Gone
-from metadata_log.image import EMPTY_IMAGE, MetadataImage, image_to_records, image_to_runs, image_to_wire
+from metadata_log.image import EMPTY_IMAGE, MetadataImage, image_to_runs, iter_image_records, iter_image_wire
 from metadata_log.records import Record
 
 DEFAULT_RETENTION_RECORDS: Final = 100_000
@@ -60,12 +63,35 @@ SNAPSHOT_REUSE_S: Final = 30.0
 """How long ``GET /v1/snapshot`` may answer with an already encoded snapshot instead of the newest image."""
 
 
-def json_chunked(offset: int, records: list[dict[str, Any]]) -> bytes:
-    """``orjson.dumps({"offset": offset, "records": records})``, byte for byte, encoded a slice of records per
-    call: one call for a 1M-partition snapshot holds the GIL for about a second (see ``pack_chunked``)."""
-    step = PACK_CHUNK_ITEMS
-    items = (orjson.dumps(records[i : i + step])[1:-1] for i in range(0, len(records), step))
-    return b'{"offset":%d,"records":[%s]}' % (offset, b",".join(items))
+def json_chunked(offset: int, records: Iterable[dict[str, Any]]) -> bytes:
+    """``orjson.dumps({"offset": offset, "records": list(records)})``, byte for byte, encoded a slice of
+    ``PACK_CHUNK_ITEMS`` records per call: one call for a 1M-partition snapshot holds the GIL for about a
+    second (see ``pack_chunked``). The records are taken a slice at a time and the bytes written to one
+    buffer, so neither all records nor all slices are held at once: at 1M partitions with their leaders,
+    the dicts alone took ~1 GB."""
+    out = io.BytesIO()
+    out.write(b'{"offset":%d,"records":[' % offset)
+    records = iter(records)
+    separator = b""
+    while chunk := list(itertools.islice(records, PACK_CHUNK_ITEMS)):
+        out.write(separator + orjson.dumps(chunk)[1:-1])
+        separator = b","
+    out.write(b"]}")
+    return out.getvalue()
+
+
+def msgpack_chunked(offset: int, key: str, items: Iterable[Any]) -> bytes:
+    """``codec.pack({"offset": offset, key: list(items)})``, byte for byte, packed a slice of ``PACK_CHUNK_ITEMS``
+    items per call (see ``json_chunked``)."""
+    packer = msgpack.Packer(use_bin_type=True)
+    parts, count = [], 0
+    items = iter(items)
+    while chunk := list(itertools.islice(items, PACK_CHUNK_ITEMS)):
+        packed = packer.pack(chunk)
+        parts.append(packed[len(packer.pack_array_header(len(chunk))) :])  # the items, without their header
+        count += len(chunk)
+    head = packer.pack_map_header(2) + packer.pack("offset") + packer.pack(offset) + packer.pack(key)
+    return b"".join([head, packer.pack_array_header(count), *parts])
 
 
 class Snapshot:
@@ -86,7 +112,7 @@ class Snapshot:
         """Readable form: records as ``{"type", "data": {field: value}}``."""
         if self._json is None:
             with gc_paused():
-                records = [{"type": r.TYPE, "data": record_to_dict(r)} for r in image_to_records(self.image)]
+                records = ({"type": r.TYPE, "data": record_to_dict(r)} for r in iter_image_records(self.image))
                 self._json = json_chunked(self.offset, records)
         return self._json
 
@@ -96,7 +122,7 @@ class Snapshot:
         (a 1M-partition snapshot loads several times faster than from field maps)."""
         if self._msgpack is None:
             with gc_paused():
-                self._msgpack = pack_chunked({"offset": self.offset, "records": image_to_wire(self.image)})
+                self._msgpack = msgpack_chunked(self.offset, "records", iter_image_wire(self.image))
         return self._msgpack
 
     @property
@@ -105,7 +131,7 @@ class Snapshot:
         columns (``image_to_runs``); a 1M-partition snapshot is a fraction of the size and loads faster."""
         if self._runs is None:
             with gc_paused():
-                self._runs = pack_chunked({"offset": self.offset, "runs": image_to_runs(self.image)})
+                self._runs = msgpack_chunked(self.offset, "runs", image_to_runs(self.image))
         return self._runs
 
 

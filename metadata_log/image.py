@@ -580,18 +580,26 @@ def _snapshot_rows(image: MetadataImage) -> Iterator[tuple[type[Record], tuple[A
 
 def image_to_records(image: MetadataImage) -> list[Record]:
     """The image written as records: ``apply(EMPTY_IMAGE, image_to_records(i))`` equals ``i`` except offset."""
-    return [cls(*fields) for cls, fields in _snapshot_rows(image)]
+    return list(iter_image_records(image))
+
+
+def iter_image_records(image: MetadataImage) -> Iterator[Record]:
+    """``image_to_records`` one at a time (an encoder that writes slices never holds them all)."""
+    return (cls(*fields) for cls, fields in _snapshot_rows(image))
 
 
 def image_to_wire(image: MetadataImage) -> list[list[Any]]:
     """``image_to_records`` in the codec's wire form, without building record objects (bulk path)."""
-    out: list[list[Any]] = []
+    return list(iter_image_wire(image))
+
+
+def iter_image_wire(image: MetadataImage) -> Iterator[list[Any]]:
+    """``image_to_wire`` one row at a time."""
     for cls, fields in _snapshot_rows(image):
         if cls is GroupGenerationStarted:
-            out.append(record_to_wire(cls(*fields)))
+            yield record_to_wire(cls(*fields))
         else:
-            out.append([cls.TYPE, WIRE_VERSION, *fields])
-    return out
+            yield [cls.TYPE, WIRE_VERSION, *fields]
 
 
 def image_to_runs(image: MetadataImage) -> list[Any]:

@@ -8,9 +8,12 @@ import pytest
 from controller import readmodel
 from controller.config import ConfigError, Voter, parse_quorum, render_quorum
 from controller.readmodel import ReadModel
+from metadata_log.codec import pack, record_to_dict, unpack
 from metadata_log.errors import Gone
-from metadata_log.image import EMPTY_IMAGE, apply
+from metadata_log.image import EMPTY_IMAGE, apply, image_to_records, image_to_runs, image_to_wire
 from metadata_log.records import NoOp, Record
+
+from .samples import ONE_OF_EACH
 
 
 def test_quorum_round_trip() -> None:
@@ -128,3 +131,23 @@ def test_snapshot_json_is_encoded_in_slices_with_the_same_bytes(monkeypatch: pyt
     monkeypatch.setattr(readmodel, "PACK_CHUNK_ITEMS", 3)
     records = [{"type": "NoOp", "data": {"i": i, "s": 'é"x'}} for i in range(length)]
     assert readmodel.json_chunked(41, records) == orjson.dumps({"offset": 41, "records": records})
+
+
+@pytest.mark.parametrize("length", [0, 1, 3, 4, 10])
+def test_snapshot_msgpack_is_packed_in_slices_with_the_same_bytes(monkeypatch: pytest.MonkeyPatch, length: int) -> None:
+    monkeypatch.setattr(readmodel, "PACK_CHUNK_ITEMS", 3)
+    rows = [["NoOp", 0, i, 'é"x', [i] * i] for i in range(length)]
+    assert readmodel.msgpack_chunked(41, "records", iter(rows)) == pack({"offset": 41, "records": rows})
+
+
+def test_the_snapshot_encodings_hold_the_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(readmodel, "PACK_CHUNK_ITEMS", 4)
+    image = apply(EMPTY_IMAGE, ONE_OF_EACH)
+    snap = readmodel.Snapshot(image)
+    records = image_to_records(image)
+    assert orjson.loads(snap.json) == {
+        "offset": image.offset,
+        "records": [{"type": r.TYPE, "data": record_to_dict(r)} for r in records],
+    }
+    assert unpack(snap.msgpack) == {"offset": image.offset, "records": image_to_wire(image)}
+    assert unpack(snap.runs) == {"offset": image.offset, "runs": image_to_runs(image)}
