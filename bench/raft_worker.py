@@ -27,7 +27,7 @@ from pysyncobj import FAIL_REASON, SyncObj, replicated
 
 from metadata_log.errors import OutcomeUnknown, Unavailable
 from metadata_log.raft import RaftNode, RaftSettings
-from metadata_log.records import ClusterRegistered, Record
+from metadata_log.records import LATEST_METADATA_VERSION, ClusterRegistered, MetadataVersionChanged, Record
 from metadata_log.state import LogState, Proposal, encode_command
 
 LEADER_WAIT_S = 30.0
@@ -116,7 +116,7 @@ class RawCounter(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
 
 def raw_phase(obj: RawCounter, records_per_command: int, warmup_s: float, seconds: float, inflight: int) -> Any:
     """The same load with pysyncobj's callback API (the callback runs on pysyncobj's thread)."""
-    data = encode_command([Proposal(records_for(records_per_command, 0))])
+    data = encode_command([Proposal(records_for(records_per_command, 0))], LATEST_METADATA_VERSION)
     slots = threading.BoundedSemaphore(inflight)
     start = time.monotonic() + warmup_s
     end = start + seconds
@@ -249,6 +249,9 @@ def lead_or_follow(args: argparse.Namespace, plan: list[tuple[int, float]], node
         return 0
 
     async def kfed() -> None:
+        # What a controller's leader does first in a new quorum (every voter runs this code): raise the
+        # metadata version, so that commands are written as runs. The raw side sends the same bytes.
+        await node.propose([Proposal((MetadataVersionChanged(LATEST_METADATA_VERSION),))])
         report(args, await drive_kfed(node, plan, args.warmup_s, args.inflight), node._syncobj)
         await asyncio.sleep(3600)  # keep the loop alive: proposals still in flight resolve on it
 
