@@ -315,21 +315,24 @@ class _ProposedCommands:
     under bulk writes). Taking the proposals instead is exact: a command is only kept when its records
     round-trip unchanged (``codec.round_trips``: what ``decode_command`` of the same bytes returns, which
     is what every follower applies), and the key is the whole command, so equal bytes mean equal
-    proposals whichever proposal put them here. A command that never commits (lost leadership) is never
-    taken; the oldest go first past ``MAX_BYTES``. Proposed on the event loop, taken on the Raft thread."""
+    proposals whichever proposal put them here; a command proposed again while in flight is counted, so
+    each of its commits takes it. A command that never commits (lost leadership) is never taken; the
+    oldest go first past ``MAX_BYTES``. Proposed on the event loop, taken on the Raft thread."""
 
     MAX_BYTES: Final = 64 * 1024 * 1024
 
     def __init__(self) -> None:
-        self._by_command: dict[bytes, list[Proposal]] = {}
+        self._by_command: dict[bytes, tuple[list[Proposal], int]] = {}  # proposals, times proposed
         self._bytes = 0
         self._lock = threading.Lock()
 
     def add(self, data: bytes, proposals: list[Proposal]) -> None:
         with self._lock:
-            if data in self._by_command:
+            kept = self._by_command.get(data)
+            if kept is not None:
+                self._by_command[data] = (kept[0], kept[1] + 1)
                 return
-            self._by_command[data] = proposals
+            self._by_command[data] = (proposals, 1)
             self._bytes += len(data)
             while self._bytes > self.MAX_BYTES:
                 oldest = next(iter(self._by_command))
@@ -340,8 +343,13 @@ class _ProposedCommands:
         if not self._by_command:  # a follower: nothing to hash
             return None
         with self._lock:
-            proposals = self._by_command.pop(data, None)
-            if proposals is not None:
+            kept = self._by_command.pop(data, None)
+            if kept is None:
+                return None
+            proposals, times = kept
+            if times > 1:
+                self._by_command[data] = (proposals, times - 1)
+            else:
                 self._bytes -= len(data)
             return proposals
 

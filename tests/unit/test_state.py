@@ -286,6 +286,16 @@ def test_records_that_would_not_decode_unchanged_are_decoded_on_the_proposer_too
     assert leader.image == follower.image
 
 
+def test_a_command_proposed_twice_is_taken_back_by_each_of_its_commits() -> None:
+    leader = LogState()
+    proposals = [Proposal((NoOp(),))]
+    data = leader.encode_proposal(proposals)
+    assert leader.encode_proposal(proposals) == data  # the same bytes in flight twice (no key, same records)
+    assert leader._proposed.take(data) == proposals
+    assert leader._proposed.take(data) == proposals
+    assert leader._proposed.take(data) is None
+
+
 def test_kept_proposals_are_bounded_by_bytes_oldest_first(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_ProposedCommands, "MAX_BYTES", 100)
     kept = _ProposedCommands()
