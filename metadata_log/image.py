@@ -360,6 +360,39 @@ class MetadataDelta:
         if existing.bootstrap_servers != record.bootstrap_servers:  # else nothing changes (e.g. a retried write)
             self._cluster_map()[record.cluster_id] = _evolve(existing, bootstrap_servers=record.bootstrap_servers)
 
+    def register_clusters(
+        self, cluster_ids: Sequence[str], regions: Sequence[str], bootstrap_servers: Sequence[str]
+    ) -> None:
+        """Replay of consecutive ``ClusterRegistered``, given as columns: each new cluster is added, each
+        known one keeps its region and takes the last bootstrap servers of the run. The checks run over
+        the run's distinct (cluster, region) pairs; when one fails, the rows are replayed one by one, so the
+        error is that of the first row that does not fit. A group commit of many agents' (re-)registrations
+        is one such run."""
+        clusters = self._clusters if self._clusters is not None else self._base.clusters
+        regions_of: dict[str, str] = {}
+        fits = True
+        for cluster_id, region in dict.fromkeys(zip(cluster_ids, regions, strict=True)):
+            existing = clusters.get(cluster_id)
+            known = existing.region if existing is not None else regions_of.get(cluster_id, region)
+            if known != region or (existing is not None and existing.state == "decommissioned"):
+                fits = False
+                break
+            regions_of[cluster_id] = region
+        if not fits:
+            for row in zip(cluster_ids, regions, bootstrap_servers, strict=True):
+                self.replay(ClusterRegistered(*row))
+            return
+        changed = []
+        for cluster_id, servers in dict(zip(cluster_ids, bootstrap_servers, strict=True)).items():
+            existing = clusters.get(cluster_id)
+            if existing is None:
+                changed.append(ClusterImage(cluster_id, regions_of[cluster_id], servers))
+            elif existing.bootstrap_servers != servers:
+                changed.append(_evolve(existing, bootstrap_servers=servers))
+        if changed:
+            self._cluster_map().update((c.cluster_id, c) for c in changed)
+        self._count += len(cluster_ids)
+
     def _replay_partition_added(self, record: PartitionsAdded) -> None:
         self.add_partition_records((record,))
 
@@ -521,6 +554,8 @@ def apply(image: MetadataImage, records: Iterable[Record]) -> MetadataImage:
             delta.add_partition_records(list(group))  # type: ignore[arg-type]  # grouped by type
         elif cls is PhysicalPartitionsReported:
             delta.report_leaders(*record_columns(list(group), cls))
+        elif cls is ClusterRegistered:
+            delta.register_clusters(*record_columns(list(group), cls))
         else:
             for record in group:
                 delta.replay(record)
@@ -650,6 +685,8 @@ def _replay_run(delta: MetadataDelta, cls: type[Record], columns: Sequence[Seque
     has a bulk path."""
     if cls is PhysicalPartitionsReported:
         delta.report_leaders(*columns)
+    elif cls is ClusterRegistered:
+        delta.register_clusters(*columns)
     elif cls is PartitionsAdded:
         topics = columns[0]
         for topic_name, start, stop in _runs(topics):

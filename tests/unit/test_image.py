@@ -6,6 +6,8 @@ import copy
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from metadata_log.codec import CodecError, pack, record_to_wire, records_from_runs, unpack
 from metadata_log.image import (
@@ -354,3 +356,38 @@ def test_an_image_as_runs_is_a_run_per_topic_and_per_cluster_s_leaders_and_refus
     bad[first_run][4] = ["0", *range(1, 30)]
     with pytest.raises(CodecError):
         image_from_runs(bad, 0)
+
+
+_REGISTRATIONS = st.lists(
+    st.builds(
+        ClusterRegistered,
+        st.sampled_from(["c1", "c2", "c3", "gone", "new1", "new2"]),
+        st.sampled_from(["r1", "r2"]),
+        st.sampled_from(["h:1", "h:2", "127.0.0.1:19092"]),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_REGISTRATIONS)
+def test_a_run_of_registrations_applies_like_one_record_at_a_time(run: list[ClusterRegistered]) -> None:
+    gone = [ClusterStateChanged("gone", s) for s in ("read_only", "draining", "decommissioned")]
+    base = apply(EMPTY_IMAGE, [*ONE_OF_EACH, ClusterRegistered("gone", "r1", "h:9"), *gone])
+    one_by_one: MetadataImage | InvalidRecord = base
+    for record in run:
+        try:
+            one_by_one = apply(one_by_one, [record])
+        except InvalidRecord as e:
+            one_by_one = e
+            break
+    try:
+        together: MetadataImage | InvalidRecord = apply(base, run)
+    except InvalidRecord as e:
+        together = e
+    if isinstance(one_by_one, InvalidRecord):
+        assert str(together) == str(one_by_one)
+    else:
+        assert together == one_by_one
+        assert image_from_runs(image_to_runs(together), together.offset) == together
