@@ -38,9 +38,9 @@ MAX_PENDING_WRITES: Final = 10_000
 LEASE_CHECK_MS: Final = 100
 """How often the leader compares agent leases with the image (fencing latency adds at most this)."""
 DRAIN_CHECK_EVERY: Final = 5
+"""Lease checks between two drain checks (a drain check scans the draining partitions)."""
 VERSION_CHECK_EVERY: Final = 10
 """Lease checks between two looks at whether the metadata version can go up (only while it is not the latest)."""
-"""Lease checks between two drain checks (a drain check scans the draining partitions)."""
 
 
 @dataclass(frozen=True, slots=True)
