@@ -514,7 +514,8 @@ def build_app(
         if seen is None or seen.get("id") != body.id:
             raise Conflict(f"no kfed controller with id {body.id} answers at {http}; start it with --join first",
                            field="http")  # fmt: skip
-        reads_up_to = seen.get("reads_metadata_up_to", 1)
+        reads_up_to = seen.get("reads_metadata_up_to")
+        reads_up_to = reads_up_to if type(reads_up_to) is int else 1  # an older node does not say: version 1
         return respond(request, await service.add_voter(body.id, raft, http, reads_up_to))
 
     @v1.delete("/quorum/voters/{voter_id}", summary="Remove a voter (the leader hands over leadership first)")

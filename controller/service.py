@@ -382,11 +382,18 @@ class ControllerService:
         if self.state.image.metadata_version >= LATEST_METADATA_VERSION or ask is None or not self._sync_term():
             return
         async with self._membership_lock:  # no voter joins between the question and the record
-            others = [v for v in self.voters().voters if v.id != self.node_id]
+            voters = self.voters().voters
+            if sorted(v.raft for v in voters) != self.raft.voters():
+                return  # a membership change half done (in Raft, not yet in the log): ask again later
+            others = [v for v in voters if v.id != self.node_id]
             answers = await asyncio.gather(*(ask(v.http) for v in others))
-            if any(a is None for a in answers):
-                return
-            target = min([LATEST_METADATA_VERSION, *(int(a.get("reads_metadata_up_to", 1)) for a in answers if a)])
+            reads: list[int] = [LATEST_METADATA_VERSION]
+            for voter, answer in zip(others, answers, strict=True):
+                version = answer.get("reads_metadata_up_to", 1) if answer and answer.get("id") == voter.id else None
+                if type(version) is not int:
+                    return  # a voter that does not answer (as itself, with a version): nothing changes
+                reads.append(version)
+            target = min(reads)
             raise_to = target > self.state.image.metadata_version
             if raise_to and await self._commit_own([MetadataVersionChanged(target)], f"metadata version {target}"):
                 log.info("metadata version %d: every voter reads it", target)

@@ -544,9 +544,10 @@ class MetadataDelta:
 def apply(image: MetadataImage, records: Iterable[Record]) -> MetadataImage:
     """The image after ``records``, each taking the next offset; ``InvalidRecord`` if any does not fit.
 
-    Atomic: on error the caller still holds the unchanged ``image``. Consecutive ``PartitionsAdded`` (a
-    topic creation, a scale-up) are replayed as columns (``add_partitions``): the same checks and the same
-    first error as one at a time, with the topic and each cluster looked up once per run.
+    Atomic: on error the caller still holds the unchanged ``image``. Runs of consecutive ``PartitionsAdded``
+    (a topic creation, a scale-up), ``PhysicalPartitionsReported`` (an agent's report) and
+    ``ClusterRegistered`` (a group commit of registrations) are replayed as columns (``add_partitions``,
+    ``report_leaders``, ``register_clusters``): the same checks and the same first error as one at a time.
     """
     delta = MetadataDelta(image)
     for cls, group in groupby(records, type):

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .codec import (
+    PACK_CHUNK_ITEMS,
+    PACK_CHUNK_RUNS,
     CodecError,
     freeze_survivors,
     gc_paused,
@@ -263,10 +265,12 @@ class LogState:
             with gc_paused():
                 # the image as runs once every voter reads them (see ``MetadataVersionChanged``): a follower
                 # that gets the dump by InstallSnapshot loads it several times faster
-                body = (
-                    {"runs": image_to_runs(image)} if image.metadata_version >= 2 else {"records": image_to_wire(image)}
-                )
-                return frame(pack_chunked({"offset": image.offset, **body, "keys": keys, "raft": raft_internal}))
+                if image.metadata_version >= 2:
+                    body, chunk = {"runs": image_to_runs(image)}, PACK_CHUNK_RUNS
+                else:
+                    body, chunk = {"records": image_to_wire(image)}, PACK_CHUNK_ITEMS
+                value = {"offset": image.offset, **body, "keys": keys, "raft": raft_internal}
+                return frame(pack_chunked(value, chunk))
 
         return encode
 
@@ -340,16 +344,17 @@ class _ProposedCommands:
                 del self._by_command[oldest]
 
     def take(self, data: bytes) -> list[Proposal] | None:
-        if not self._by_command:  # a follower: nothing to hash
+        if not self._by_command:  # nothing kept (a follower, usually): nothing to hash
             return None
         with self._lock:
-            kept = self._by_command.pop(data, None)
+            kept = self._by_command.get(data)
             if kept is None:
                 return None
             proposals, times = kept
             if times > 1:
-                self._by_command[data] = (proposals, times - 1)
+                self._by_command[data] = (proposals, times - 1)  # keeps its place in the eviction order
             else:
+                del self._by_command[data]
                 self._bytes -= len(data)
             return proposals
 

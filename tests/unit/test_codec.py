@@ -313,9 +313,14 @@ def test_a_run_from_a_newer_writer_with_an_extra_column_is_decoded_row_by_row() 
         ([[2, "PartitionsAdded", 0, ["t"], (0, 1), ["c1"], ["t"], [0]]], "each a list of 1 or 2 values"),
         ([[2, "Nope", 0, ["t"]]], "malformed run"),
         ([[0, "PartitionsAdded", 0, ["t"], [0], ["c1"], ["t"], [0]]], "malformed run"),
-        ([[3, "NoOp", 0]], "needs a column per field"),
+        ([[3, "NoOp", 0]], "a run is"),
         ([[2, "TopicDeleted", 0, ["t", None]]], "must be a string"),
         ([[2, "PartitionsAdded", 0, ["t"], [0, 1]]], "needs at least 5 fields"),
+        ([[5]], "a run is"),
+        ([[2, "TopicDeleted"]], "a run is"),
+        ([[2**63, "TopicDeleted", 0, ["t"]]], "malformed run"),  # one value repeated 2**63 times
+        ([[codec.MAX_RUN_RECORDS + 1, "TopicDeleted", 0, ["t"]]], "malformed run"),
+        ([[2, "QuorumVoterChanged", 0, [4], ["h:1"], ["http://h"], [1]]], "voter must be a boolean"),
     ],
 )
 def test_malformed_runs_are_refused(items: object, message: str) -> None:
