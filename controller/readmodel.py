@@ -16,10 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import msgpack
 import orjson
 
-from metadata_log.codec import PACK_CHUNK_ITEMS, PACK_CHUNK_RUNS, gc_paused, record_to_dict
+from metadata_log.codec import PACK_CHUNK_ITEMS, PACK_CHUNK_RUNS, gc_paused, pack_chunked, record_to_dict
 from metadata_log.errors import Gone
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, image_to_runs, iter_image_records, iter_image_wire
 from metadata_log.records import Record
@@ -80,20 +79,6 @@ def json_chunked(offset: int, records: Iterable[dict[str, Any]]) -> bytes:
     return out.getvalue()
 
 
-def msgpack_chunked(offset: int, key: str, items: Iterable[Any], chunk_items: int = PACK_CHUNK_ITEMS) -> bytes:
-    """``codec.pack({"offset": offset, key: list(items)})``, byte for byte, packed a slice of ``chunk_items``
-    items per call (see ``json_chunked``)."""
-    packer = msgpack.Packer(use_bin_type=True)
-    parts, count = [], 0
-    items = iter(items)
-    while chunk := list(itertools.islice(items, chunk_items)):
-        packed = packer.pack(chunk)
-        parts.append(packed[len(packer.pack_array_header(len(chunk))) :])  # the items, without their header
-        count += len(chunk)
-    head = packer.pack_map_header(2) + packer.pack("offset") + packer.pack(offset) + packer.pack(key)
-    return b"".join([head, packer.pack_array_header(count), *parts])
-
-
 class Snapshot:
     """The image at ``offset`` as records; each encoding is made once, on first use."""
 
@@ -122,7 +107,7 @@ class Snapshot:
         (a 1M-partition snapshot loads several times faster than from field maps)."""
         if self._msgpack is None:
             with gc_paused():
-                self._msgpack = msgpack_chunked(self.offset, "records", iter_image_wire(self.image))
+                self._msgpack = pack_chunked({"offset": self.offset, "records": iter_image_wire(self.image)})
         return self._msgpack
 
     @property
@@ -131,7 +116,7 @@ class Snapshot:
         columns (``image_to_runs``); a 1M-partition snapshot is a fraction of the size and loads faster."""
         if self._runs is None:
             with gc_paused():
-                self._runs = msgpack_chunked(self.offset, "runs", image_to_runs(self.image), PACK_CHUNK_RUNS)
+                self._runs = pack_chunked({"offset": self.offset, "runs": image_to_runs(self.image)}, PACK_CHUNK_RUNS)
         return self._runs
 
 

@@ -33,7 +33,7 @@ class CodecError(ValueError):
     """Bytes or values that are not a valid encoding of records."""
 
 
-_BY_TAG: Final[dict[str, type[Record]]] = {cls.TYPE: cls for cls in RECORD_TYPES}
+TYPE_BY_TAG: Final[dict[str, type[Record]]] = {cls.TYPE: cls for cls in RECORD_TYPES}
 _FIELDS: Final[dict[type[Record], tuple[str, ...]]] = {
     cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in RECORD_TYPES
 }
@@ -79,7 +79,7 @@ def record_from_wire(value: Any) -> Record:
     if not isinstance(value, list | tuple) or len(value) < 2:
         raise CodecError(f"a record must be a list [type, version, fields...], got {type(value).__name__}")
     tag = value[0]
-    cls = _BY_TAG.get(tag) if isinstance(tag, str) else None
+    cls = TYPE_BY_TAG.get(tag) if isinstance(tag, str) else None
     if cls is None:
         raise CodecError(f"unknown record type {tag!r}")
     names = _FIELDS[cls]
@@ -108,13 +108,12 @@ def records_from_wire(rows: Iterable[Any]) -> list[Record]:
     loop over the rows."""
     out: list[Record] = []
     for group, columns in wire_groups(rows):
-        out += map(record_from_wire, group) if columns is None else run_records(group, columns)
+        out += (
+            map(record_from_wire, group)
+            if columns is None
+            else build_records(TYPE_BY_TAG[group[0][0]], columns, len(group))
+        )
     return out
-
-
-def run_records(run: list[Any], columns: tuple[Sequence[Any], ...]) -> list[Record]:
-    """The records of a run of rows ``wire_groups`` gave with its columns."""
-    return build_records(_BY_TAG[run[0][0]], columns, len(run))
 
 
 _SETTERS: Final = {cls: tuple(cls.__dict__[name].__set__ for name in _FIELDS[cls]) for cls in RECORD_TYPES}
@@ -189,7 +188,7 @@ def read_runs(items: Any) -> Iterator[Run | Record]:
         if len(item) < 4:
             raise CodecError(f"a run is [n, type, version, *columns], got {len(item)} items")
         n, tag, *rest = item
-        cls = _BY_TAG.get(tag) if isinstance(tag, str) else None
+        cls = TYPE_BY_TAG.get(tag) if isinstance(tag, str) else None
         if cls is None or not 1 <= n <= MAX_RUN_RECORDS or not rest:
             raise CodecError(f"malformed run of {n!r} records of type {tag!r}")
         version, *columns = rest
@@ -241,7 +240,7 @@ def run_columns(tag: Any, rows: list[Any]) -> tuple[Sequence[Any], ...] | None:
     (``_COLUMNAR``) and every row is exactly ``[tag, version, *fields]`` of the declared types, None where a
     field is nullable (what ``encode`` writes); None when any row differs, for the caller to decode row by
     row. For ``PartitionsAdded``: (topic, partition, cluster_id, physical_topic, physical_partition)."""
-    types = _COLUMNAR.get(_BY_TAG.get(tag)) if isinstance(tag, str) else None  # type: ignore[arg-type]  # None: no entry
+    types = _COLUMNAR.get(TYPE_BY_TAG.get(tag)) if isinstance(tag, str) else None  # type: ignore[arg-type]  # None: no entry
     if types is None or not rows or set(map(len, rows)) != {2 + len(types)}:
         return None
     _tags, _versions, *columns = zip(*rows, strict=True)
@@ -444,7 +443,8 @@ each at 1M partitions, where all 2,082 runs in one call held the GIL for 0.4 s."
 
 def pack_chunked(value: Mapping[str, Any], chunk_items: int = PACK_CHUNK_ITEMS) -> bytes:
     """``pack(value)``, byte for byte, for a map with huge lists among its values (an image's records),
-    packed ``chunk_items`` items per call.
+    packed ``chunk_items`` items per call. A value may also be an iterator, packed as the list of what it
+    yields, taken ``chunk_items`` at a time: the whole list is never held.
 
     msgpack packs in one C call that holds the GIL throughout: for a 1M-partition image that is ~0.5 s in
     which the node's Raft thread cannot send a heartbeat, long enough for its followers to elect another
@@ -453,14 +453,15 @@ def pack_chunked(value: Mapping[str, Any], chunk_items: int = PACK_CHUNK_ITEMS) 
     parts = [packer.pack_map_header(len(value))]
     for key, item in value.items():
         parts.append(packer.pack(key))
-        if not isinstance(item, list) or len(item) <= chunk_items:
+        if not isinstance(item, list | Iterator) or (isinstance(item, list) and len(item) <= chunk_items):
             parts.append(packer.pack(item))
             continue
-        parts.append(packer.pack_array_header(len(item)))
-        for start in range(0, len(item), chunk_items):
-            chunk = item[start : start + chunk_items]
+        items, header_at, count = iter(item), len(parts), 0
+        while chunk := list(itertools.islice(items, chunk_items)):
             packed = packer.pack(chunk)
             parts.append(packed[len(packer.pack_array_header(len(chunk))) :])  # the items, without their header
+            count += len(chunk)
+        parts.insert(header_at, packer.pack_array_header(count))
     return b"".join(parts)
 
 
@@ -489,7 +490,7 @@ def record_to_dict(record: Record) -> dict[str, Any]:
 
 def record_from_dict(type_tag: str, data: Mapping[str, Any]) -> Record:
     """Inverse of ``record_to_dict`` (used by HTTP followers reading the JSON form)."""
-    cls = _BY_TAG.get(type_tag)
+    cls = TYPE_BY_TAG.get(type_tag)
     if cls is None:
         raise CodecError(f"unknown record type {type_tag!r}")
     if cls is GroupGenerationStarted:

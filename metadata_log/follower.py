@@ -19,7 +19,7 @@ import httpx
 from .access import NO_ACCESS, Access
 from .client import controller_urls
 from .codec import MAX_DECODE_BYTES, CodecError, gc_paused, record_from_dict, unpack
-from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_runs, image_from_wire
+from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_snapshot
 from .records import Record
 
 log = logging.getLogger(__name__)
@@ -137,11 +137,7 @@ class LogFollower:
                 raise FollowerError(f"{self.url} is behind this follower (snapshot {offset} < {self.image.offset})")
             try:
                 # runs; rows from a controller older than them (it ignores the parameter)
-                image = (
-                    image_from_runs(body["runs"], offset)
-                    if "runs" in body
-                    else image_from_wire(body["records"], offset)
-                )
+                image = image_from_snapshot(body, offset)
             except (CodecError, InvalidRecord, KeyError, TypeError, ValueError) as e:
                 raise FollowerError(f"snapshot from {self.url} does not decode: {e}") from e
         self.snapshots_loaded += 1

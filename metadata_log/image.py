@@ -18,6 +18,7 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 from .codec import (
     COLUMNAR_TYPES,
+    TYPE_BY_TAG,
     WIRE_VERSION,
     Run,
     build_records,
@@ -394,7 +395,7 @@ class MetadataDelta:
         self._count += len(cluster_ids)
 
     def _replay_partition_added(self, record: PartitionsAdded) -> None:
-        self.add_partition_records((record,))
+        self.replay_columns(PartitionsAdded, record_columns((record,)), 1)
 
     def add_partitions(
         self,
@@ -508,15 +509,23 @@ class MetadataDelta:
                     current[key] = leader
         self._count += len(cluster_ids)
 
-    def add_partition_records(self, records: Sequence[PartitionsAdded]) -> None:
-        """Replay of consecutive ``PartitionsAdded`` records (of one topic or several): ``add_partitions``
-        per run of one topic."""
-        columns = record_columns(records)
-        for topic_name, start, stop in _runs(columns[0]):
-            if stop - start == len(records):
-                self.add_partitions(topic_name, *columns[1:])
-            else:
-                self.add_partitions(topic_name, *(column[start:stop] for column in columns[1:]))
+    def replay_columns(self, cls: type[Record], columns: Sequence[Sequence[Any]], n: int) -> None:
+        """Replay ``n`` consecutive records of type ``cls`` given as checked columns (one per field): partitions
+        (per run of one topic), leader reports and registrations a whole run at a time; other types record by
+        record."""
+        if cls is PartitionsAdded:
+            for topic_name, start, stop in _runs(columns[0]):
+                if stop - start == n:
+                    self.add_partitions(topic_name, *columns[1:])
+                else:
+                    self.add_partitions(topic_name, *(column[start:stop] for column in columns[1:]))
+        elif cls is PhysicalPartitionsReported:
+            self.report_leaders(*columns)
+        elif cls is ClusterRegistered:
+            self.register_clusters(*columns)
+        else:
+            for record in build_records(cls, columns, n):
+                self.replay(record)
 
     def apply(self) -> MetadataImage:
         """The image after every replayed record."""
@@ -541,6 +550,10 @@ class MetadataDelta:
         )
 
 
+_BULK: Final = frozenset({PartitionsAdded, PhysicalPartitionsReported, ClusterRegistered})
+"""Record types ``MetadataDelta.replay_columns`` replays a whole run at a time."""
+
+
 def apply(image: MetadataImage, records: Iterable[Record]) -> MetadataImage:
     """The image after ``records``, each taking the next offset; ``InvalidRecord`` if any does not fit.
 
@@ -551,12 +564,9 @@ def apply(image: MetadataImage, records: Iterable[Record]) -> MetadataImage:
     """
     delta = MetadataDelta(image)
     for cls, group in groupby(records, type):
-        if cls is PartitionsAdded:
-            delta.add_partition_records(list(group))  # type: ignore[arg-type]  # grouped by type
-        elif cls is PhysicalPartitionsReported:
-            delta.report_leaders(*record_columns(list(group), cls))
-        elif cls is ClusterRegistered:
-            delta.register_clusters(*record_columns(list(group), cls))
+        if cls in _BULK:
+            run = list(group)
+            delta.replay_columns(cls, record_columns(run, cls), len(run))
         else:
             for record in group:
                 delta.replay(record)
@@ -655,13 +665,19 @@ def image_to_runs(image: MetadataImage) -> list[Any]:
     return items
 
 
+def image_from_snapshot(body: Mapping[str, Any], offset: int) -> MetadataImage:
+    """The image a decoded snapshot or dump body holds, in either layout: ``runs`` (``image_to_runs``), or
+    ``records`` (wire rows, from a writer at metadata version 1 or a controller older than runs)."""
+    return image_from_runs(body["runs"], offset) if "runs" in body else image_from_wire(body["records"], offset)
+
+
 def image_from_runs(items: Any, offset: int) -> MetadataImage:
     """Rebuild a snapshot from ``image_to_runs`` output: partitions and leader reports go to the delta a run
     at a time, as columns. Raises ``CodecError`` or ``InvalidRecord``."""
     delta = MetadataDelta(EMPTY_IMAGE)
     for item in read_runs(items):
         if isinstance(item, Run):
-            _replay_run(delta, item.cls, item.columns, item.n)
+            delta.replay_columns(*item)
         else:
             delta.replay(item)
     return replace(delta.apply(), offset=offset)
@@ -677,30 +693,8 @@ def image_from_wire(rows: Iterable[Any], offset: int) -> MetadataImage:
             for row in group:
                 delta.replay(record_from_wire(row))
         else:
-            _replay_run(delta, _TYPES_BY_TAG[group[0][0]], columns, len(group))
+            delta.replay_columns(TYPE_BY_TAG[group[0][0]], columns, len(group))
     return replace(delta.apply(), offset=offset)
-
-
-def _replay_run(delta: MetadataDelta, cls: type[Record], columns: Sequence[Sequence[Any]], n: int) -> None:
-    """Replay ``n`` records of type ``cls`` given as checked columns, a whole run at a time where the delta
-    has a bulk path."""
-    if cls is PhysicalPartitionsReported:
-        delta.report_leaders(*columns)
-    elif cls is ClusterRegistered:
-        delta.register_clusters(*columns)
-    elif cls is PartitionsAdded:
-        topics = columns[0]
-        for topic_name, start, stop in _runs(topics):
-            if stop - start == n:
-                delta.add_partitions(topic_name, *columns[1:])
-            else:
-                delta.add_partitions(topic_name, *(column[start:stop] for column in columns[1:]))
-    else:
-        for record in build_records(cls, columns, n):
-            delta.replay(record)
-
-
-_TYPES_BY_TAG: Final = {cls.TYPE: cls for cls in COLUMNAR_TYPES}
 
 
 def snapshot_image(records: Iterable[Record], offset: int) -> MetadataImage:

@@ -40,10 +40,9 @@ from .image import (
     InvalidRecord,
     MetadataImage,
     apply,
-    image_from_runs,
-    image_from_wire,
+    image_from_snapshot,
     image_to_runs,
-    image_to_wire,
+    iter_image_wire,
 )
 from .records import LATEST_METADATA_VERSION, Record
 
@@ -265,10 +264,11 @@ class LogState:
             with gc_paused():
                 # the image as runs once every voter reads them (see ``MetadataVersionChanged``): a follower
                 # that gets the dump by InstallSnapshot loads it several times faster
+                body: dict[str, Any]
                 if image.metadata_version >= 2:
                     body, chunk = {"runs": image_to_runs(image)}, PACK_CHUNK_RUNS
                 else:
-                    body, chunk = {"records": image_to_wire(image)}, PACK_CHUNK_ITEMS
+                    body, chunk = {"records": iter_image_wire(image)}, PACK_CHUNK_ITEMS
                 value = {"offset": image.offset, **body, "keys": keys, "raft": raft_internal}
                 return frame(pack_chunked(value, chunk))
 
@@ -284,10 +284,7 @@ class LogState:
         try:
             with gc_paused():
                 value = unpack(body)
-                if "runs" in value:
-                    image = image_from_runs(value["runs"], int(value["offset"]))
-                else:
-                    image = image_from_wire(value["records"], int(value["offset"]))
+                image = image_from_snapshot(value, int(value["offset"]))
             value_raft = value["raft"]
             keys: OrderedDict[str, tuple[str | None, Outcome]] = OrderedDict()
             for k, fp, status, first, last, detail in value["keys"]:

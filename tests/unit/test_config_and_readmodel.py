@@ -8,7 +8,7 @@ import pytest
 from controller import readmodel
 from controller.config import ConfigError, Voter, parse_quorum, render_quorum
 from controller.readmodel import ReadModel
-from metadata_log.codec import pack, record_to_dict, unpack
+from metadata_log.codec import pack, pack_chunked, record_to_dict, unpack
 from metadata_log.errors import Gone
 from metadata_log.image import EMPTY_IMAGE, apply, image_to_records, image_to_runs, image_to_wire
 from metadata_log.records import NoOp, Record
@@ -134,10 +134,9 @@ def test_snapshot_json_is_encoded_in_slices_with_the_same_bytes(monkeypatch: pyt
 
 
 @pytest.mark.parametrize("length", [0, 1, 3, 4, 10])
-def test_snapshot_msgpack_is_packed_in_slices_with_the_same_bytes(monkeypatch: pytest.MonkeyPatch, length: int) -> None:
-    monkeypatch.setattr(readmodel, "PACK_CHUNK_ITEMS", 3)
+def test_snapshot_msgpack_is_packed_from_an_iterator_in_slices_with_the_same_bytes(length: int) -> None:
     rows = [["NoOp", 0, i, 'é"x', [i] * i] for i in range(length)]
-    assert readmodel.msgpack_chunked(41, "records", iter(rows)) == pack({"offset": 41, "records": rows})
+    assert pack_chunked({"offset": 41, "records": iter(rows)}, 3) == pack({"offset": 41, "records": rows})
 
 
 def test_the_snapshot_encodings_hold_the_image(monkeypatch: pytest.MonkeyPatch) -> None:
