@@ -2,7 +2,7 @@
 
 from .consumer import FederatedConsumer
 from .errors import FederationError, NoWritablePartition, PartitionNotWritable, UnknownTopic
-from .messages import FederatedMessage
+from .messages import FederatedMessage, MessageBatch
 from .producer import FederatedProducer
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "FederatedMessage",
     "FederatedProducer",
     "FederationError",
+    "MessageBatch",
     "NoWritablePartition",
     "PartitionNotWritable",
     "UnknownTopic",

@@ -30,7 +30,7 @@ from metadata_log.follower import LogFollower
 from metadata_log.image import MetadataImage, PartitionImage
 
 from .config import split_config
-from .messages import FederatedMessage, Origin, wrap_batch
+from .messages import EMPTY_BATCH, FederatedMessage, MessageBatch, Origin, wrap_batch
 
 log = logging.getLogger(__name__)
 
@@ -256,8 +256,9 @@ class FederatedConsumer:
         messages = self.consume(1, timeout)
         return messages[0] if messages else None
 
-    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FederatedMessage]:
-        """Up to ``num_messages`` messages from every physical cluster this member reads.
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> MessageBatch:
+        """Up to ``num_messages`` messages from every physical cluster this member reads, as a read-only
+        sequence (wrapped as they are read: see ``MessageBatch``).
 
         Never takes more from librdkafka than it hands out, so each physical consumer's position (the
         offset after the last message it returned) is exactly what the application was handed: commits
@@ -274,7 +275,7 @@ class FederatedConsumer:
                 wait = 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
                 n = len(consumers)
                 self._next_consumer = first = (self._next_consumer + 1) % n
-                out: list[FederatedMessage] = []
+                out = EMPTY_BATCH
                 for i in range(n):
                     cluster_id, consumer = consumers[(first + i) % n]
                     # wait only on the last consumer of the round, when nothing was found before it
@@ -288,7 +289,7 @@ class FederatedConsumer:
             elif deadline is None or time.monotonic() < deadline:
                 time.sleep(0.02)
             if deadline is not None and time.monotonic() >= deadline:
-                return []
+                return EMPTY_BATCH
 
     # -- offsets ----------------------------------------------------------------------------------
     def commit(self, message: FederatedMessage | None = None, offsets: Any = None, asynchronous: bool = True) -> None:

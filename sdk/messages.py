@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, NamedTuple, overload
 
 from confluent_kafka import KafkaError, Message
 
@@ -110,22 +110,70 @@ class _Unsent(FederatedMessage):
         return None
 
 
-def wrap_batch(batch: list[Message], origins: dict[tuple[str, int], Origin]) -> list[FederatedMessage]:
-    """Wrap what one physical consumer returned: ``origins`` maps its owned (physical topic, physical
+class MessageBatch(Sequence[FederatedMessage]):
+    """What ``FederatedConsumer.consume`` returns: a read-only sequence of ``FederatedMessage`` (``list(batch)``
+    makes a list of it).
+
+    A message is wrapped when it is read (iterated or indexed), not when the batch is made. A wrapper the
+    application drops after use is then freed at once; made up front, as a list of wrappers would be, it
+    outlives the next ``consume()`` beside its message, and the cyclic garbage collector walks twice the
+    objects a raw consumer makes (measured: a third of the federated consumer's CPU in a read loop).
+    """
+
+    __slots__ = ("_messages", "_origins")
+
+    def __init__(self, messages: list[Message], origins: list[Origin]) -> None:
+        self._messages = messages  # as the physical consumers returned them
+        self._origins = origins  # the logical partition of each
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __iter__(self) -> Iterator[FederatedMessage]:
+        return map(FederatedMessage, zip(self._messages, self._origins, strict=True))
+
+    @overload
+    def __getitem__(self, index: int) -> FederatedMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> MessageBatch: ...
+    def __getitem__(self, index: int | slice) -> FederatedMessage | MessageBatch:
+        if isinstance(index, slice):
+            return MessageBatch(self._messages[index], self._origins[index])
+        return FederatedMessage((self._messages[index], self._origins[index]))
+
+    def __add__(self, other: MessageBatch) -> MessageBatch:
+        if not isinstance(other, MessageBatch):
+            return NotImplemented
+        if not other._messages:
+            return self
+        if not self._messages:
+            return other
+        return MessageBatch(self._messages + other._messages, self._origins + other._origins)
+
+    def __repr__(self) -> str:
+        return f"MessageBatch({len(self)} messages)"
+
+
+EMPTY_BATCH: Final = MessageBatch([], [])
+
+
+def wrap_batch(batch: list[Message], origins: dict[tuple[str, int], Origin]) -> MessageBatch:
+    """Place what one physical consumer returned: ``origins`` maps its owned (physical topic, physical
     partition) to their logical partition. Events (``error()`` set) other than partition EOF are handed out
     when their partition is owned; EOF events and messages of partitions not in ``origins`` (released since
     they were fetched) are dropped.
 
-    The usual batch — only messages, all of owned partitions — is wrapped without a Python call per
+    The usual batch — only messages, all of owned partitions — is placed without a Python call per
     message; anything else takes the per-message path."""
     if not any(map(_error, batch)):
         physical = zip(map(_topic, batch), map(_partition, batch), strict=True)
         lookup: Callable[[tuple[str | None, int | None]], Origin] = origins.__getitem__  # type: ignore[assignment]  # messages have both
         try:
-            return list(map(FederatedMessage, zip(batch, map(lookup, physical), strict=True)))
+            return MessageBatch(batch, list(map(lookup, physical)))
         except KeyError:
             pass  # a partition released since it was fetched: drop its messages below
-    out = []
+    kept: list[Message] = []
+    placed: list[Origin] = []
     get = origins.get
     for msg in batch:
         error = msg.error()
@@ -133,5 +181,6 @@ def wrap_batch(batch: list[Message], origins: dict[tuple[str, int], Origin]) -> 
             continue
         origin = get((msg.topic(), msg.partition()))  # type: ignore[arg-type]  # None for client-level events
         if origin is not None:
-            out.append(FederatedMessage((msg, origin)))
-    return out
+            kept.append(msg)
+            placed.append(origin)
+    return MessageBatch(kept, placed)

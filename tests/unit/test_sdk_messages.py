@@ -49,7 +49,21 @@ def test_partition_eof_is_dropped_other_events_of_owned_partitions_are_handed_ou
 
 
 def test_an_empty_batch_gives_nothing() -> None:
-    assert wrap_batch([], ORIGINS) == []
+    out = wrap_batch([], ORIGINS)
+    assert (len(out), list(out), bool(out)) == (0, [], False)
+
+
+def test_a_batch_reads_like_a_read_only_list_wrapping_each_message_as_it_is_read() -> None:
+    out = wrap_batch([msg(0, 10), msg(1, 3), msg(0, 11)], ORIGINS)
+    assert (out[0].partition(), out[0].offset(), out[-1].offset(), out[1].partition()) == (0, 10, 11, 5)
+    assert [(m.partition(), m.offset()) for m in out[1:]] == [(5, 3), (0, 11)]
+    assert out[0] == out[0] and out[0] is not out[0]  # a new wrapper per read, of the same message
+    assert [m.offset() for m in reversed(out)] == [11, 3, 10] and out.index(out[1]) == 1
+    more = wrap_batch([msg(1, 4)], ORIGINS)
+    joined = out + more
+    assert [(m.partition(), m.offset()) for m in joined] == [(0, 10), (5, 3), (0, 11), (5, 4)]
+    assert len(out) == 3 and len(more) == 1  # both unchanged
+    assert (wrap_batch([], ORIGINS) + more) is more
 
 
 def test_a_federated_message_reads_like_a_confluent_one() -> None:
