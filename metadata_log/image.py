@@ -40,6 +40,7 @@ from .records import (
     GroupGenerationStarted,
     GroupMember,
     MetadataVersionChanged,
+    NewerMetadataVersion,
     NoOp,
     PartitionsAdded,
     PartitionState,
@@ -335,9 +336,7 @@ class MetadataDelta:
                 if record.version < self._metadata_version:
                     raise InvalidRecord(f"metadata version {self._metadata_version} cannot go back to {record.version}")
                 if record.version > LATEST_METADATA_VERSION:
-                    raise InvalidRecord(
-                        f"metadata version {record.version} is newer than this node reads ({LATEST_METADATA_VERSION})"
-                    )
+                    raise NewerMetadataVersion(record.version)
                 self._metadata_version = record.version
             case _:
                 raise InvalidRecord(f"not a record: {type(record).__name__}")

@@ -24,6 +24,20 @@ LATEST_METADATA_VERSION: Final = 2
 """The newest ``MetadataVersionChanged.version`` this software reads and writes."""
 
 
+class NewerMetadataVersion(ValueError):
+    """Metadata (a command, a record, a snapshot) of a version newer than this software reads.
+
+    Unlike a record that does not fit its image (``InvalidRecord``, the same on every node), this depends on
+    the reader's code: a voter that skipped such a committed command would go on with a state no other voter
+    has, so a controller stops instead (``LogState``); a tailer reports it."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(
+            f"metadata version {version} is newer than this kfed reads (up to {LATEST_METADATA_VERSION}): upgrade it"
+        )
+        self.version = version
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterRegistered:  # v0: initial. Re-registering an existing id updates its bootstrap servers.
     TYPE: ClassVar[str] = "ClusterRegistered"

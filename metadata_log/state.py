@@ -4,7 +4,9 @@ A Raft *command* carries a group of *proposals* (group commit); each proposal is
 client write plus its idempotency key. Each proposal is applied atomically and gets consecutive
 offsets; a proposal that does not apply is rejected without touching the state. ``apply_command``
 never raises (an exception inside a pysyncobj replicated method stops the whole cluster), and it is
-deterministic: every node computes the same outcomes.
+deterministic: every node computes the same outcomes. The one thing that is not the same on every node is
+what its code can read: a committed command of a newer metadata version than this node reads stops the node
+(``halt``) rather than be skipped here and applied everywhere else.
 
 This module does not import pysyncobj; ``raft.py`` is the thin shell around it.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import struct
 import threading
 import zlib
@@ -44,7 +47,7 @@ from .image import (
     image_to_runs,
     iter_image_wire,
 )
-from .records import LATEST_METADATA_VERSION, Record
+from .records import LATEST_METADATA_VERSION, NewerMetadataVersion, Record
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,21 @@ class Outcome:
     detail: str = ""
 
 
+HALT_EXIT_STATUS: Final = 3
+"""The exit status of a node stopped by ``halt_process``."""
+
+
+def halt_process(reason: str) -> None:
+    """``LogState``'s default ``halt``: log ``reason`` and end the process at once, with no clean-up. A clean
+    shutdown would write the state dump, recording the state as applied past the command it could not read;
+    ended here, the node restarts from its last dump and journal, which still hold that command, and applies
+    it once upgraded."""
+    log.critical("stopping this node: %s", reason)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(HALT_EXIT_STATUS)
+
+
 Publisher = Callable[[int, Sequence[Record], MetadataImage], None]
 """Called after each command that committed records: the offset of the first, the records (at consecutive
 offsets) and the new image. Called with no records when the state was replaced by a dump (at start, or a
@@ -108,7 +126,9 @@ def decode_command(data: bytes) -> list[Proposal]:
         raise CodecError("not a kfed command")
     decode_records = _DECODERS.get(value[0])
     if decode_records is None:
-        raise CodecError(f"a command of metadata version {value[0]}: this node reads up to {LATEST_METADATA_VERSION}")
+        if value[0] > LATEST_METADATA_VERSION:
+            raise NewerMetadataVersion(value[0])
+        raise CodecError(f"a command of metadata version {value[0]}: there is none below {COMMAND_VERSION}")
     if not isinstance(value[1], list):
         raise CodecError("a command holds a list of proposals")
     out = []
@@ -130,8 +150,9 @@ _DECODERS: Final[dict[int, Callable[[list[Any]], list[Record]]]] = {1: records_f
 class LogState:
     """Image plus idempotency keys. Mutated only by ``apply_command`` (on the Raft thread)."""
 
-    def __init__(self, publisher: Publisher | None = None) -> None:
+    def __init__(self, publisher: Publisher | None = None, halt: Callable[[str], None] = halt_process) -> None:
         self.image: MetadataImage = EMPTY_IMAGE
+        self._halt = halt  # called with the reason when this node cannot go on (see the module's docstring)
         self._keys: OrderedDict[str, tuple[str | None, Outcome]] = OrderedDict()
         self._publisher = publisher
         self._proposed = _ProposedCommands()
@@ -156,6 +177,8 @@ class LogState:
         """Apply one Raft command; returns one outcome per proposal. Never raises."""
         try:
             proposals = self._proposed.take(data) or decode_command(data)
+        except NewerMetadataVersion as e:
+            return self._cannot_read(e)
         except (CodecError, TypeError, ValueError) as e:
             log.error("undecodable command of %d bytes ignored: %s", len(data), e)
             return [Outcome("rejected", detail=f"undecodable command: {e}")]
@@ -167,6 +190,8 @@ class LogState:
             for proposal in proposals:
                 try:
                     outcome = self._apply_proposal(proposal, published)
+                except NewerMetadataVersion as e:
+                    return self._cannot_read(e)
                 except Exception as e:  # a bug in apply must not stop the quorum: reject, loudly
                     log.exception("proposal rejected by an unexpected error")
                     outcome = Outcome("rejected", detail=f"internal error: {type(e).__name__}: {e}")
@@ -180,6 +205,11 @@ class LogState:
         if self._applied_since_freeze >= FREEZE_EVERY_RECORDS and freeze_survivors():
             self._applied_since_freeze = 0
         return outcomes
+
+    def _cannot_read(self, error: NewerMetadataVersion) -> list[Outcome]:
+        """Stop this node: a committed command it cannot read. Returns only when ``halt`` does (tests)."""
+        self._halt(f"the log holds a committed command this node cannot apply: {error}")
+        return [Outcome("rejected", detail=str(error))]
 
     def _apply_together(self, proposals: Sequence[Proposal], published: list[Record]) -> list[Outcome] | None:
         """The outcomes of applying ``proposals`` one after another, computed with one ``apply`` of all
@@ -289,6 +319,9 @@ class LogState:
             keys: OrderedDict[str, tuple[str | None, Outcome]] = OrderedDict()
             for k, fp, status, first, last, detail in value["keys"]:
                 keys[k] = (fp, Outcome(status, first, last, detail))
+        except NewerMetadataVersion as e:
+            self._halt(f"a state dump (at start, or a snapshot from the leader) this node cannot read: {e}")
+            raise CorruptState(f"state dump of a newer metadata version: {e}") from e
         except (CodecError, InvalidRecord, KeyError, TypeError, ValueError) as e:
             raise CorruptState(f"state dump does not decode: {e}") from e
         self.image = image

@@ -21,6 +21,7 @@ from pysyncobj.monotonic import monotonic as pysyncobj_clock
 
 from deploy.local import free_ports
 from metadata_log import raft
+from metadata_log.codec import pack
 from metadata_log.errors import Unavailable
 from metadata_log.image import MetadataImage
 from metadata_log.records import ClusterRegistered, NoOp
@@ -102,6 +103,36 @@ async def test_a_journal_pickled_by_pysyncobjs_own_protocol_replays(tmp_path: Pa
         vars(pso_pickle)["__protocol"] = raft.PICKLE_PROTOCOL
     assert image.offset == 4
     await restart_and_replay(address, tmp_path, image, "a protocol-2 journal did not replay")
+
+
+async def test_a_committed_command_this_node_cannot_read_is_not_skipped_on_restart_either(tmp_path: Path) -> None:
+    """A command of a newer metadata version (what a leader of a newer kfed replicates) halts the node when it
+    commits, and again at the same place when the node replays its journal: never applied past silently."""
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    halts: list[str] = []
+    state = LogState(halt=halts.append)  # returns: the node goes on here, so what it did next can be checked
+    node = raft.RaftNode(address, [], tmp_path, state)
+    try:
+        await wait_leader(node)
+        await asyncio.wait_for(node.propose([Proposal((ClusterRegistered("c1", "r1", "h:1"),))]), 5)
+        image = state.image
+        newer = pack([3, [[None, None, [[1, "ClusterRegistered", 0, ["c2"], ["r1"], ["h:2"]]]]]])
+        await asyncio.to_thread(node._syncobj.apply_command, newer, sync=True, timeout=5)
+        assert len(halts) == 1 and "metadata version 3 is newer than this kfed reads" in halts[0]
+        assert state.image is image
+    finally:
+        node.close()
+    again: list[str] = []
+    restarted = LogState(halt=again.append)
+    node = raft.RaftNode(address, [], tmp_path, restarted)
+    try:
+        deadline = time.monotonic() + 30  # a generous wait for the replay on a loaded machine, not a bound
+        while not again:
+            assert time.monotonic() < deadline, "the journal's newer command was not met again on restart"
+            await asyncio.sleep(0.05)
+        assert restarted.image == image
+    finally:
+        node.close()
 
 
 async def test_propose_dump_and_restart(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 
 import pytest
 from hypothesis import example, given, settings
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 
 from metadata_log import state as state_module
 from metadata_log.codec import CodecError, freeze_survivors, gc_paused, pack, round_trips, unpack
-from metadata_log.image import EMPTY_IMAGE, apply
+from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
 from metadata_log.records import (
     ClusterFenced,
     ClusterRegistered,
@@ -18,6 +20,7 @@ from metadata_log.records import (
     ClusterUnfenced,
     GroupGenerationStarted,
     MetadataVersionChanged,
+    NewerMetadataVersion,
     NoOp,
     PartitionsAdded,
     PartitionStateChanged,
@@ -316,8 +319,10 @@ def test_commands_of_both_metadata_versions_decode_to_the_same_proposals() -> No
     assert unpack(rows)[0] == 1 and unpack(runs)[0] == 2
     assert len(runs) < len(rows) / 2
     assert decode_command(rows) == decode_command(runs) == proposals
-    with pytest.raises(CodecError, match="a command of metadata version 3: this node reads up to 2"):
+    with pytest.raises(NewerMetadataVersion, match="metadata version 3 is newer than this kfed reads"):
         decode_command(pack([3, []]))
+    with pytest.raises(CodecError, match="a command of metadata version 0"):
+        decode_command(pack([0, []]))
     with pytest.raises(ValueError, match="no command layout"):
         encode_command(proposals, 3)
 
@@ -334,3 +339,66 @@ def test_the_leader_writes_commands_in_the_version_the_log_has_reached() -> None
         2,
         [[None, None, [[3, "PartitionsAdded", 0, ["t"], [0, 1, 2], ["c1"], ["t"], [0, 1, 2]]]]],
     ]
+
+
+class Halted(Exception):
+    """What the test's ``halt`` raises: the node stopped there."""
+
+
+def halting_state() -> tuple[LogState, list[str]]:
+    reasons: list[str] = []
+
+    def halt(reason: str) -> None:
+        reasons.append(reason)
+        raise Halted(reason)
+
+    return LogState(halt=halt), reasons
+
+
+def test_a_committed_command_of_a_newer_metadata_version_stops_the_node_instead_of_being_skipped() -> None:
+    state, reasons = halting_state()
+    state.apply_command(encode_command([Proposal((ClusterRegistered("c1", "r1", "h:1"),))]))
+    before = state.image
+    with pytest.raises(Halted):
+        state.apply_command(pack([3, [[None, None, []]]]))
+    assert state.image is before
+    assert reasons == [
+        "the log holds a committed command this node cannot apply: "
+        "metadata version 3 is newer than this kfed reads (up to 2): upgrade it"
+    ]
+
+
+def test_a_committed_raise_to_a_newer_metadata_version_stops_the_node() -> None:
+    state, reasons = halting_state()
+    with pytest.raises(Halted):
+        state.apply_command(encode_command([Proposal((NoOp(),)), Proposal((MetadataVersionChanged(3),))]))
+    assert len(reasons) == 1 and "metadata version 3 is newer" in reasons[0]
+    # a version this node reads still applies, and a version going back is refused like any record that does
+    # not fit (the same on every node)
+    state, reasons = halting_state()
+    state.apply_command(encode_command([Proposal((MetadataVersionChanged(2),))]))
+    outcomes = state.apply_command(encode_command([Proposal((MetadataVersionChanged(1),))], 2))
+    assert (outcomes[0].status, state.image.metadata_version, reasons) == ("rejected", 2, [])
+
+
+def test_a_dump_of_a_newer_metadata_version_stops_the_node() -> None:
+    state = LogState()
+    state.image = MetadataImage(7, {}, {}, {}, metadata_version=3)  # as a newer kfed would have dumped it
+    data = state.dump({"raft": "internal"})
+    reader, reasons = halting_state()
+    with pytest.raises(Halted):
+        reader.load(data)
+    assert len(reasons) == 1 and "metadata version 3 is newer than this kfed reads" in reasons[0]
+    assert reader.image == EMPTY_IMAGE
+
+
+def test_the_default_halt_ends_the_process_with_its_status_and_says_why() -> None:
+    script = (
+        "import logging; logging.basicConfig();"
+        "from metadata_log.codec import pack; from metadata_log.state import LogState;"
+        "LogState().apply_command(pack([3, []])); print('went on')"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == state_module.HALT_EXIT_STATUS == 3
+    assert "went on" not in done.stdout
+    assert "stopping this node: the log holds a committed command this node cannot apply" in done.stderr
