@@ -21,6 +21,9 @@ from typing import Any, Literal, Self
 import httpx
 
 from deploy.local import LocalFederation, LocalQuorum, ready_demo_topic, stop_processes
+from metadata_log.follower import LogFollower
+from metadata_log.image import MetadataImage
+from metadata_log.records import ClusterFenced, Record
 
 from .httpconn import TRANSPORT_ERRORS, Connection
 
@@ -321,6 +324,36 @@ def wait_writable(q: LocalQuorum, timeout_s: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"no node accepted a write within {timeout_s} s; logs in {q.data_dir}")
         time.sleep(0.1)
+
+
+class FenceWatch:
+    """When a ``LogFollower`` (what agents, the SDK and Spark use) applies a ``ClusterFenced`` of ``cluster_id``
+    committed after ``arm()``. A follower starting on a log that already holds such records (an earlier
+    trial's fence) meets them again while it catches up: those do not count."""
+
+    def __init__(self, fed: LocalFederation, cluster_id: str) -> None:
+        self.cluster_id = cluster_id
+        self.after: float = math.inf  # offsets above this one count
+        self.seen_at: float | None = None
+        self.seen = threading.Event()
+        self.follower = LogFollower(fed.quorum.urls, wait_ms=5000, listener=self._listen)
+        self.follower.poll(0)
+        self.follower.start()
+
+    def arm(self, fed: LocalFederation) -> None:
+        """Just before the failure: every record committed so far is history."""
+        self.after = fed.metadata()["offset"]
+
+    def _listen(self, image: MetadataImage, entries: Sequence[tuple[int, Record]]) -> None:
+        if self.seen_at is None and any(
+            offset > self.after and isinstance(r, ClusterFenced) and r.cluster_id == self.cluster_id
+            for offset, r in entries
+        ):
+            self.seen_at = time.monotonic()
+            self.seen.set()
+
+    def stop(self) -> None:
+        self.follower.stop()
 
 
 def start_demo_federation(fed: LocalFederation, timeout_s: float = 60.0) -> None:

@@ -11,17 +11,12 @@ the log must not grow at all.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from deploy.local import LocalFederation, LocalQuorum
-from metadata_log.follower import LogFollower
-from metadata_log.image import MetadataImage
-from metadata_log.records import ClusterFenced, Record
 
-from .common import BenchResult, Goal, Row, Sizes, fmt, median
+from .common import BenchResult, FenceWatch, Goal, Row, Sizes, fmt, median
 
 FENCING_GOAL_S = 3.0
 
@@ -41,19 +36,9 @@ def run_fencing(trials: int, workdir: Path, result: BenchResult) -> None:
         fed.wait_clusters_healthy(timeout_s=60)
         c1 = fed.clusters["c1"]
         for trial in range(trials):
-            seen = threading.Event()
-            seen_at: list[float] = []
-
-            def listener(image: MetadataImage, entries: Sequence[tuple[int, Record]], ev: threading.Event = seen,
-                         at: list[float] = seen_at) -> None:  # fmt: skip
-                if any(isinstance(r, ClusterFenced) and r.cluster_id == "c1" for _, r in entries):
-                    at.append(time.monotonic())
-                    ev.set()
-
-            follower = LogFollower(fed.quorum.urls, wait_ms=5000, listener=listener)
-            follower.poll(0)
-            follower.start()
+            watch = FenceWatch(fed, "c1")
             time.sleep(0.5)
+            watch.arm(fed)
             c1.kill_broker()
             killed = time.monotonic()
             while not next(c for c in fed.metadata()["clusters"] if c["cluster_id"] == "c1")["fenced"]:
@@ -61,10 +46,10 @@ def run_fencing(trials: int, workdir: Path, result: BenchResult) -> None:
                     raise TimeoutError("c1 not fenced after 30 s")
                 time.sleep(0.02)
             fenced_s.append(time.monotonic() - killed)
-            if not seen.wait(30):
+            if not watch.seen.wait(30) or watch.seen_at is None:
                 raise TimeoutError("the follower did not see ClusterFenced")
-            seen_s.append(seen_at[0] - killed)
-            follower.stop()
+            seen_s.append(watch.seen_at - killed)
+            watch.stop()
             print(f"    trial {trial + 1}: fenced in metadata after {fenced_s[-1]:.2f} s, "
                   f"seen by a follower after {seen_s[-1]:.2f} s", flush=True)  # fmt: skip
             c1.start_broker()

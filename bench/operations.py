@@ -17,19 +17,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from deploy.local import DEMO_TOPIC as TOPIC
 from deploy.local import LocalFederation
-from metadata_log.follower import LogFollower
-from metadata_log.image import MetadataImage
-from metadata_log.records import ClusterFenced, Record
 from sdk import FederatedConsumer, FederatedProducer
 from sdk.errors import NoWritablePartition
 
-from .common import BenchResult, Goal, Row, Sizes, fmt, median, start_demo_federation
+from .common import BenchResult, FenceWatch, Goal, Row, Sizes, fmt, median, start_demo_federation
 
 
 class _Producing(threading.Thread):
@@ -90,21 +86,15 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
             scale_up_s.append(min(producing.first_ack[p] for p in new if p in producing.first_ack) - committed)
             print(f"    scale-up {trial + 1}: first ack on {cluster_id} after {scale_up_s[-1]:.2f} s", flush=True)
         for trial in range(trials):
-            seen: list[float] = []
-
-            def listener(image: MetadataImage, entries: Sequence[tuple[int, Record]], at: list[float] = seen) -> None:
-                if any(isinstance(r, ClusterFenced) and r.cluster_id == "c2" for _, r in entries):
-                    at.append(time.monotonic())
-
-            follower = LogFollower(fed.quorum.urls, wait_ms=5000, listener=listener)
-            follower.poll(0)
-            follower.start()
+            watch = FenceWatch(fed, "c2")
             time.sleep(0.5)
+            watch.arm(fed)
             fed.clusters["c2"].kill_broker()
             killed = time.monotonic()
-            _wait(lambda seen=seen: seen, 30, "c2 never fenced")
-            fenced_s.append(seen[0] - killed)
-            follower.stop()
+            if not watch.seen.wait(30) or watch.seen_at is None:
+                raise TimeoutError("c2 never fenced")
+            fenced_s.append(watch.seen_at - killed)
+            watch.stop()
             print(f"    failure {trial + 1}: routed around c2 after {fenced_s[-1]:.2f} s", flush=True)
             fed.clusters["c2"].start_broker()
             fed.wait_clusters_healthy(["c2"], timeout_s=60)
