@@ -50,13 +50,16 @@ class Reply:
 class Connection:
     """One keep-alive connection to ``base_url`` (``http://host:port``); reconnects after an error."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, source_host: str | None = None) -> None:
+        """``source_host``: the local address to connect from (a loopback one, 127.0.0.2 and up, stands for
+        another client machine: the controllers bound some resources per client address)."""
         parts = urlsplit(base_url)
         if parts.hostname is None or parts.port is None:
             raise ValueError(f"need http://host:port, got {base_url!r}")
         self.base_url = base_url
         self._host = parts.hostname
         self._port = parts.port
+        self._local_addr = (source_host, 0) if source_host is not None else None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._last_used = 0.0
@@ -67,7 +70,9 @@ class Connection:
             self.abort()  # the server may be closing it right now (uvicorn drops idle ones after 5 s)
         self._last_used = now
         if self._reader is None or self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self._host, self._port, limit=1 << 22)
+            self._reader, self._writer = await asyncio.open_connection(
+                self._host, self._port, limit=1 << 22, local_addr=self._local_addr
+            )
         return self._reader, self._writer
 
     def _head(self, method: str, path: str, body: bytes | None, extra: dict[str, str] | None) -> bytes:

@@ -6,7 +6,8 @@ delay is how fast a fence or a new partition reaches clients (goal: p99 <= 50 ms
 A writer re-registers one cluster ``lat<run>`` on the leader at a steady rate, with bootstrap servers
 ``127.0.0.1:<seq + 1>`` (so each write is one new record that names its sequence number), and keeps
 ``seq -> wall-clock send time`` (and acknowledgement time); tailers in one or two separate processes
-(``bench.tailer_worker``), spread over the three nodes, note when each record arrives. The headline is
+(``bench.tailer_worker``), spread over the three nodes and connecting from loopback addresses 127.0.0.2 and up
+(32 tailers per address, as if on separate hosts), note when each record arrives. The headline is
 send -> arrival, which includes the commit itself (an upper bound of commit -> tailer); acknowledgement ->
 arrival is shown too (negative when a tailer saw the record before the writer got its reply).
 """

@@ -25,9 +25,21 @@ from .httpconn import TRANSPORT_ERRORS, Connection
 POLL_WAIT_MS = 10_000
 
 
+TAILERS_PER_SOURCE = 32
+"""Tailers that share one loopback source address (127.0.0.2, .3, ...): spread over the three nodes, that is
+at most 11 streams per address on each, under the controllers' 64 log streams per client address. From one
+address, 1,000 SSE tailers would get 192 streams and 808 refusals (429)."""
+
+
+def source_host(index: int) -> str:
+    """The loopback address tailer ``index`` connects from, as if each group of tailers ran on its own host."""
+    group = index // TAILERS_PER_SOURCE
+    return f"127.0.{2 + group // 250}.{2 + group % 250}"
+
+
 class Tailer:
-    def __init__(self, url: str, offset: int, cluster_id: str, count: int) -> None:
-        self.conn = Connection(url)
+    def __init__(self, url: str, offset: int, cluster_id: str, count: int, source: str | None = None) -> None:
+        self.conn = Connection(url, source)
         self.offset = offset
         self.cluster_id = cluster_id
         self.marker = b'"cluster_id":"' + cluster_id.encode() + b'"'
@@ -102,7 +114,8 @@ class Tailer:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     urls = args.urls.split(",")
     tailers = [
-        Tailer(urls[(args.first + i) % len(urls)], args.offset, args.cluster, args.count) for i in range(args.tailers)
+        Tailer(urls[(args.first + i) % len(urls)], args.offset, args.cluster, args.count, source_host(args.first + i))
+        for i in range(args.tailers)
     ]
     deadline = time.time() + args.deadline_s
     tasks: list[asyncio.Task[None]] = []
