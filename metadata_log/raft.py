@@ -290,8 +290,9 @@ class _CheckedJournal(FileJournal):  # type: ignore[misc]  # pysyncobj is untype
       header's end over it and syncs again. So an entry inside the end was durable before anything could
       acknowledge it, and a crash mid-append leaves at most bytes *past* the end: an entry never
       acknowledged (the follower answers the leader only after ``add`` returns, the leader counts itself
-      only after its appends of a tick are synced: ``syncs_deferred``), dropped exactly as pysyncobj does. Damage inside the end is therefore never a torn write: it is
-      corruption, and the node refuses to start. (With ``--no-journal-fsync`` there are no syncs: a power
+      only after its appends of a tick are synced: ``syncs_deferred``), dropped exactly as pysyncobj
+      does. Damage inside the end is therefore never a torn write: it is corruption, and the node
+      refuses to start. (With ``--no-journal-fsync`` there are no syncs: a power
       loss can tear the tail, which is then reported the same way; kill -9 cannot, the page cache survives.)
     - **Compaction is atomic**: pysyncobj rewrites the kept entries in place after a dump (clear, then
       re-add), so a crash in between loses them; here the new journal is written aside and renamed over.
