@@ -292,8 +292,8 @@ class _CheckedJournal(FileJournal):  # type: ignore[misc]  # pysyncobj is untype
       acknowledged (the follower answers the leader only after ``add`` returns, the leader counts itself
       only after its appends of a tick are synced: ``syncs_deferred``), dropped exactly as pysyncobj
       does. Damage inside the end is therefore never a torn write: it is corruption, and the node
-      refuses to start. (With ``--no-journal-fsync`` there are no syncs: a power
-      loss can tear the tail, which is then reported the same way; kill -9 cannot, the page cache survives.)
+      refuses to start. (With ``--no-journal-fsync`` there are no syncs: a power loss can tear the tail,
+      which is then reported the same way; kill -9 cannot, the page cache survives.)
     - **Compaction is atomic**: pysyncobj rewrites the kept entries in place after a dump (clear, then
       re-add), so a crash in between loses them; here the new journal is written aside and renamed over.
     - **Disk full**: the file's blocks are reserved (``posix_fallocate``) before an entry is written, so a
@@ -952,9 +952,10 @@ class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         """The leader's part of the tick that appends new commands: pysyncobj writes each to the journal and
         sends it to the followers at once. The journal's syncs wait until this returns, so the leader's disk
         write overlaps the followers' (Raft §10.2.1) and one sync covers every command of the call, instead of
-        the leader syncing before it sends. Safe: the tick counts the leader toward a commit only in its
-        first part, and reads the followers' acknowledgements only in its last, both after this returns (and
-        a new leader's own entry, its no-op, is written elsewhere, synced at once)."""
+        the leader syncing before it sends. Safe: a tick counts the leader toward a commit only in its first
+        part, before this call, and reads the followers' acknowledgements only in its last, after it; both
+        meet these commands only once they are synced. (A new leader's own entry, its no-op, is written
+        elsewhere and synced at once.)"""
         journal = self._SyncObj__raftLog
         if not isinstance(journal, _CheckedJournal):  # pysyncobj's in-memory journal (no data dir)
             super()._checkCommandsToApply()

@@ -87,10 +87,11 @@ HALT_EXIT_STATUS: Final = 3
 
 
 def halt_process(reason: str) -> None:
-    """``LogState``'s default ``halt``: log ``reason`` and end the process at once, with no clean-up. A clean
-    shutdown would write the state dump, recording the state as applied past the command it could not read;
-    ended here, the node restarts from its last dump and journal, which still hold that command, and applies
-    it once upgraded."""
+    """``LogState``'s default ``halt``: log ``reason`` and end the process at once, from the Raft thread. A
+    shutdown through the event loop would leave the Raft thread applying the commands after it meanwhile, and
+    a dump taken then would record the state as applied past the command it could not read. Ended here, the
+    node restarts from its last dump and journal, which still hold that command, and applies it once
+    upgraded."""
     log.critical("stopping this node: %s", reason)
     for handler in logging.getLogger().handlers:
         handler.flush()

@@ -117,7 +117,8 @@ class MessageBatch(Sequence[FederatedMessage]):
     A message is wrapped when it is read (iterated or indexed), not when the batch is made. A wrapper the
     application drops after use is then freed at once; made up front, as a list of wrappers would be, it
     outlives the next ``consume()`` beside its message, and the cyclic garbage collector walks twice the
-    objects a raw consumer makes (measured: a third of the federated consumer's CPU in a read loop).
+    objects a raw consumer makes (py-spy: the collector was a third of the federated consumer's reading
+    thread, against a quarter of a raw one's).
     """
 
     __slots__ = ("_messages", "_origins")
