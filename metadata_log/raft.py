@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -289,11 +289,10 @@ class _CheckedJournal(FileJournal):  # type: ignore[misc]  # pysyncobj is untype
     - **The rule for torn writes**: an append writes the entry, syncs it, and only then moves the
       header's end over it and syncs again. So an entry inside the end was durable before anything could
       acknowledge it, and a crash mid-append leaves at most bytes *past* the end: an entry never
-      acknowledged (the follower answers the leader only after ``add`` returns, the leader counts itself
-      only after its appends of a tick are synced: ``syncs_deferred``), dropped exactly as pysyncobj
-      does. Damage inside the end is therefore never a torn write: it is corruption, and the node
-      refuses to start. (With ``--no-journal-fsync`` there are no syncs: a power loss can tear the tail,
-      which is then reported the same way; kill -9 cannot, the page cache survives.)
+      acknowledged (the follower answers the leader, the leader counts itself, only after ``add`` returns),
+      dropped exactly as pysyncobj does. Damage inside the end is therefore never a torn write: it is
+      corruption, and the node refuses to start. (With ``--no-journal-fsync`` there are no syncs: a power
+      loss can tear the tail, which is then reported the same way; kill -9 cannot, the page cache survives.)
     - **Compaction is atomic**: pysyncobj rewrites the kept entries in place after a dump (clear, then
       re-add), so a crash in between loses them; here the new journal is written aside and renamed over.
     - **Disk full**: the file's blocks are reserved (``posix_fallocate``) before an entry is written, so a
@@ -329,8 +328,6 @@ class _CheckedJournal(FileJournal):  # type: ignore[misc]  # pysyncobj is untype
             )
         self._allocated = 0
         self._reserve(self._file().size())
-        self._deferring = False  # inside ``syncs_deferred``
-        self._unsynced_from: int | None = None  # where the entries written since then start
 
     def _file(self) -> Any:
         return self._FileJournal__journalFile._ResizableFile__mm
@@ -379,37 +376,13 @@ class _CheckedJournal(FileJournal):  # type: ignore[misc]  # pysyncobj is untype
         data = b"".join(_encode_entry(*e) for e in entries)
         start = self._FileJournal__currentOffset
         self._reserve(start + len(data))
-        self._FileJournal__journalFile.write(start, data)
+        journal_file = self._FileJournal__journalFile
+        journal_file.write(start, data)
+        self._sync(start, len(data))  # the entries are durable before the header covers them
         self._FileJournal__journal.extend(entries)
         self._FileJournal__currentOffset = start + len(data)
-        if self._deferring:
-            if self._unsynced_from is None:
-                self._unsynced_from = start
-            return
-        self._cover(start)
-
-    def _cover(self, start: int) -> None:
-        """Make the entries written from ``start`` to the current end durable, then the header's end over
-        them: the entries are durable before the header covers them."""
-        end = self._FileJournal__currentOffset
-        self._sync(start, end - start)
-        self._FileJournal__journalFile.write(_END_FIELD, struct.pack("<I", end))
+        journal_file.write(_END_FIELD, struct.pack("<I", start + len(data)))
         self._sync()
-
-    @contextlib.contextmanager
-    def syncs_deferred(self) -> Iterator[None]:
-        """Within: ``add_entries`` writes without syncing (the entries are in the log in memory, the file's
-        header does not cover them yet); on the way out, one pair of syncs covers all of them. For the
-        leader's appends only (see ``_Replica._checkCommandsToApply``): nothing may acknowledge or count an
-        entry written here before the block ends."""
-        self._deferring = True
-        try:
-            yield
-        finally:
-            self._deferring = False
-            start, self._unsynced_from = self._unsynced_from, None
-            if start is not None:
-                self._cover(start)
 
     def deleteEntriesTo(self, entryTo: int) -> None:
         kept = self._FileJournal__journal[entryTo:]
@@ -947,21 +920,6 @@ class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         self._kfed_leader_heard = pysyncobj_clock()  # when an append_entries of a current leader came
         self.kfed_stalls = 0  # ticks that took STALL_GUARD_MS longer than their socket wait (/metrics)
         super().__init__(self_raft, peers, conf)
-
-    def _checkCommandsToApply(self) -> None:
-        """The leader's part of the tick that appends new commands: pysyncobj writes each to the journal and
-        sends it to the followers at once. The journal's syncs wait until this returns, so the leader's disk
-        write overlaps the followers' (Raft §10.2.1) and one sync covers every command of the call, instead of
-        the leader syncing before it sends. Safe: a tick counts the leader toward a commit only in its first
-        part, before this call, and reads the followers' acknowledgements only in its last, after it; both
-        meet these commands only once they are synced. (A new leader's own entry, its no-op, is written
-        elsewhere and synced at once.)"""
-        journal = self._SyncObj__raftLog
-        if not isinstance(journal, _CheckedJournal):  # pysyncobj's in-memory journal (no data dir)
-            super()._checkCommandsToApply()
-            return
-        with journal.syncs_deferred():
-            super()._checkCommandsToApply()
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
         """pysyncobj's tick, after taking out the time the last tick could not listen.

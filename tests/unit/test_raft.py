@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.metadata
 import inspect
 import mmap
@@ -11,7 +10,6 @@ import struct
 import subprocess
 import time
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pysyncobj.journal as pso_journal
@@ -43,10 +41,6 @@ def test_pinned_pysyncobj_internals_are_routed_through_ours() -> None:
     # _Replica._onTick wraps pysyncobj's tick, which checks these before it reads its sockets.
     tick = inspect.getsource(pso.SyncObj._onTick)
     assert "self.__raftElectionDeadline < monotonicTime()" in tick and "self.__lastResponseTime[node] >" in tick
-    # _Replica._checkCommandsToApply defers the leader's journal syncs to its end: safe only while the tick
-    # counts the leader toward a commit before it and reads the followers' replies after it.
-    assert tick.index("count = 1") < tick.index("self._checkCommandsToApply()") < tick.index("self._poller.poll(")
-    assert "self.__raftLog.add(command, idx, term)" in inspect.getsource(pso.SyncObj._checkCommandsToApply)
     for name in ("generateRaftTimeout", "getCurrentLogTerm", "connectedToAnyone"):  # the pre-vote's
         assert callable(getattr(pso.SyncObj, f"_SyncObj__{name}")), name
     assert "self.__transferInProgress = True" in inspect.getsource(pso.SyncObj)
@@ -139,32 +133,6 @@ async def test_a_committed_command_this_node_cannot_read_is_not_skipped_on_resta
         assert restarted.image == image
     finally:
         node.close()
-
-
-async def test_the_leader_appends_new_commands_with_their_syncs_deferred(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    deferred: list[int] = []  # entries appended inside each deferred block
-    real = raft._CheckedJournal.syncs_deferred
-
-    @contextlib.contextmanager
-    def counting(journal: raft._CheckedJournal) -> Iterator[None]:
-        before = len(journal)
-        with real(journal):
-            yield
-            deferred.append(len(journal) - before)
-
-    monkeypatch.setattr(raft._CheckedJournal, "syncs_deferred", counting)
-    address = f"127.0.0.1:{free_ports(1)[0]}"
-    state = LogState()
-    node = raft.RaftNode(address, [], tmp_path, state)
-    try:
-        await wait_leader(node)
-        await asyncio.wait_for(node.propose([Proposal((ClusterRegistered("c1", "r1", "h:1"),))]), 5)
-    finally:
-        node.close()
-    assert sum(deferred) >= 1  # the command went through a deferred block
-    await restart_and_replay(address, tmp_path, state.image, "a command appended with deferred syncs was lost")
 
 
 async def test_propose_dump_and_restart(tmp_path: Path) -> None:
@@ -298,38 +266,6 @@ def test_a_batch_append_syncs_twice_and_reads_back_like_single_appends(
     single._destroy()
     batched._destroy()
     assert raft.read_journal(tmp_path / "batched.journal") == raft.read_journal(tmp_path / "single.journal")
-
-
-def test_appends_with_syncs_deferred_are_covered_by_one_pair_of_syncs_when_the_block_ends(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The leader's appends of one tick: in the log (memory) at once, on disk inside the header's end only
-    # once synced, all by one pair of syncs; the file is the same as after single appends.
-    path = tmp_path / "deferred.journal"
-    journal = checked_journal(path, entries=2)
-    before = raft.read_journal(path)
-    syncs: list[tuple[int, int]] = []
-    real_sync_range = raft.sync_range
-
-    def sync_range(mm: object, offset: int, size: int) -> None:
-        syncs.append((offset, offset + size))
-        real_sync_range(mm, offset, size)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(raft, "sync_range", sync_range)
-    start = journal._FileJournal__currentOffset
-    with journal.syncs_deferred():
-        for i in (3, 4, 5):
-            journal.add(b"command-%d" % i, i, 1 + i // 3)
-        assert len(journal) == 5 and journal[4] == (b"command-5", 5, 2)  # pysyncobj sends from memory
-        assert syncs == [] and raft.read_journal(path) == before  # not yet covered by the header's end
-    assert syncs == [(start, journal._FileJournal__currentOffset), (0, raft._HEADER_SIZE)]
-    with journal.syncs_deferred():
-        pass  # nothing appended: nothing synced
-    assert len(syncs) == 2
-    journal._destroy()
-    single = checked_journal(tmp_path / "single.journal")
-    single._destroy()
-    assert raft.read_journal(path) == raft.read_journal(tmp_path / "single.journal")
 
 
 def test_sync_range_msyncs_whole_pages_covering_the_range_and_leaves_the_mapping_resizable(
