@@ -344,6 +344,12 @@ class FenceWatch:
         """Just before the failure: every record committed so far is history."""
         self.after = fed.metadata()["offset"]
 
+    def wait(self, timeout_s: float, what: str) -> float:
+        """When the follower applied the fence (``time.monotonic()``); ``TimeoutError(what)`` if it did not."""
+        if not self.seen.wait(timeout_s) or self.seen_at is None:
+            raise TimeoutError(what)
+        return self.seen_at
+
     def _listen(self, image: MetadataImage, entries: Sequence[tuple[int, Record]]) -> None:
         if self.seen_at is None and any(
             offset > self.after and isinstance(r, ClusterFenced) and r.cluster_id == self.cluster_id
