@@ -2,7 +2,7 @@
 
 from .consumer import FederatedConsumer
 from .errors import FederationError, NoWritablePartition, PartitionNotWritable, UnknownTopic
-from .messages import FederatedMessage, MessageBatch
+from .messages import FederatedMessage, Placement
 from .producer import FederatedProducer
 
 __all__ = [
@@ -10,8 +10,8 @@ __all__ = [
     "FederatedMessage",
     "FederatedProducer",
     "FederationError",
-    "MessageBatch",
     "NoWritablePartition",
     "PartitionNotWritable",
+    "Placement",
     "UnknownTopic",
 ]

@@ -19,10 +19,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
-from confluent_kafka import OFFSET_STORED, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_STORED, Consumer, KafkaException, Message, TopicPartition
 
 from metadata_log.client import ControllerClient
 from metadata_log.errors import KfedError
@@ -30,7 +29,7 @@ from metadata_log.follower import LogFollower
 from metadata_log.image import MetadataImage, PartitionImage
 
 from .config import split_config
-from .messages import EMPTY_BATCH, FederatedMessage, MessageBatch, Origin, wrap_batch
+from .messages import Origin, Placement, Slots, place_batch, placement_in, set_slot
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +40,6 @@ CLIENT_DEADLINE_S: Final = 2.0
 """How long one call to the quorum (heartbeat, leave) may retry over the controllers."""
 LogicalPartition = tuple[str, int]
 PartitionsCallback = Callable[["FederatedConsumer", list[LogicalPartition]], None]
-
-
-@dataclass(frozen=True, slots=True)
-class _Placement:
-    cluster_id: str
-    physical_topic: str
-    physical_partition: int
 
 
 class FederatedConsumer:
@@ -81,9 +73,8 @@ class FederatedConsumer:
         self._follower.start()
         self._client = ControllerClient(controllers, deadline_s=CLIENT_DEADLINE_S, access=access)
         self._consumers: dict[str, Consumer] = {}
-        self._owned: dict[LogicalPartition, _Placement] = {}
-        # per cluster: (physical topic, physical partition) -> logical origin, for every owned partition there
-        self._origins: dict[str, dict[tuple[str, int], Origin]] = {}
+        self._owned: dict[LogicalPartition, Placement] = {}
+        self._slots: dict[str, Slots] = {}  # per cluster: the logical origin of every owned partition there
         self._topics: list[str] = []
         self._member_id: str | None = None
         self._reply: dict[str, Any] | None = None
@@ -160,6 +151,10 @@ class FederatedConsumer:
     def member_id(self) -> str | None:
         return self._member_id
 
+    def placement(self, message: Message) -> Placement | None:
+        """The cluster and physical partition of a message this consumer handed out."""
+        return placement_in(self._follower.image, message)
+
     def assignment(self) -> list[LogicalPartition]:
         """The logical partitions this member consumes now."""
         return sorted(self._owned)
@@ -195,7 +190,7 @@ class FederatedConsumer:
             p = _partition(image, tp)
             if p is None or p.cluster_id not in image.clusters:
                 continue  # the followed image is behind the coordinator: start it on a later poll
-            self._start(tp, _Placement(p.cluster_id, p.physical_topic, p.physical_partition))
+            self._start(tp, Placement(p.cluster_id, p.physical_topic, p.physical_partition))
             started.append(tp)
         if started and self._on_assign is not None:
             self._on_assign(self, started)
@@ -215,16 +210,16 @@ class FederatedConsumer:
         # known a topic deleted on Tansu. _start makes a new client when partitions there come back.
         for cluster_id in set(self._consumers) - {p.cluster_id for p in self._owned.values()}:
             self._consumers.pop(cluster_id).close()
-            self._origins.pop(cluster_id, None)
+            self._slots.pop(cluster_id, None)
 
-    def _start(self, tp: LogicalPartition, placement: _Placement) -> None:
+    def _start(self, tp: LogicalPartition, placement: Placement) -> None:
         consumer = self._consumer(placement.cluster_id)
         consumer.incremental_assign(
             [TopicPartition(placement.physical_topic, placement.physical_partition, OFFSET_STORED)]
         )
         self._owned[tp] = placement
-        origins = self._origins.setdefault(placement.cluster_id, {})
-        origins[(placement.physical_topic, placement.physical_partition)] = Origin(tp[0], tp[1], placement.cluster_id)
+        origin = Origin(tp[0], tp[1], placement.cluster_id)
+        set_slot(self._slots.setdefault(placement.cluster_id, {}), *placement[1:], origin)
         log.info("group %s: %s consumes %s/%d", self.group, self._member_id, *tp)
 
     def _revoke(self, tp: LogicalPartition) -> None:
@@ -237,8 +232,8 @@ class FederatedConsumer:
             consumer.incremental_unassign([physical])
         except KafkaException as e:
             log.warning("group %s: unassigning %s/%d: %s", self.group, *tp, e)
-        # from here on, a message of it still in flight is dropped by wrap_batch
-        self._origins[placement.cluster_id].pop((placement.physical_topic, placement.physical_partition), None)
+        # from here on, a message of it still in flight is dropped by place_batch
+        set_slot(self._slots[placement.cluster_id], placement.physical_topic, placement.physical_partition, None)
         self._beat_now.set()
         log.info("group %s: %s released %s/%d", self.group, self._member_id, *tp)
 
@@ -251,14 +246,15 @@ class FederatedConsumer:
         return consumer
 
     # -- consuming ---------------------------------------------------------------------------------
-    def poll(self, timeout: float = -1) -> FederatedMessage | None:
+    def poll(self, timeout: float = -1) -> Message | None:
         """One message (or None after ``timeout`` seconds; -1 waits indefinitely)."""
         messages = self.consume(1, timeout)
         return messages[0] if messages else None
 
-    def consume(self, num_messages: int = 1, timeout: float = -1) -> MessageBatch:
-        """Up to ``num_messages`` messages from every physical cluster this member reads, as a read-only
-        sequence (wrapped as they are read: see ``MessageBatch``).
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        """Up to ``num_messages`` messages from every physical cluster this member reads: confluent-kafka
+        ``Message`` objects whose ``topic()`` and ``partition()`` are logical, ``offset()`` physical (see
+        ``sdk.messages``).
 
         Never takes more from librdkafka than it hands out, so each physical consumer's position (the
         offset after the last message it returned) is exactly what the application was handed: commits
@@ -275,13 +271,17 @@ class FederatedConsumer:
                 wait = 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
                 n = len(consumers)
                 self._next_consumer = first = (self._next_consumer + 1) % n
-                out = EMPTY_BATCH
+                out: list[Message] = []
                 for i in range(n):
                     cluster_id, consumer = consumers[(first + i) % n]
                     # wait only on the last consumer of the round, when nothing was found before it
                     batch = consumer.consume(num_messages - len(out), wait if i == n - 1 and not out else 0)
                     if batch:
-                        out += wrap_batch(batch, self._origins[cluster_id])
+                        placed = place_batch(batch, self._slots[cluster_id])
+                        if out:
+                            out += placed
+                        else:
+                            out = placed
                         if len(out) >= num_messages:
                             break
                 if out:
@@ -289,10 +289,10 @@ class FederatedConsumer:
             elif deadline is None or time.monotonic() < deadline:
                 time.sleep(0.02)
             if deadline is not None and time.monotonic() >= deadline:
-                return EMPTY_BATCH
+                return []
 
     # -- offsets ----------------------------------------------------------------------------------
-    def commit(self, message: FederatedMessage | None = None, offsets: Any = None, asynchronous: bool = True) -> None:
+    def commit(self, message: Message | None = None, offsets: Any = None, asynchronous: bool = True) -> None:
         """Commit to the physical clusters: ``message``'s offset + 1; or ``offsets``, TopicPartitions of
         *logical* topic and partition with the *physical* offset to commit (the next one to read, as
         ``message.offset() + 1``); or, for every owned partition, the offset after the last message handed
@@ -311,17 +311,18 @@ class FederatedConsumer:
                 _commit(self._consumers[cluster_id], physical_offsets, asynchronous)
             return
         if message is not None:
-            placement = self._owned.get((message.topic(), message.partition()))
-            if placement is None:
+            placement = self._owned.get((message.topic(), message.partition()))  # type: ignore[arg-type]  # logical: set
+            offset = message.offset()
+            if placement is None or offset is None:
                 return  # no longer ours: the next owner starts from the last committed offset
-            tp = TopicPartition(placement.physical_topic, placement.physical_partition, message.offset() + 1)
+            tp = TopicPartition(placement.physical_topic, placement.physical_partition, offset + 1)
             _commit(self._consumers[placement.cluster_id], [tp], asynchronous)
             return
         for cluster_id, consumer in self._consumers.items():
             placements = [p for p in self._owned.values() if p.cluster_id == cluster_id]
             self._commit_handed_out(consumer, placements, asynchronous)
 
-    def _commit_handed_out(self, consumer: Consumer, placements: list[_Placement], asynchronous: bool) -> None:
+    def _commit_handed_out(self, consumer: Consumer, placements: list[Placement], asynchronous: bool) -> None:
         """Commit these partitions' positions: ``consume`` hands out everything librdkafka returned, so a
         position is the offset after the last message the application got (none yet: nothing to commit)."""
         if not placements:

@@ -1,55 +1,104 @@
-"""Messages as the SDK hands them out: logical topic and partition, physical offset, and the cluster."""
+"""Messages as the SDK hands them out: confluent-kafka ``Message`` objects whose ``topic()`` and ``partition()``
+are the logical ones and whose ``offset()`` is the offset in the physical partition.
+
+The physical consumers and producers return messages labelled with the physical topic and partition. The
+SDK relabels those very objects (``label``, ``place_batch``) through ``sdk._relabel``, a small C module, so
+the application gets the objects confluent-kafka made: no object and no Python call per message, and a
+federated read loop costs what a raw one does. A wrapper per message cost the benchmark's read loop a
+quarter to a third of its speed (BENCHMARKS.md, ninth and tenth sessions).
+
+The C module writes two fields of confluent-kafka's ``Message`` struct. It is not told a layout: at import,
+``_find_fields`` finds the fields' byte offsets in a probe message, ``_labels_work`` checks them through the
+public getters, and only then are labels written in place (``IN_PLACE``). When the module was not built (no C
+compiler at install) or the check fails (a confluent-kafka whose ``Message`` is laid out otherwise), every
+message is wrapped in a ``FederatedMessage`` instead: the same methods, slower, and a warning says so once.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Final, NamedTuple, overload
+import ctypes
+import logging
+import sys
+from collections.abc import Iterable
+from types import ModuleType
+from typing import Any, Final, NamedTuple, cast
 
 from confluent_kafka import KafkaError, Message
 
-_error = Message.error
-_topic = Message.topic
-_partition = Message.partition
+from metadata_log.image import MetadataImage
+
+log = logging.getLogger(__name__)
 
 
 class Origin(NamedTuple):
-    """Where a message belongs in the federation: one per logical partition, shared by its messages."""
+    """Where a message belongs in the federation: one per logical partition, shared by its messages. The C
+    module reads items 0 and 1."""
 
     topic: str  # logical
-    partition: int  # logical (-1: unknown, e.g. a message that never reached a partition)
-    cluster_id: str | None
+    partition: int  # logical
+    cluster_id: str
+
+
+class Placement(NamedTuple):
+    """Where a logical partition's data lives."""
+
+    cluster_id: str
+    physical_topic: str
+    physical_partition: int
+
+
+def placement_in(image: MetadataImage, message: Message) -> Placement | None:
+    """Where the data of a message the SDK handed out lives, from ``image``: a logical partition keeps the
+    placement it was created with. None for a message of no partition, or of a topic ``image`` lacks."""
+    topic, partition = image.topics.get(message.topic() or ""), message.partition()
+    if topic is None or partition is None or not 0 <= partition < len(topic.partitions):
+        return None
+    p = topic.partitions[partition]
+    return Placement(p.cluster_id, p.physical_topic, p.physical_partition)
+
+
+Slots = dict[str, list[Origin | None]]
+"""One physical cluster's owned partitions: physical topic -> the origin of each physical partition (a list
+indexed by physical partition, None where not owned). The C module reads it as it is."""
+
+
+def set_slot(slots: Slots, physical_topic: str, physical_partition: int, origin: Origin | None) -> None:
+    """Own (``origin``) or release (None) one physical partition in ``slots``."""
+    by_partition = slots.setdefault(physical_topic, [])
+    if len(by_partition) <= physical_partition:
+        by_partition.extend([None] * (physical_partition + 1 - len(by_partition)))
+    by_partition[physical_partition] = origin
+    if not any(by_partition):
+        del slots[physical_topic]
+
+
+def origin_in(slots: Slots, physical_topic: str | None, physical_partition: int | None) -> Origin | None:
+    """The origin ``slots`` gives a physical partition, or None (not owned, or a message of no partition)."""
+    by_partition = slots.get(physical_topic) if physical_topic is not None else None
+    if by_partition is None or physical_partition is None or not 0 <= physical_partition < len(by_partition):
+        return None
+    return by_partition[physical_partition]
+
+
+# -- the fallback: a wrapper per message ------------------------------------------------------------------
 
 
 class FederatedMessage(tuple[Message, Origin]):
-    """A confluent-kafka ``Message`` seen through the federation: ``topic()`` and ``partition()`` are the
-    logical ones; ``offset()`` is the offset in the physical partition; ``cluster_id()`` says where.
-
-    It is an immutable pair (message, ``Origin``) — a tuple, so that a whole consumed batch is wrapped by
-    C code (``map`` over ``zip``) with no Python call per message; treat it as opaque and use the methods.
-    """
+    """What the SDK hands out instead of a relabelled ``Message`` when ``IN_PLACE`` is off: a pair
+    (physical message, ``Origin``) with ``Message``'s reading methods, ``topic()`` and ``partition()`` the
+    logical ones. Treat it as a ``Message``."""
 
     __slots__ = ()
-
-    @classmethod
-    def unsent(cls, topic: str, value: Any, headers: Any) -> FederatedMessage:
-        """A message that never reached any cluster (for failed delivery reports)."""
-        return _Unsent((None, Origin(topic, -1, None), value, headers))  # type: ignore[arg-type]  # 4-tuple
 
     def topic(self) -> str:
         return self[1].topic
 
-    def partition(self) -> int:
-        return self[1].partition
+    def partition(self) -> int | None:
+        partition = self[1].partition
+        return partition if partition >= 0 else None
 
-    def cluster_id(self) -> str | None:
-        return self[1].cluster_id
-
-    def origin(self) -> Origin:
-        return self[1]
-
-    def offset(self) -> int:
-        offset = self[0].offset()
-        return offset if offset is not None else -1
+    def offset(self) -> int | None:
+        return self[0].offset()
 
     def value(self) -> Any:
         return self[0].value()
@@ -66,18 +115,18 @@ class FederatedMessage(tuple[Message, Origin]):
     def error(self) -> KafkaError | None:
         return self[0].error()
 
-    def physical_topic(self) -> str | None:
-        return self[0].topic()
+    def leader_epoch(self) -> int | None:
+        return self[0].leader_epoch()
 
-    def physical_partition(self) -> int | None:
-        return self[0].partition()
+    def latency(self) -> float | None:
+        return self[0].latency()
 
     def __len__(self) -> int:
         value = self.value()
         return len(value) if value is not None else 0
 
     def __repr__(self) -> str:
-        return f"FederatedMessage({self.topic()}/{self.partition()}@{self.offset()} on {self.cluster_id()})"
+        return f"FederatedMessage({self.topic()}/{self.partition()}@{self.offset()})"
 
 
 class _Unsent(FederatedMessage):
@@ -85,8 +134,8 @@ class _Unsent(FederatedMessage):
 
     __slots__ = ()
 
-    def offset(self) -> int:
-        return -1
+    def offset(self) -> int | None:
+        return None
 
     def value(self) -> Any:
         return self[2]  # type: ignore[misc]  # the 4-tuple's extra items
@@ -98,90 +147,134 @@ class _Unsent(FederatedMessage):
         return self[3]  # type: ignore[misc]
 
     def timestamp(self) -> tuple[int, int]:
-        return (0, 0)
+        return (0, 0)  # TIMESTAMP_NOT_AVAILABLE
 
     def error(self) -> KafkaError | None:
         return None
 
-    def physical_topic(self) -> str | None:
+    def leader_epoch(self) -> int | None:
         return None
 
-    def physical_partition(self) -> int | None:
+    def latency(self) -> float | None:
         return None
 
 
-class MessageBatch(Sequence[FederatedMessage]):
-    """What ``FederatedConsumer.consume`` returns: a read-only sequence of ``FederatedMessage`` (``list(batch)``
-    makes a list of it).
-
-    A message is wrapped when it is read (iterated or indexed), not when the batch is made. A wrapper the
-    application drops after use is then freed at once; made up front, as a list of wrappers would be, it
-    outlives the next ``consume()`` beside its message, and the cyclic garbage collector walks twice the
-    objects a raw consumer makes (py-spy: the collector was a third of the federated consumer's reading
-    thread, against a quarter of a raw one's).
-    """
-
-    __slots__ = ("_messages", "_origins")
-
-    def __init__(self, messages: list[Message], origins: list[Origin]) -> None:
-        self._messages = messages  # as the physical consumers returned them
-        self._origins = origins  # the logical partition of each
-
-    def __len__(self) -> int:
-        return len(self._messages)
-
-    def __iter__(self) -> Iterator[FederatedMessage]:
-        return map(FederatedMessage, zip(self._messages, self._origins, strict=True))
-
-    @overload
-    def __getitem__(self, index: int) -> FederatedMessage: ...
-    @overload
-    def __getitem__(self, index: slice) -> MessageBatch: ...
-    def __getitem__(self, index: int | slice) -> FederatedMessage | MessageBatch:
-        if isinstance(index, slice):
-            return MessageBatch(self._messages[index], self._origins[index])
-        return FederatedMessage((self._messages[index], self._origins[index]))
-
-    def __add__(self, other: MessageBatch) -> MessageBatch:
-        if not isinstance(other, MessageBatch):
-            return NotImplemented
-        if not other._messages:
-            return self
-        if not self._messages:
-            return other
-        return MessageBatch(self._messages + other._messages, self._origins + other._origins)
-
-    def __repr__(self) -> str:
-        return f"MessageBatch({len(self)} messages)"
+def unsent(topic: str, value: Any, headers: Any) -> Message:
+    """A message that never reached any cluster, for a failed delivery report: no partition, no offset."""
+    return cast(Message, _Unsent((None, Origin(topic, -1, ""), value, headers)))  # type: ignore[arg-type]  # 4-tuple
 
 
-EMPTY_BATCH: Final = MessageBatch([], [])
+# -- labels written in place ------------------------------------------------------------------------------
+
+_PROBE_PARTITION: Final = 0x5EEDCAFE  # int32 values no other field of a probe message holds
+_PROBE_OFFSET: Final = 0x0BADF00D
+_POINTER: Final = ctypes.sizeof(ctypes.c_void_p)
+_INT32: Final = 4
 
 
-def wrap_batch(batch: list[Message], origins: dict[tuple[str, int], Origin]) -> MessageBatch:
-    """Place what one physical consumer returned: ``origins`` maps its owned (physical topic, physical
-    partition) to their logical partition. Events (``error()`` set) other than partition EOF are handed out
-    when their partition is owned; EOF events and messages of partitions not in ``origins`` (released since
-    they were fetched) are dropped.
+class _LayoutNotFound(Exception):
+    pass
 
-    The usual batch — only messages, all of owned partitions — is placed without a Python call per
-    message; anything else takes the per-message path."""
-    if not any(map(_error, batch)):
-        physical = zip(map(_topic, batch), map(_partition, batch), strict=True)
-        lookup: Callable[[tuple[str | None, int | None]], Origin] = origins.__getitem__  # type: ignore[assignment]  # messages have both
-        try:
-            return MessageBatch(batch, list(map(lookup, physical)))
-        except KeyError:
-            pass  # a partition released since it was fetched: drop its messages below
-    kept: list[Message] = []
-    placed: list[Origin] = []
-    get = origins.get
+
+def _only(memory: bytes, pattern: bytes, align: int, what: str) -> int:
+    found = [at for at in range(0, len(memory) - len(pattern) + 1, align) if memory[at : at + len(pattern)] == pattern]
+    if len(found) != 1:
+        raise _LayoutNotFound(f"the {what} field of a confluent_kafka.Message is at {len(found)} places, not one")
+    return found[0]
+
+
+def _find_fields() -> tuple[int, int, int]:
+    """The byte offsets of a ``Message``'s topic (object), partition (int32) and error (object) fields: where a
+    probe message holds the very objects and the value it was made with."""
+    if sys.implementation.name != "cpython":
+        raise _LayoutNotFound("object addresses are CPython's")
+    topic, error = "kfed-layout-probe", KafkaError(KafkaError._PARTITION_EOF)
+    probe = Message(topic=topic, partition=_PROBE_PARTITION, offset=_PROBE_OFFSET, error=error)
+    if probe.topic() is not topic or probe.error() is not error or probe.partition() != _PROBE_PARTITION:
+        raise _LayoutNotFound("a Message does not keep the topic and error objects it is made with")
+    memory = ctypes.string_at(id(probe), type(probe).__basicsize__)
+    return (
+        _only(memory, id(topic).to_bytes(_POINTER, sys.byteorder), _POINTER, "topic"),
+        _only(memory, _PROBE_PARTITION.to_bytes(_INT32, sys.byteorder), _INT32, "partition"),
+        _only(memory, id(error).to_bytes(_POINTER, sys.byteorder), _POINTER, "error"),
+    )
+
+
+def _labels_work(relabel: ModuleType) -> bool:
+    """Whether the configured module labels messages as the public getters then read them, leaving every other
+    field and the references it drops as they were."""
+    # made at run time: a literal would be interned, and interned strings keep no count on Python >= 3.12
+    physical, logical = "-".join(("kfed", "physical", "probe")), "-".join(("kfed", "logical", "probe"))
+    origin = Origin(logical, 7, "c")
+    fields = dict(offset=_PROBE_OFFSET, key=b"k", value=b"v", headers=[("h", b"1")], timestamp=(1, 99), leader_epoch=3)
+    msg = Message(topic=physical, partition=2, **fields)  # type: ignore[arg-type]  # the constructor takes them
+    refs = sys.getrefcount(physical)
+    relabel.relabel(msg, origin)
+    relabelled = msg.topic() == logical and msg.partition() == 7 and sys.getrefcount(physical) == refs - 1
+    unchanged = (msg.offset(), msg.key(), msg.value(), msg.headers(), msg.timestamp(), msg.leader_epoch(),
+                 msg.error())  # fmt: skip
+    slots: Slots = {physical: [None, None, origin]}
+    failed = Message(topic=physical, partition=2, error=KafkaError(KafkaError._PARTITION_EOF))
+    refused = not relabel.relabel_batch([Message(topic=physical, partition=2), failed], slots)
+    batch = [Message(topic=physical, partition=2, offset=n) for n in range(3)]
+    placed = relabel.relabel_batch(batch, slots) and [(m.topic(), m.partition(), m.offset()) for m in batch] == [
+        (logical, 7, n) for n in range(3)
+    ]
+    return (
+        relabelled
+        and unchanged == (*fields.values(), None)
+        and refused
+        and (failed.topic(), failed.partition()) == (physical, 2)
+        and placed
+    )
+
+
+def _in_place() -> ModuleType | None:
+    """The C module, configured and checked; None (with the reason logged) when labels cannot be written."""
+    try:
+        from . import _relabel  # a C extension (sdk/_relabel.c), built at install when it can be
+    except ImportError:
+        log.warning("sdk: messages are wrapped, not relabelled: sdk._relabel was not built (a C compiler is needed)")
+        return None
+    try:
+        _relabel.configure(Message, *_find_fields())
+        if _labels_work(_relabel):
+            return _relabel
+        reason = "a probe message did not read back as labelled"
+    except (_LayoutNotFound, ValueError) as e:
+        reason = str(e)
+    log.warning("sdk: messages are wrapped, not relabelled: %s", reason)
+    return None
+
+
+_relabel: Final = _in_place()
+IN_PLACE: Final = _relabel is not None
+"""Whether messages are relabelled in place (else wrapped in ``FederatedMessage``)."""
+
+
+def label(msg: Message, origin: Origin) -> Message:
+    """``msg`` with the logical topic and partition of ``origin`` (relabelled in place, or wrapped)."""
+    if _relabel is not None:
+        return cast(Message, _relabel.relabel(msg, origin))
+    return cast(Message, FederatedMessage((msg, origin)))
+
+
+def place_batch(batch: list[Message], slots: Slots) -> list[Message]:
+    """What one physical consumer returned, labelled: ``slots`` is its cluster's owned partitions. Events
+    (``error()`` set) other than partition EOF are handed out when their partition is owned; EOF events and
+    messages of partitions not in ``slots`` (released since they were fetched) are dropped. Order is kept.
+
+    The usual batch (only messages, all of owned partitions) is relabelled in place as it is, in C."""
+    if _relabel is not None and _relabel.relabel_batch(batch, slots):
+        return batch
+    return [label(msg, origin) for msg, origin in _placed(batch, slots)]
+
+
+def _placed(batch: Iterable[Message], slots: Slots) -> Iterable[tuple[Message, Origin]]:
     for msg in batch:
         error = msg.error()
         if error is not None and error.code() == KafkaError._PARTITION_EOF:
             continue
-        origin = get((msg.topic(), msg.partition()))  # type: ignore[arg-type]  # None for client-level events
+        origin = origin_in(slots, msg.topic(), msg.partition())
         if origin is not None:
-            kept.append(msg)
-            placed.append(origin)
-    return MessageBatch(kept, placed)
+            yield msg, origin

@@ -38,7 +38,7 @@ from metadata_log.image import ClusterImage, MetadataImage, is_writable
 
 from .config import split_config
 from .errors import NoWritablePartition, PartitionNotWritable, UnknownTopic
-from .messages import FederatedMessage, Origin
+from .messages import Origin, Placement, label, placement_in, unsent
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ CLUSTER_ERRORS: Final = frozenset(
         KafkaError.UNKNOWN_TOPIC_OR_PART,
     }
 )
-DeliveryCallback = Callable[[KafkaError | None, FederatedMessage], None]
+DeliveryCallback = Callable[[KafkaError | None, Message], None]  # the message labelled logically
 Send = Callable[..., None]  # a physical producer's produce(topic, value, key, partition, callback, None, ts, headers)
 Report = Callable[[KafkaError | None, Message], None]  # a delivery callback as confluent-kafka calls it
 
@@ -71,7 +71,7 @@ class _Target:
 
     def __init__(self, origin: Origin, physical_topic: str, physical_partition: int) -> None:
         self.origin = origin
-        self.cluster_id: str = origin.cluster_id or ""
+        self.cluster_id = origin.cluster_id
         self.physical_topic = physical_topic
         self.physical_partition = physical_partition
         # Set when the partition takes writes (its cluster's producer exists): the physical producer's
@@ -118,6 +118,10 @@ class FederatedProducer:
     def metadata_offset(self) -> int:
         """Offset of the metadata this producer routes with."""
         return self._follower.image.offset
+
+    def placement(self, message: Message) -> Placement | None:
+        """The cluster and physical partition of a message in a delivery report of this producer."""
+        return placement_in(self._follower.image, message)
 
     def _on_metadata(self, image: MetadataImage, entries: object) -> None:
         """On the follower thread: drop cached routes; purge queues of clusters that became fenced."""
@@ -216,7 +220,7 @@ class FederatedProducer:
         def report(err: KafkaError | None, msg: Message) -> None:
             if err is None:
                 if default is not None:
-                    default(None, FederatedMessage((msg, origin)))
+                    default(None, label(msg, origin))
             else:
                 delivered(target, None, rerouted, err, msg)
 
@@ -230,7 +234,7 @@ class FederatedProducer:
         if err is None:
             callback = callback or self._default_callback
             if callback is not None:
-                callback(None, FederatedMessage((msg, target.origin)))
+                callback(None, label(msg, target.origin))
             return
         code = err.code()
         if rerouted and code == KafkaError._PURGE_QUEUE:
@@ -241,7 +245,7 @@ class FederatedProducer:
             self._mute(target.cluster_id, err.str())
         callback = callback or self._default_callback
         if callback is not None:
-            callback(err, FederatedMessage((msg, target.origin)))
+            callback(err, label(msg, target.origin))
 
     def _cluster_error(self, cluster_id: str, err: KafkaError) -> None:
         if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
@@ -280,7 +284,7 @@ class FederatedProducer:
             except (NoWritablePartition, UnknownTopic) as e:
                 if callback is not None:
                     callback(KafkaError(KafkaError._PURGE_QUEUE, f"no writable partition to re-route to: {e}"),
-                             FederatedMessage.unsent(topic, value, headers))  # fmt: skip
+                             unsent(topic, value, headers))  # fmt: skip
         return moved
 
     # -- confluent-kafka's surface -----------------------------------------------------------------

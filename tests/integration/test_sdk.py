@@ -82,7 +82,7 @@ def test_keyless_production_survives_a_killed_sub_cluster(fed) -> None:
 
     def report(err: Any, msg: Any) -> None:
         with lock:
-            (failed if err else acked)[msg.value().decode()] = err.str() if err else msg.cluster_id()
+            (failed if err else acked)[msg.value().decode()] = err.str() if err else producer.placement(msg).cluster_id
 
     producer = FederatedProducer({"kfed.controllers": controllers(fed), "linger.ms": 5, "on_delivery": report,
                                   "message.timeout.ms": 8000})  # fmt: skip
