@@ -2,7 +2,7 @@
 are the logical ones and whose ``offset()`` is the offset in the physical partition.
 
 The physical consumers and producers return messages labelled with the physical topic and partition. The
-SDK relabels those very objects (``label``, ``place_batch``) through ``sdk._relabel``, a small C module, so
+SDK relabels those very objects (``label``, ``place_batch``) through ``sdk._speedups``, a small C module, so
 the application gets the objects confluent-kafka made: no object and no Python call per message, and a
 federated read loop costs what a raw one does. A wrapper per message cost the benchmark's read loop a
 quarter to a third of its speed (BENCHMARKS.md, ninth and tenth sessions).
@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any, Final, NamedTuple, cast
 
@@ -232,14 +232,14 @@ def _labels_work(relabel: ModuleType) -> bool:
 def _in_place() -> ModuleType | None:
     """The C module, configured and checked; None (with the reason logged) when labels cannot be written."""
     try:
-        from . import _relabel  # a C extension (sdk/_relabel.c), built at install when it can be
+        from . import _speedups  # a C extension (sdk/_speedups.c), built at install when it can be
     except ImportError:
-        log.warning("sdk: messages are wrapped, not relabelled: sdk._relabel was not built (a C compiler is needed)")
+        log.warning("sdk: messages are wrapped, not relabelled: sdk._speedups was not built (a C compiler is needed)")
         return None
     try:
-        _relabel.configure(Message, *_find_fields())
-        if _labels_work(_relabel):
-            return _relabel
+        _speedups.configure(Message, *_find_fields())
+        if _labels_work(_speedups):
+            return _speedups
         reason = "a probe message did not read back as labelled"
     except (_LayoutNotFound, ValueError) as e:
         reason = str(e)
@@ -247,16 +247,35 @@ def _in_place() -> ModuleType | None:
     return None
 
 
-_relabel: Final = _in_place()
-IN_PLACE: Final = _relabel is not None
+_labels: Final = _in_place()  # the C module when labels are written in place, else None
+IN_PLACE: Final = _labels is not None
 """Whether messages are relabelled in place (else wrapped in ``FederatedMessage``)."""
 
 
 def label(msg: Message, origin: Origin) -> Message:
     """``msg`` with the logical topic and partition of ``origin`` (relabelled in place, or wrapped)."""
-    if _relabel is not None:
-        return cast(Message, _relabel.relabel(msg, origin))
+    if _labels is not None:
+        return cast(Message, _labels.relabel(msg, origin))
     return cast(Message, FederatedMessage((msg, origin)))
+
+
+Report = Callable[[KafkaError | None, Message], None]
+"""A delivery callback as confluent-kafka calls it."""
+
+
+def reporter(callback: Report | None, origin: Origin, on_error: Report) -> Report:
+    """A physical producer's delivery callback: a delivered message goes to ``callback`` (if any) labelled with
+    ``origin``; a failed one to ``on_error`` as it is. In C when labels are written in place."""
+    if _labels is not None:
+        return cast(Report, _labels.Reporter(callback, origin, on_error))
+
+    def report(err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            on_error(err, msg)
+        elif callback is not None:
+            callback(None, label(msg, origin))
+
+    return report
 
 
 def place_batch(batch: list[Message], slots: Slots) -> list[Message]:
@@ -265,7 +284,7 @@ def place_batch(batch: list[Message], slots: Slots) -> list[Message]:
     messages of partitions not in ``slots`` (released since they were fetched) are dropped. Order is kept.
 
     The usual batch (only messages, all of owned partitions) is relabelled in place as it is, in C."""
-    if _relabel is not None and _relabel.relabel_batch(batch, slots):
+    if _labels is not None and _labels.relabel_batch(batch, slots):
         return batch
     return [label(msg, origin) for msg, origin in _placed(batch, slots)]
 

@@ -38,7 +38,7 @@ from metadata_log.image import ClusterImage, MetadataImage, is_writable
 
 from .config import split_config
 from .errors import NoWritablePartition, PartitionNotWritable, UnknownTopic
-from .messages import Origin, Placement, label, placement_in, unsent
+from .messages import Origin, Placement, Report, label, placement_in, reporter, unsent
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +60,13 @@ CLUSTER_ERRORS: Final = frozenset(
 )
 DeliveryCallback = Callable[[KafkaError | None, Message], None]  # the message labelled logically
 Send = Callable[..., None]  # a physical producer's produce(topic, value, key, partition, callback, None, ts, headers)
-Report = Callable[[KafkaError | None, Message], None]  # a delivery callback as confluent-kafka calls it
 
 
 class _Target:
     """One logical partition as this producer routes to it, valid for one route (metadata offset and mute
     state). Built once per route, so that ``produce`` makes no object and no lookup beyond its route."""
 
-    __slots__ = ("cluster_id", "keyless", "origin", "physical_partition", "physical_topic", "report_pinned", "send")
+    __slots__ = ("cluster_id", "origin", "physical_partition", "physical_topic", "report_pinned", "send")
 
     def __init__(self, origin: Origin, physical_topic: str, physical_partition: int) -> None:
         self.origin = origin
@@ -75,12 +74,16 @@ class _Target:
         self.physical_topic = physical_topic
         self.physical_partition = physical_partition
         # Set when the partition takes writes (its cluster's producer exists): the physical producer's
-        # produce; the delivery report of messages pinned here (by key or partition) without a callback of
-        # their own; and, for key-less messages this producer routed here, (send, physical topic, physical
-        # partition, their delivery report: a purged one is produced again elsewhere), unpacked at once.
+        # produce, and the delivery report of messages pinned here (by key or partition) without a callback
+        # of their own.
         self.send: Send | None = None
         self.report_pinned: Report | None = None
-        self.keyless: tuple[Send, str, int, Report] | None = None
+
+
+Keyless = tuple[Send, str, int, Report, _Target]
+"""A writable partition as key-less messages go to it: (send, physical topic, physical partition, their
+delivery report, the target). Their report differs from pinned messages': a purged one is produced again
+elsewhere. The first four are what the C router (``sdk/_speedups.c``) reads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +91,7 @@ class _Route:
     """One logical topic's routing, valid for one (metadata offset, mute state)."""
 
     writable: tuple[_Target, ...]
-    keyless: Iterator[_Target]  # round-robin over writable, for key-less messages
+    keyless: Iterator[Keyless]  # round-robin over writable, for key-less messages
     targets: Mapping[int, _Target]  # every logical partition, writable or not
     why_not: Mapping[int, str]  # logical partition -> why it takes no writes
 
@@ -102,6 +105,8 @@ class FederatedProducer:
         self._physical_config = {"enable.metrics.push": False, **cfg}
         self._producers: dict[str, Producer] = {}
         self._routes: dict[str, _Route] = {}
+        self._keyless: dict[str, Iterator[Keyless]] = {}  # topic -> its route's keyless, while it has writable ones
+        self._epoch = 0  # routes made before the last change of metadata or mutes are not kept
         self._muted: dict[str, float] = {}  # cluster id -> muted until (monotonic)
         self._fenced: set[str] = set()
         self._reroute: deque[tuple[str, Any, Any, Any, DeliveryCallback | None]] = deque()
@@ -112,6 +117,7 @@ class FederatedProducer:
         )
         self._follower.poll(0)  # an image before the first produce
         self._follower.start()
+        self.produce = _keyless_router(self._keyless, self.produce)  # type: ignore[method-assign]  # same call
 
     # -- metadata ----------------------------------------------------------------------------------
     @property
@@ -129,18 +135,25 @@ class FederatedProducer:
         with self._lock:
             self._to_purge |= fenced - self._fenced
             self._fenced = fenced
+        self._forget_routes()
+
+    def _forget_routes(self) -> None:
+        self._epoch += 1
         self._routes = {}
+        self._keyless.clear()  # in place: the C router holds it
 
     def _route(self, topic: str) -> _Route:
         route = self._routes.get(topic)
         if route is not None:
             return route
-        image = self._follower.image
+        epoch, image = self._epoch, self._follower.image
         t = image.topics.get(topic)
         if t is None:
             raise UnknownTopic(topic, image.offset)
         now = time.monotonic()
-        writable, targets, why_not = [], {}, {}
+        writable: list[_Target] = []
+        keyless: list[Keyless] = []
+        targets, why_not = {}, {}
         for p in t.partitions:
             target = _Target(Origin(topic, p.partition, p.cluster_id), p.physical_topic, p.physical_partition)
             targets[p.partition] = target
@@ -159,10 +172,13 @@ class FederatedProducer:
                 target.send = producer.produce
                 target.report_pinned = self._reporter(target, rerouted=False)
                 report = self._reporter(target, rerouted=True)
-                target.keyless = (producer.produce, p.physical_topic, p.physical_partition, report)
+                keyless.append((producer.produce, p.physical_topic, p.physical_partition, report, target))
                 writable.append(target)
-        route = _Route(tuple(writable), cycle(writable), targets, why_not)
-        self._routes[topic] = route
+        route = _Route(tuple(writable), cycle(keyless), targets, why_not)
+        if epoch == self._epoch:  # else made from what just changed: good for this message only
+            self._routes[topic] = route
+            if writable:
+                self._keyless[topic] = route.keyless
         return route
 
     # -- producing ---------------------------------------------------------------------------------
@@ -176,7 +192,9 @@ class FederatedProducer:
         on_delivery: DeliveryCallback | None = None,
         timestamp: int = 0,
     ) -> None:
-        """Queue one message for a logical topic (same contract as confluent-kafka's ``produce``)."""
+        """Queue one message for a logical topic (same contract as confluent-kafka's ``produce``).
+
+        The usual call, key-less with no extras, is served in C by ``_keyless_router`` (same routing)."""
         if self._to_purge:
             self._purge_fenced()
         route = self._routes.get(topic) or self._route(topic)
@@ -186,8 +204,7 @@ class FederatedProducer:
             if not writable:
                 raise NoWritablePartition(topic, dict(route.why_not))
             if key is None:
-                target = next(route.keyless)
-                send, physical_topic, physical_partition, report = target.keyless  # type: ignore[misc]  # writable
+                send, physical_topic, physical_partition, report, target = next(route.keyless)
                 if on_delivery is not None:
                     report = partial(self._delivered, target, on_delivery, True)
                 if timestamp or headers is not None:
@@ -201,8 +218,8 @@ class FederatedProducer:
             if target is None or partition in route.why_not:
                 why = route.why_not.get(partition, f"topic {topic!r} has no partition {partition}")
                 raise PartitionNotWritable(topic, partition, why)
-        report = target.report_pinned if on_delivery is None else partial(self._delivered, target, on_delivery, False)
-        target.send(target.physical_topic, value, key, target.physical_partition, report, None, timestamp, headers)  # type: ignore[misc]  # writable: send is set
+        pinned = target.report_pinned if on_delivery is None else partial(self._delivered, target, on_delivery, False)
+        target.send(target.physical_topic, value, key, target.physical_partition, pinned, None, timestamp, headers)  # type: ignore[misc]  # writable: send is set
 
     def _producer(self, cluster_id: str) -> Producer:
         cluster = self._follower.image.clusters[cluster_id]
@@ -215,16 +232,7 @@ class FederatedProducer:
     def _reporter(self, target: _Target, rerouted: bool) -> Report:
         """The delivery callback of messages produced to ``target`` without their own: one per target, made
         once per route, so that produce() passes it without making anything."""
-        default, origin, delivered = self._default_callback, target.origin, self._delivered
-
-        def report(err: KafkaError | None, msg: Message) -> None:
-            if err is None:
-                if default is not None:
-                    default(None, label(msg, origin))
-            else:
-                delivered(target, None, rerouted, err, msg)
-
-        return report
+        return reporter(self._default_callback, target.origin, partial(self._delivered, target, None, rerouted))
 
     def _delivered(
         self, target: _Target, callback: DeliveryCallback | None, rerouted: bool, err: KafkaError | None, msg: Message
@@ -257,7 +265,7 @@ class FederatedProducer:
             with self._lock:
                 self._to_purge.add(cluster_id)
         self._muted[cluster_id] = time.monotonic() + self._mute_s
-        self._routes = {}
+        self._forget_routes()
 
     def _purge_fenced(self) -> None:
         """Take back what is queued for clusters that stopped taking writes (fenced, or muted here).
@@ -341,3 +349,14 @@ def _why_not_writable(state: str, cluster: ClusterImage | None) -> str:
     if cluster.fenced:
         return f"cluster {cluster.cluster_id} is fenced ({cluster.fenced_reason})"
     return f"cluster {cluster.cluster_id} is {cluster.state}"
+
+
+def _keyless_router(routes: dict[str, Iterator[Keyless]], produce: Callable[..., None]) -> Callable[..., None]:
+    """``produce`` with its usual call, a key-less message with no extras, sent in C over ``routes`` (the
+    topics' round-robins): the Python method costs a produce loop about a tenth of its speed. ``produce``
+    itself when the C module was not built."""
+    try:
+        from ._speedups import KeylessRouter
+    except ImportError:
+        return produce
+    return KeylessRouter(routes, produce)

@@ -29,7 +29,7 @@ def msg(partition: int, offset: int, topic: str = "U_TopicA", **kw: object) -> M
 @pytest.fixture(params=["in place", "wrapped"])
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     if request.param == "wrapped":
-        monkeypatch.setattr(messages, "_relabel", None)
+        monkeypatch.setattr(messages, "_labels", None)
     yield request.param
 
 
@@ -39,7 +39,7 @@ def read(batch: list[Message]) -> list[tuple[str | None, int | None, int | None,
 
 def test_messages_are_relabelled_in_place_with_the_installed_confluent_kafka() -> None:
     # the fallback works, but a read loop costs a third more: an upgrade that breaks the layout check shows here
-    assert messages.IN_PLACE, "sdk._relabel is missing or does not fit confluent_kafka.Message (see the warning)"
+    assert messages.IN_PLACE, "sdk._speedups is missing or does not fit confluent_kafka.Message (see the warning)"
 
 
 def test_a_batch_is_labelled_in_order_with_the_logical_partition_of_each(mode: str) -> None:
@@ -94,6 +94,21 @@ def test_a_single_message_is_labelled_whatever_its_error(mode: str) -> None:
     assert (out is failed) == (mode == "in place")
 
 
+def test_a_delivery_report_labels_a_delivered_message_and_passes_a_failed_one_on_as_it_is(mode: str) -> None:
+    delivered: list[tuple[object, Message]] = []
+    failed: list[tuple[object, Message]] = []
+    report = messages.reporter(lambda err, m: delivered.append((err, m)), A5, lambda err, m: failed.append((err, m)))
+    ok, timed_out = Message(topic="phys", partition=1, offset=7), Message(topic="phys", partition=1)
+    error = KafkaError(KafkaError._MSG_TIMED_OUT)
+    report(None, ok)
+    report(error, timed_out)
+    assert [(err, m.topic(), m.partition(), m.offset()) for err, m in delivered] == [(None, "U_TopicA", 5, 7)]
+    assert failed == [(error, timed_out)] and (timed_out.topic(), timed_out.partition()) == ("phys", 1)
+    silent = messages.reporter(None, A5, lambda err, m: failed.append((err, m)))
+    silent(None, Message(topic="phys", partition=1, offset=8))  # no callback: nothing to call
+    assert len(delivered) == 1 and len(failed) == 1
+
+
 def test_labels_keep_reference_counts_exact() -> None:
     if not messages.IN_PLACE:
         pytest.skip("the C module is not in use")
@@ -108,7 +123,7 @@ def test_labels_keep_reference_counts_exact() -> None:
 
 
 def test_the_c_module_refuses_what_it_cannot_label_and_changes_nothing() -> None:
-    relabel = messages._relabel
+    relabel = messages._labels
     if relabel is None:
         pytest.skip("the C module is not in use")
     with pytest.raises(ValueError, match="do not fit"):
@@ -125,6 +140,10 @@ def test_the_c_module_refuses_what_it_cannot_label_and_changes_nothing() -> None
         relabel.relabel(msg(0, 1), ("U_TopicA", -1))
     with pytest.raises(TypeError, match="must be a list"):
         relabel.relabel_batch([msg(0, 1)], {"U_TopicA": (A0,)})
+    with pytest.raises(TypeError, match="must be callable"):
+        relabel.Reporter(print, A0, None)
+    with pytest.raises(TypeError, match="called as"):
+        relabel.Reporter(print, A0, print)(None)
     batch = [msg(0, 1), "not a message"]
     assert relabel.relabel_batch(batch, SLOTS) is False and batch[0].partition() == 0
     assert place_batch([msg(0, 1)], SLOTS)[0].partition() == 0  # still configured as it was
