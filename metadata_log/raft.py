@@ -28,7 +28,9 @@ import struct
 import sys
 import threading
 import time
+import weakref
 import zlib
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -712,14 +714,54 @@ def _fail(future: asyncio.Future[list[Outcome]], error: Exception) -> None:
 
 
 def hand_over(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
-    """``loop.call_soon_threadsafe(callback, *args)`` from the Raft thread. A loop that is already closed
-    has nobody left waiting (the process is shutting down): the result is dropped instead of raising
-    inside pysyncobj's tick, which logged it as a failed tick."""
+    """Run ``callback(*args)`` on ``loop``, from the Raft thread: in order with every other call handed to
+    that loop, never blocking. A loop that is already closed has nobody left waiting (the process is
+    shutting down): the call is dropped instead of raising inside pysyncobj's tick, which logged it as a
+    failed tick."""
+    mailbox = _MAILBOXES.get(loop)
+    if mailbox is None:
+        with _MAILBOXES_LOCK:
+            mailbox = _MAILBOXES.setdefault(loop, _Mailbox())
     try:
-        loop.call_soon_threadsafe(callback, *args)
+        mailbox.post(loop, callback, args)
     except RuntimeError:
         if not loop.is_closed():
             raise
+
+
+class _Mailbox:
+    """The calls handed over to one event loop, which is woken once per burst of them.
+
+    pysyncobj settles a tick's commands one after another (and each command publishes to the read model
+    first), and a ``call_soon_threadsafe`` per call wrote to the loop's self-pipe each time: a tenth of a
+    busy leader's CPU (BENCHMARKS.md, tenth session). Here only the first call of a burst wakes the loop;
+    ``_run`` takes every call posted until it finds none left."""
+
+    def __init__(self) -> None:
+        self._calls: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
+        self._woken = False
+
+    def post(self, loop: asyncio.AbstractEventLoop, callback: Callable[..., None], args: tuple[Any, ...]) -> None:
+        self._calls.append((callback, args))
+        if not self._woken:
+            self._woken = True
+            loop.call_soon_threadsafe(self._run, loop)
+
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Cleared before taking the calls: one posted after the last is taken finds it cleared and wakes
+        # the loop again (at worst once too often, never too few: posters only ever append).
+        self._woken = False
+        calls = self._calls
+        while calls:
+            callback, args = calls.popleft()
+            try:
+                callback(*args)
+            except Exception as e:  # as the loop itself reports a failed callback, and go on with the rest
+                loop.call_exception_handler({"message": f"exception in {callback!r}", "exception": e})
+
+
+_MAILBOXES: Final[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox]] = weakref.WeakKeyDictionary()
+_MAILBOXES_LOCK: Final = threading.Lock()
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: int) -> None:

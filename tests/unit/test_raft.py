@@ -8,9 +8,11 @@ import inspect
 import mmap
 import struct
 import subprocess
+import threading
 import time
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pysyncobj.journal as pso_journal
 import pysyncobj.pickle as pso_pickle
@@ -660,3 +662,42 @@ def test_results_for_a_closed_loop_are_dropped_not_raised_in_the_tick() -> None:
     loop.close()
     raft.hand_over(loop, got.append, 2)  # would raise "Event loop is closed" from call_soon_threadsafe
     assert got == [1]
+
+
+def test_calls_handed_over_from_other_threads_run_in_order_and_a_failing_one_stops_none() -> None:
+    loop = asyncio.new_event_loop()
+    got: list[int] = []
+    reported: list[BaseException] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context["exception"]))
+    wakeups = 0
+    call_soon_threadsafe = loop.call_soon_threadsafe
+
+    def counted(*args: Any) -> Any:
+        nonlocal wakeups
+        wakeups += 1
+        return call_soon_threadsafe(*args)
+
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]  # count how often the loop is woken
+
+    def fail(n: int) -> None:
+        raise ValueError(n)
+
+    def post(first: int) -> None:
+        for n in range(first, first + 5_000):
+            raft.hand_over(loop, fail if n == first + 10 else got.append, n)
+
+    async def run() -> None:
+        threads = [threading.Thread(target=post, args=(first,)) for first in (0, 10_000)]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads) or len(got) < 9_998:
+            await asyncio.sleep(0.001)
+
+    try:
+        loop.run_until_complete(asyncio.wait_for(run(), 30))
+    finally:
+        loop.close()
+    assert [n for n in got if n < 10_000] == [n for n in range(5_000) if n != 10]  # each thread's calls in order
+    assert [n for n in got if n >= 10_000] == [n for n in range(10_000, 15_000) if n != 10_010]
+    assert [str(e) for e in reported] in (["10", "10010"], ["10010", "10"])
+    assert 1 <= wakeups < 10_000  # woken per burst, not per call
