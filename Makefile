@@ -7,7 +7,8 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: run test test-fast lint bench faults browser clean
 
-$(STAMP): pyproject.toml
+# The SDK's C module is compiled by the install (an editable install builds it in place): rebuild on change.
+$(STAMP): pyproject.toml sdk/_speedups.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
