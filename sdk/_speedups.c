@@ -341,7 +341,9 @@ static PyObject *router_vectorcall(PyObject *self, PyObject *const *args, size_t
         PyErr_SetString(PyExc_TypeError, "a KeylessRouter's routes must be iterators");
         return NULL;
     }
+    Py_INCREF(targets); /* borrowed from routes, which an iterator running Python code could change */
     PyObject *target = PyIter_Next(targets);
+    Py_DECREF(targets);
     if (target == NULL) {
         if (PyErr_Occurred())
             return NULL;

@@ -122,6 +122,25 @@ def test_labels_keep_reference_counts_exact() -> None:
     assert (sys.getrefcount(physical), sys.getrefcount(logical)) == (physical_refs - 100, logical_refs)
 
 
+def test_delivery_reports_keep_reference_counts_exact() -> None:
+    if not messages.IN_PLACE:
+        pytest.skip("the C module is not in use")
+    logical = "-".join(("logical", "t"))  # made at run time: counted
+    origin = Origin(logical, 1, "c1")
+    delivered = [0]
+
+    def count(err: object, m: Message) -> None:  # keeps nothing
+        delivered[0] += 1
+
+    report = messages.reporter(count, origin, count)
+    msg = Message(topic="phys", partition=0, offset=1)
+    report(None, msg)  # the message now holds the logical topic
+    before = sys.getrefcount(logical), sys.getrefcount(msg), sys.getrefcount(origin)
+    for _ in range(1_000):
+        report(None, msg)
+    assert delivered == [1_001] and (sys.getrefcount(logical), sys.getrefcount(msg), sys.getrefcount(origin)) == before
+
+
 def test_the_c_module_refuses_what_it_cannot_label_and_changes_nothing() -> None:
     relabel = messages._labels
     if relabel is None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from itertools import cycle
 from typing import Any, NamedTuple
 
@@ -100,3 +101,19 @@ def test_errors_of_the_send_and_of_a_bad_route_reach_the_caller(router: Router) 
     assert fallback.calls == [(("t", b"v"), {})]
     with pytest.raises(TypeError, match="fallback must be callable"):
         speedups.KeylessRouter({}, None)
+
+
+def test_the_router_keeps_reference_counts_exact() -> None:
+    sent = [0]
+
+    def send(*args: Any) -> None:  # keeps nothing
+        sent[0] += 1
+
+    value, topic = bytes(100), "-".join(("phys", "a"))  # made at run time: counted
+    target = (send, topic, 0, "report", "target")
+    routes = {"t": cycle([target])}
+    produce = speedups.KeylessRouter(routes, Recorder())
+    before = sys.getrefcount(value), sys.getrefcount(topic), sys.getrefcount(target)
+    for _ in range(1_000):
+        produce("t", value)
+    assert sent == [1_000] and (sys.getrefcount(value), sys.getrefcount(topic), sys.getrefcount(target)) == before
