@@ -19,7 +19,7 @@ from metadata_log.image import image_from_runs, image_from_wire
 from metadata_log.records import LATEST_METADATA_VERSION
 from metadata_log.views import metadata_view
 
-from .conftest import log_of
+from .conftest import log_of, wait_until
 
 MSGPACK = {"Accept": "application/msgpack"}
 
@@ -85,6 +85,10 @@ def test_idempotency_key_through_a_follower(quorum: LocalQuorum) -> None:
     other = quorum.client.post(url, json={**body, "cluster_id": unique("c")}, headers=key)
     assert other.status_code == 422
     assert other.json()["field"] == "Idempotency-Key"
+    # a forwarded write is answered by the leader: the follower applies it on the leader's next message
+    applied = quorum.url(follower) + "/v1/node"
+    wait_until(lambda: quorum.client.get(applied).json()["applied_offset"] >= first.json()["offset"], 10,
+               "the follower applies the write")  # fmt: skip
     registered = [r for r in log_of(quorum, follower) if r["type"] == "ClusterRegistered" and r["data"] == {**body}]
     assert len(registered) == 1
 
