@@ -25,7 +25,7 @@ static Py_ssize_t topic_at, partition_at, error_at;
 #define INT32_FIELD(msg, at) (*(int32_t *)((char *)(msg) + (at)))
 
 static int field_fits(Py_ssize_t at, Py_ssize_t size, Py_ssize_t align, Py_ssize_t basicsize) {
-    return at >= (Py_ssize_t)sizeof(PyObject) && at % align == 0 && at + size <= basicsize;
+    return at >= (Py_ssize_t)sizeof(PyObject) && at % align == 0 && at <= basicsize - size; /* no overflow */
 }
 
 static int overlaps(Py_ssize_t a, Py_ssize_t a_size, Py_ssize_t b, Py_ssize_t b_size) {
@@ -87,8 +87,8 @@ static int32_t origin_partition(PyObject *origin) {
 static void write_label(PyObject *msg, PyObject *topic, int32_t partition) {
     PyObject *old = OBJECT_FIELD(msg, topic_at);
     OBJECT_FIELD(msg, topic_at) = Py_NewRef(topic);
-    Py_XDECREF(old); /* a str: freeing it runs no Python code */
     INT32_FIELD(msg, partition_at) = partition;
+    Py_XDECREF(old); /* last: set_topic() takes any object, whose freeing may run Python code */
 }
 
 PyDoc_STRVAR(relabel_batch_doc,

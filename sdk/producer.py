@@ -111,7 +111,7 @@ class FederatedProducer:
         self._fenced: set[str] = set()
         self._reroute: deque[tuple[str, Any, Any, Any, DeliveryCallback | None]] = deque()
         self._to_purge: set[str] = set()
-        self._lock = threading.Lock()  # guards _to_purge and _fenced (the follower thread writes them)
+        self._lock = threading.Lock()  # guards _to_purge, _fenced, the routes' epoch (the follower thread writes)
         self._follower = LogFollower(
             client_config.controllers, wait_ms=2000, listener=self._on_metadata, access=client_config.access
         )
@@ -138,9 +138,10 @@ class FederatedProducer:
         self._forget_routes()
 
     def _forget_routes(self) -> None:
-        self._epoch += 1
-        self._routes = {}
-        self._keyless.clear()  # in place: the C router holds it
+        with self._lock:  # against a route being stored meanwhile (see _route)
+            self._epoch += 1
+            self._routes = {}
+            self._keyless.clear()  # in place: the C router holds it
 
     def _route(self, topic: str) -> _Route:
         route = self._routes.get(topic)
@@ -175,10 +176,11 @@ class FederatedProducer:
                 keyless.append((producer.produce, p.physical_topic, p.physical_partition, report, target))
                 writable.append(target)
         route = _Route(tuple(writable), cycle(keyless), targets, why_not)
-        if epoch == self._epoch:  # else made from what just changed: good for this message only
-            self._routes[topic] = route
-            if writable:
-                self._keyless[topic] = route.keyless
+        with self._lock:  # the check and the stores at once: the follower thread may forget routes between them
+            if epoch == self._epoch:  # else made from what just changed: good for this message only
+                self._routes[topic] = route
+                if writable:
+                    self._keyless[topic] = route.keyless
         return route
 
     # -- producing ---------------------------------------------------------------------------------

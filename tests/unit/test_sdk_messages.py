@@ -151,6 +151,8 @@ def test_the_c_module_refuses_what_it_cannot_label_and_changes_nothing() -> None
         relabel.configure(Message, 16, 18, 56)  # overlapping
     with pytest.raises(ValueError, match="do not fit"):
         relabel.configure(Message, 16, 64, 1 << 20)  # past the object
+    with pytest.raises(ValueError, match="do not fit"):
+        relabel.configure(Message, (1 << 63) - 8, 64, 56)  # so far past that offset + size overflows
     with pytest.raises(TypeError, match="expected a"):
         relabel.relabel(object(), A0)
     with pytest.raises(TypeError, match="an origin is a tuple"):
