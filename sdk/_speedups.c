@@ -194,94 +194,109 @@ static PyObject *relabel(PyObject *Py_UNUSED(module), PyObject *args) {
     return Py_NewRef(msg);
 }
 
+/* Reporter and KeylessRouter are callables that hold a few object references and their vectorcall entry. They
+ * share one layout (a Holder first), so that one set of GC functions and one type template serve both. */
+#define HOLDER_REFS 3
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *refs[HOLDER_REFS]; /* each type names its own (an enum); NULL past them */
+} Holder;
+
+static int holder_traverse(Holder *h, visitproc visit, void *arg) {
+    for (int i = 0; i < HOLDER_REFS; i++)
+        Py_VISIT(h->refs[i]);
+    return 0;
+}
+
+static int holder_clear(Holder *h) {
+    for (int i = 0; i < HOLDER_REFS; i++)
+        Py_CLEAR(h->refs[i]);
+    return 0;
+}
+
+static void holder_dealloc(Holder *h) {
+    PyObject_GC_UnTrack(h);
+    holder_clear(h);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+/* A new object of a Holder type, holding new references to refs[0..n). */
+static Holder *holder_new(PyTypeObject *type, vectorcallfunc call, PyObject *const *refs, int n) {
+    Holder *h = (Holder *)type->tp_alloc(type, 0);
+    if (h == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++)
+        h->refs[i] = Py_NewRef(refs[i]);
+    h->vectorcall = call;
+    return h;
+}
+
+#define HOLDER_TYPE(c_type, name, doc, new_function)                                                                \
+    {                                                                                                              \
+        PyVarObject_HEAD_INIT(NULL, 0).tp_name = name, .tp_doc = PyDoc_STR(doc), .tp_basicsize = sizeof(c_type),   \
+        .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,                          \
+        .tp_vectorcall_offset = offsetof(Holder, vectorcall), .tp_call = PyVectorcall_Call, .tp_new = new_function, \
+        .tp_traverse = (traverseproc)holder_traverse, .tp_clear = (inquiry)holder_clear,                           \
+        .tp_dealloc = (destructor)holder_dealloc,                                                                  \
+    }
+
 /* A delivery callback for confluent-kafka's producer: Reporter(callback, origin, on_error)(err, msg) relabels a
  * delivered msg with origin and calls callback(None, msg) (nothing when callback is None); a failed one goes to
  * on_error(err, msg) as it is. A Python closure doing this costs a key-less produce loop about a tenth of its
  * speed (BENCHMARKS.md, tenth session). */
+enum { CALLBACK, ORIGIN, ON_ERROR };
 typedef struct {
-    PyObject_HEAD
-    PyObject *callback, *origin, *on_error;
-    int32_t partition;
-    vectorcallfunc vectorcall;
+    Holder base;
+    int32_t partition; /* of the origin */
 } Reporter;
 
 static PyObject *reporter_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Reporter *r = (Reporter *)self;
+    PyObject *const *refs = r->base.refs;
     if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
         PyErr_SetString(PyExc_TypeError, "a Reporter is called as (err, msg)");
         return NULL;
     }
     PyObject *err = args[0], *msg = args[1];
     if (err != Py_None)
-        return PyObject_Vectorcall(r->on_error, args, 2, NULL);
-    if (r->callback == Py_None)
+        return PyObject_Vectorcall(refs[ON_ERROR], args, 2, NULL);
+    if (refs[CALLBACK] == Py_None)
         Py_RETURN_NONE;
     if (Py_TYPE(msg) != message_type) {
         PyErr_Format(PyExc_TypeError, "expected a %s, got %s", message_type->tp_name, Py_TYPE(msg)->tp_name);
         return NULL;
     }
-    write_label(msg, PyTuple_GET_ITEM(r->origin, 0), r->partition);
-    return PyObject_Vectorcall(r->callback, args, 2, NULL);
+    write_label(msg, PyTuple_GET_ITEM(refs[ORIGIN], 0), r->partition);
+    return PyObject_Vectorcall(refs[CALLBACK], args, 2, NULL);
 }
 
 static PyObject *reporter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *callback, *origin, *on_error;
+    PyObject *refs[3];
     static char *keywords[] = {"callback", "origin", "on_error", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:Reporter", keywords, &callback, &origin, &on_error))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:Reporter", keywords, &refs[CALLBACK], &refs[ORIGIN],
+                                     &refs[ON_ERROR]))
         return NULL;
     if (!check_configured())
         return NULL;
-    if ((callback != Py_None && !PyCallable_Check(callback)) || !PyCallable_Check(on_error)) {
+    if ((refs[CALLBACK] != Py_None && !PyCallable_Check(refs[CALLBACK])) || !PyCallable_Check(refs[ON_ERROR])) {
         PyErr_SetString(PyExc_TypeError, "callback (or None) and on_error must be callable");
         return NULL;
     }
-    const int32_t partition = origin_partition(origin);
+    const int32_t partition = origin_partition(refs[ORIGIN]);
     if (partition < 0)
         return NULL;
-    Reporter *r = (Reporter *)type->tp_alloc(type, 0);
-    if (r == NULL)
-        return NULL;
-    r->callback = Py_NewRef(callback);
-    r->origin = Py_NewRef(origin);
-    r->on_error = Py_NewRef(on_error);
-    r->partition = partition;
-    r->vectorcall = reporter_vectorcall;
+    Reporter *r = (Reporter *)holder_new(type, reporter_vectorcall, refs, 3);
+    if (r != NULL)
+        r->partition = partition;
     return (PyObject *)r;
 }
 
-static int reporter_traverse(Reporter *r, visitproc visit, void *arg) {
-    Py_VISIT(r->callback);
-    Py_VISIT(r->origin);
-    Py_VISIT(r->on_error);
-    return 0;
-}
-
-static int reporter_clear(Reporter *r) {
-    Py_CLEAR(r->callback);
-    Py_CLEAR(r->origin);
-    Py_CLEAR(r->on_error);
-    return 0;
-}
-
-static void reporter_dealloc(Reporter *r) {
-    PyObject_GC_UnTrack(r);
-    reporter_clear(r);
-    Py_TYPE(r)->tp_free((PyObject *)r);
-}
-
-static PyTypeObject ReporterType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sdk._speedups.Reporter",
-    .tp_doc = PyDoc_STR("Reporter(callback, origin, on_error): a delivery callback that hands callback(None, msg) "
-                        "the delivered message relabelled with origin, and on_error(err, msg) a failed one."),
-    .tp_basicsize = sizeof(Reporter),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_vectorcall_offset = offsetof(Reporter, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_new = reporter_new,
-    .tp_traverse = (traverseproc)reporter_traverse,
-    .tp_clear = (inquiry)reporter_clear,
-    .tp_dealloc = (destructor)reporter_dealloc,
-};
+static PyTypeObject ReporterType = HOLDER_TYPE(
+    Reporter, "sdk._speedups.Reporter",
+    "Reporter(callback, origin, on_error): a delivery callback that hands callback(None, msg) the delivered "
+    "message relabelled with origin, and on_error(err, msg) a failed one.",
+    reporter_new);
 
 /* FederatedProducer.produce(topic, value=None, key=None, partition=None, headers=None, on_delivery=None,
  * timestamp=0) for a key-less message with no extras: KeylessRouter(routes, fallback). routes maps a logical
@@ -289,11 +304,7 @@ static PyTypeObject ReporterType = {
  * such a message goes to send(physical topic, value, None, physical partition, report). Any other call (a
  * key, a partition, headers, a callback, a timestamp, a topic not in routes, an unknown argument) goes to
  * fallback with the arguments as given. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *routes, *fallback;
-    vectorcallfunc vectorcall;
-} KeylessRouter;
+enum { ROUTES, FALLBACK };
 
 enum { TOPIC, VALUE, KEY, PARTITION, HEADERS, ON_DELIVERY, TIMESTAMP, N_PRODUCE_ARGS };
 static const char *const produce_args[N_PRODUCE_ARGS] = {"topic",   "value",       "key",      "partition",
@@ -327,15 +338,15 @@ static int keyless_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnam
 }
 
 static PyObject *router_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    KeylessRouter *r = (KeylessRouter *)self;
+    PyObject *const *refs = ((Holder *)self)->refs;
     PyObject *arg[N_PRODUCE_ARGS] = {NULL};
     if (!keyless_args(args, PyVectorcall_NARGS(nargsf), kwnames, arg))
-        return PyObject_Vectorcall(r->fallback, args, nargsf, kwnames);
-    PyObject *targets = PyDict_GetItemWithError(r->routes, arg[TOPIC]);
+        return PyObject_Vectorcall(refs[FALLBACK], args, nargsf, kwnames);
+    PyObject *targets = PyDict_GetItemWithError(refs[ROUTES], arg[TOPIC]);
     if (targets == NULL) {
         if (PyErr_Occurred())
             return NULL;
-        return PyObject_Vectorcall(r->fallback, args, nargsf, kwnames); /* no route yet: fallback makes it */
+        return PyObject_Vectorcall(refs[FALLBACK], args, nargsf, kwnames); /* no route yet: fallback makes it */
     }
     if (!PyIter_Check(targets)) {
         PyErr_SetString(PyExc_TypeError, "a KeylessRouter's routes must be iterators");
@@ -347,7 +358,7 @@ static PyObject *router_vectorcall(PyObject *self, PyObject *const *args, size_t
     if (target == NULL) {
         if (PyErr_Occurred())
             return NULL;
-        return PyObject_Vectorcall(r->fallback, args, nargsf, kwnames);
+        return PyObject_Vectorcall(refs[FALLBACK], args, nargsf, kwnames);
     }
     if (!PyTuple_CheckExact(target) || PyTuple_GET_SIZE(target) < 4) {
         Py_DECREF(target);
@@ -362,54 +373,23 @@ static PyObject *router_vectorcall(PyObject *self, PyObject *const *args, size_t
 }
 
 static PyObject *router_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *routes, *fallback;
+    PyObject *refs[2];
     static char *keywords[] = {"routes", "fallback", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O:KeylessRouter", keywords, &PyDict_Type, &routes, &fallback))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O:KeylessRouter", keywords, &PyDict_Type, &refs[ROUTES],
+                                     &refs[FALLBACK]))
         return NULL;
-    if (!PyCallable_Check(fallback)) {
+    if (!PyCallable_Check(refs[FALLBACK])) {
         PyErr_SetString(PyExc_TypeError, "fallback must be callable");
         return NULL;
     }
-    KeylessRouter *r = (KeylessRouter *)type->tp_alloc(type, 0);
-    if (r == NULL)
-        return NULL;
-    r->routes = Py_NewRef(routes);
-    r->fallback = Py_NewRef(fallback);
-    r->vectorcall = router_vectorcall;
-    return (PyObject *)r;
+    return (PyObject *)holder_new(type, router_vectorcall, refs, 2);
 }
 
-static int router_traverse(KeylessRouter *r, visitproc visit, void *arg) {
-    Py_VISIT(r->routes);
-    Py_VISIT(r->fallback);
-    return 0;
-}
-
-static int router_clear(KeylessRouter *r) {
-    Py_CLEAR(r->routes);
-    Py_CLEAR(r->fallback);
-    return 0;
-}
-
-static void router_dealloc(KeylessRouter *r) {
-    PyObject_GC_UnTrack(r);
-    router_clear(r);
-    Py_TYPE(r)->tp_free((PyObject *)r);
-}
-
-static PyTypeObject KeylessRouterType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "sdk._speedups.KeylessRouter",
-    .tp_doc = PyDoc_STR("KeylessRouter(routes, fallback): FederatedProducer.produce, with key-less messages "
-                        "without extras sent in C over routes[topic] (see sdk/_speedups.c)."),
-    .tp_basicsize = sizeof(KeylessRouter),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_vectorcall_offset = offsetof(KeylessRouter, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_new = router_new,
-    .tp_traverse = (traverseproc)router_traverse,
-    .tp_clear = (inquiry)router_clear,
-    .tp_dealloc = (destructor)router_dealloc,
-};
+static PyTypeObject KeylessRouterType = HOLDER_TYPE(
+    Holder, "sdk._speedups.KeylessRouter",
+    "KeylessRouter(routes, fallback): FederatedProducer.produce, with key-less messages without extras sent in C "
+    "over routes[topic] (see sdk/_speedups.c).",
+    router_new);
 
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, configure_doc},
