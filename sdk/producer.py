@@ -66,11 +66,10 @@ class _Target:
     """One logical partition as this producer routes to it, valid for one route (metadata offset and mute
     state). Built once per route, so that ``produce`` makes no object and no lookup beyond its route."""
 
-    __slots__ = ("cluster_id", "origin", "physical_partition", "physical_topic", "report_pinned", "send")
+    __slots__ = ("origin", "physical_partition", "physical_topic", "report_pinned", "send")
 
     def __init__(self, origin: Origin, physical_topic: str, physical_partition: int) -> None:
         self.origin = origin
-        self.cluster_id = origin.cluster_id
         self.physical_topic = physical_topic
         self.physical_partition = physical_partition
         # Set when the partition takes writes (its cluster's producer exists): the physical producer's
@@ -252,7 +251,7 @@ class FederatedProducer:
             self._reroute.append((target.origin.topic, msg.value(), msg.headers(), msg.timestamp()[1], callback))
             return
         if code in CLUSTER_ERRORS:
-            self._mute(target.cluster_id, err.str())
+            self._mute(target.origin.cluster_id, err.str())
         callback = callback or self._default_callback
         if callback is not None:
             callback(err, label(msg, target.origin))
