@@ -129,39 +129,9 @@ class FederatedMessage(tuple[Message, Origin]):
         return f"FederatedMessage({self.topic()}/{self.partition()}@{self.offset()})"
 
 
-class _Unsent(FederatedMessage):
-    """(None, origin, value, headers): what a failed delivery report carries when nothing was sent."""
-
-    __slots__ = ()
-
-    def offset(self) -> int | None:
-        return None
-
-    def value(self) -> Any:
-        return self[2]  # type: ignore[misc]  # the 4-tuple's extra items
-
-    def key(self) -> Any:
-        return None
-
-    def headers(self) -> Any:
-        return self[3]  # type: ignore[misc]
-
-    def timestamp(self) -> tuple[int, int]:
-        return (0, 0)  # TIMESTAMP_NOT_AVAILABLE
-
-    def error(self) -> KafkaError | None:
-        return None
-
-    def leader_epoch(self) -> int | None:
-        return None
-
-    def latency(self) -> float | None:
-        return None
-
-
 def unsent(topic: str, value: Any, headers: Any) -> Message:
     """A message that never reached any cluster, for a failed delivery report: no partition, no offset."""
-    return cast(Message, _Unsent((None, Origin(topic, -1, ""), value, headers)))  # type: ignore[arg-type]  # 4-tuple
+    return Message(topic=topic, value=value, headers=headers)
 
 
 # -- labels written in place ------------------------------------------------------------------------------
