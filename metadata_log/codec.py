@@ -138,18 +138,30 @@ def records_to_runs(records: Iterable[Record]) -> tuple[list[Any], bool]:
     topic's partitions, its cluster...). Any other record is its ``record_to_wire`` row ``[type, version,
     *fields]``; a row starts with a string, a run with its length. A 500-partition topic is ~2 KB instead of
     ~30 KB of rows, and each repeated string is decoded once."""
+    items, _read_back, exact = encode_runs(records)
+    return items, exact
+
+
+def encode_runs(records: Iterable[Record]) -> tuple[list[Any], list[Run | Record], bool]:
+    """``records_to_runs``, and in between the records as ``read_runs`` gives them back from it: each run as
+    a ``Run`` of its full columns, every other record as itself (what a proposer applies, not decoding its
+    own command)."""
     items: list[Any] = []
+    read_back: list[Run | Record] = []
     exact = True
     for cls, group in itertools.groupby(records, type):
         run = list(group)
         if cls not in _COLUMNAR or len(run) == 1:
             items += map(record_to_wire, run)
+            read_back += run
             exact = exact and round_trips(run)
             continue
-        item, typed = run_item(cls, record_columns(run, cls), len(run))
+        columns = record_columns(run, cls)
+        item, typed = run_item(cls, columns, len(run))
         items.append(item)
+        read_back.append(Run(cls, columns, len(run)))
         exact = exact and typed
-    return items, exact
+    return items, read_back, exact
 
 
 def run_item(cls: type[Record], columns: Sequence[Sequence[Any]], n: int) -> tuple[list[Any], bool]:
@@ -204,8 +216,13 @@ def read_runs(items: Any) -> Iterator[Run | Record]:
 
 def records_from_runs(items: Any) -> list[Record]:
     """Inverse of ``records_to_runs`` (see ``read_runs``)."""
+    return records_of(read_runs(items))
+
+
+def records_of(items: Iterable[Run | Record]) -> list[Record]:
+    """The records of ``read_runs`` output: each run's built (``build_records``), in order."""
     out: list[Record] = []
-    for item in read_runs(items):
+    for item in items:
         if isinstance(item, Run):
             out += build_records(*item)
         else:

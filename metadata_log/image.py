@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import groupby, repeat
 from operator import itemgetter
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar, cast
 
 from .codec import (
     COLUMNAR_TYPES,
@@ -549,8 +549,8 @@ class MetadataDelta:
         )
 
 
-_BULK: Final = frozenset({PartitionsAdded, PhysicalPartitionsReported, ClusterRegistered})
-"""Record types ``MetadataDelta.replay_columns`` replays a whole run at a time."""
+BULK_TYPES: Final = frozenset({PartitionsAdded, PhysicalPartitionsReported, ClusterRegistered})
+"""Record types ``MetadataDelta.replay_columns`` replays a whole run at a time (others: record by record)."""
 
 
 def apply(image: MetadataImage, records: Iterable[Record]) -> MetadataImage:
@@ -562,14 +562,36 @@ def apply(image: MetadataImage, records: Iterable[Record]) -> MetadataImage:
     ``report_leaders``, ``register_clusters``): the same checks and the same first error as one at a time.
     """
     delta = MetadataDelta(image)
+    _replay_records(delta, records)
+    return delta.apply()
+
+
+def apply_runs(image: MetadataImage, items: Iterable[Run | Record]) -> MetadataImage:
+    """``apply`` of records of which some come as a ``Run`` (records of one type as checked columns), as
+    ``codec.read_runs`` yields them: a follower applies a command without building its record objects. A
+    run goes to the delta as it is; consecutive records as ``apply`` says."""
+    delta = MetadataDelta(image)
+    for is_run, group in groupby(items, _is_run):
+        if is_run:
+            for run in cast(Iterator[Run], group):
+                delta.replay_columns(*run)
+        else:
+            _replay_records(delta, cast(Iterator[Record], group))
+    return delta.apply()
+
+
+def _replay_records(delta: MetadataDelta, records: Iterable[Record]) -> None:
     for cls, group in groupby(records, type):
-        if cls in _BULK:
+        if cls in BULK_TYPES:
             run = list(group)
             delta.replay_columns(cls, record_columns(run, cls), len(run))
         else:
             for record in group:
                 delta.replay(record)
-    return delta.apply()
+
+
+def _is_run(item: Run | Record) -> bool:
+    return type(item) is Run
 
 
 def _runs(keys: Sequence[str]) -> Iterator[tuple[str, int, int]]:
@@ -673,13 +695,7 @@ def image_from_snapshot(body: Mapping[str, Any], offset: int) -> MetadataImage:
 def image_from_runs(items: Any, offset: int) -> MetadataImage:
     """Rebuild a snapshot from ``image_to_runs`` output: partitions and leader reports go to the delta a run
     at a time, as columns. Raises ``CodecError`` or ``InvalidRecord``."""
-    delta = MetadataDelta(EMPTY_IMAGE)
-    for item in read_runs(items):
-        if isinstance(item, Run):
-            delta.replay_columns(*item)
-        else:
-            delta.replay(item)
-    return replace(delta.apply(), offset=offset)
+    return replace(apply_runs(EMPTY_IMAGE, read_runs(items)), offset=offset)
 
 
 def image_from_wire(rows: Iterable[Any], offset: int) -> MetadataImage:

@@ -28,21 +28,24 @@ from .codec import (
     PACK_CHUNK_ITEMS,
     PACK_CHUNK_RUNS,
     CodecError,
+    Run,
+    encode_runs,
     freeze_survivors,
     gc_paused,
     pack,
     pack_chunked,
-    records_from_runs,
+    read_runs,
     records_from_wire,
-    records_to_runs,
+    records_of,
     records_to_wire,
     unpack,
 )
 from .image import (
+    BULK_TYPES,
     EMPTY_IMAGE,
     InvalidRecord,
     MetadataImage,
-    apply,
+    apply_runs,
     image_from_snapshot,
     image_to_runs,
     iter_image_wire,
@@ -108,25 +111,90 @@ def encode_command(proposals: Sequence[Proposal], metadata_version: int = COMMAN
     return _encode_command(proposals, metadata_version)[0]
 
 
-def _encode_command(proposals: Sequence[Proposal], metadata_version: int) -> tuple[bytes, bool]:
-    """The command's bytes in ``metadata_version``'s layout, and whether every record in it ``round_trips``."""
+def _encode_command(proposals: Sequence[Proposal], metadata_version: int) -> tuple[bytes, bool, list[_Write]]:
+    """The command's bytes in ``metadata_version``'s layout, whether every record in it ``round_trips``, and
+    its proposals as the proposer applies them: version 2's runs as columns, as its followers decode them."""
     if not COMMAND_VERSION <= metadata_version <= LATEST_METADATA_VERSION:
         raise ValueError(f"no command layout for metadata version {metadata_version}")
-    encode_records = records_to_wire if metadata_version == COMMAND_VERSION else records_to_runs
-    body, exact = [], True
+    body, writes, exact = [], [], True
     for p in proposals:
-        rows, rows_exact = encode_records(p.records)
+        if metadata_version == COMMAND_VERSION:
+            rows, rows_exact = records_to_wire(p.records)
+            writes.append(_Write.of(p))
+        else:
+            rows, read_back, rows_exact = encode_runs(p.records)
+            runs = _proposer_runs(read_back, p.records)
+            writes.append(_Write(p.idempotency_key, p.fingerprint, runs, len(p.records), p.records))
         body.append([p.idempotency_key, p.fingerprint, rows])
         exact = exact and rows_exact
-    return pack([metadata_version, body]), exact
+    return pack([metadata_version, body]), exact, writes
+
+
+def _proposer_runs(read_back: list[Run | Record], records: Sequence[Record]) -> list[Run | Record]:
+    """A proposer's own records as ``apply_runs`` takes them: the runs it encoded where the delta replays a
+    run as columns (``BULK_TYPES``: what ``MetadataDelta`` would otherwise get from the records again), the
+    records themselves elsewhere (a run of another type is replayed record by record)."""
+    runs: list[Run | Record] = []
+    at = 0
+    for item in read_back:
+        if not isinstance(item, Run):
+            runs.append(item)
+            at += 1
+            continue
+        if item.cls in BULK_TYPES:
+            runs.append(item)
+        else:
+            runs += records[at : at + item.n]
+        at += item.n
+    return runs
 
 
 def decode_command(data: bytes) -> list[Proposal]:
+    """The proposals ``encode_command`` wrote; ``CodecError``, or ``NewerMetadataVersion`` for a command this
+    code cannot read."""
+    return [Proposal(tuple(w.committed_records()), w.idempotency_key, w.fingerprint) for w in _decode_writes(data)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Write:
+    """One proposal as ``LogState`` applies it: its records as ``apply_runs`` takes them (a follower's runs of
+    one type as columns), how many there are, and the record objects where this node has them (a command it proposed,
+    or one written as rows). A follower builds them from the runs only when a publisher asks for them:
+    applying a command of version 2 needs no record object."""
+
+    idempotency_key: str | None
+    fingerprint: str | None
+    runs: Sequence[Run | Record]
+    count: int
+    records: Sequence[Record] | None
+
+    @classmethod
+    def of(cls, proposal: Proposal) -> _Write:
+        records = proposal.records
+        return cls(proposal.idempotency_key, proposal.fingerprint, records, len(records), records)
+
+    def committed_records(self) -> Sequence[Record]:
+        return self.records if self.records is not None else records_of(self.runs)
+
+
+def _write_from_rows(key: str | None, fingerprint: str | None, rows: list[Any]) -> _Write:
+    """A proposal of metadata version 1: its records as wire rows."""
+    records = records_from_wire(rows)
+    return _Write(key, fingerprint, records, len(records), records)
+
+
+def _write_from_runs(key: str | None, fingerprint: str | None, items: list[Any]) -> _Write:
+    """A proposal of metadata version 2: its records as runs (``codec.records_to_runs``), checked, not built."""
+    runs = list(read_runs(items))
+    return _Write(key, fingerprint, runs, sum(item.n if isinstance(item, Run) else 1 for item in runs), None)
+
+
+def _decode_writes(data: bytes) -> list[_Write]:
     value = unpack(data)
     if not isinstance(value, list) or len(value) != 2 or type(value[0]) is not int:
         raise CodecError("not a kfed command")
-    decode_records = _DECODERS.get(value[0])
-    if decode_records is None:
+    decode_write = _DECODERS.get(value[0])
+    if decode_write is None:
         if value[0] > LATEST_METADATA_VERSION:
             raise NewerMetadataVersion(value[0])
         raise CodecError(f"a command of metadata version {value[0]}: there is none below {COMMAND_VERSION}")
@@ -141,11 +209,14 @@ def decode_command(data: bytes) -> list[Proposal]:
             raise CodecError("idempotency key and fingerprint must be strings or null")
         if not isinstance(records, list):
             raise CodecError("a proposal's records must be a list")
-        out.append(Proposal(tuple(decode_records(records)), key, fingerprint))
+        out.append(decode_write(key, fingerprint, records))
     return out
 
 
-_DECODERS: Final[dict[int, Callable[[list[Any]], list[Record]]]] = {1: records_from_wire, 2: records_from_runs}
+_DECODERS: Final[dict[int, Callable[[str | None, str | None, list[Any]], _Write]]] = {
+    1: _write_from_rows,
+    2: _write_from_runs,
+}
 
 
 class LogState:
@@ -169,28 +240,28 @@ class LogState:
     def encode_proposal(self, proposals: Sequence[Proposal]) -> bytes:
         """``encode_command`` for a command this node proposes (as leader). When applying it here needs no
         decoding (see ``_ProposedCommands``), the proposals are kept until it is applied."""
-        data, exact = _encode_command(proposals, self.image.metadata_version)
+        data, exact, writes = _encode_command(proposals, self.image.metadata_version)
         if exact:
-            self._proposed.add(data, list(proposals))
+            self._proposed.add(data, writes)
         return data
 
     def apply_command(self, data: bytes) -> list[Outcome]:
         """Apply one Raft command; returns one outcome per proposal. Never raises."""
         try:
-            proposals = self._proposed.take(data) or decode_command(data)
+            writes = self._proposed.take(data) or _decode_writes(data)
         except NewerMetadataVersion as e:
             return self._cannot_read(e)
         except (CodecError, TypeError, ValueError) as e:
             log.error("undecodable command of %d bytes ignored: %s", len(data), e)
             return [Outcome("rejected", detail=f"undecodable command: {e}")]
         first_offset = self.image.offset + 1
-        published: list[Record] = []  # committed records, at first_offset, first_offset + 1, ...
-        outcomes = self._apply_together(proposals, published) if len(proposals) > 1 else None
+        published: list[_Write] = []  # committed writes of records, at first_offset, first_offset + 1, ...
+        outcomes = self._apply_together(writes, published) if len(writes) > 1 else None
         if outcomes is None:
             outcomes = []
-            for proposal in proposals:
+            for write in writes:
                 try:
-                    outcome = self._apply_proposal(proposal, published)
+                    outcome = self._apply_proposal(write, published)
                 except NewerMetadataVersion as e:
                     return self._cannot_read(e)
                 except Exception as e:  # a bug in apply must not stop the quorum: reject, loudly
@@ -199,10 +270,10 @@ class LogState:
                 outcomes.append(outcome)
         if published and self._publisher is not None:
             try:
-                self._publisher(first_offset, published, self.image)
+                self._publisher(first_offset, _records_of(published), self.image)
             except Exception:
                 log.exception("publisher failed")
-        self._applied_since_freeze += len(published)
+        self._applied_since_freeze += sum(write.count for write in published)
         if self._applied_since_freeze >= FREEZE_EVERY_RECORDS and freeze_survivors():
             self._applied_since_freeze = 0
         return outcomes
@@ -212,7 +283,7 @@ class LogState:
         self._halt(f"the log holds a committed command this node cannot apply: {error}")
         return [Outcome("rejected", detail=str(error))]
 
-    def _apply_together(self, proposals: Sequence[Proposal], published: list[Record]) -> list[Outcome] | None:
+    def _apply_together(self, proposals: Sequence[_Write], published: list[_Write]) -> list[Outcome] | None:
         """The outcomes of applying ``proposals`` one after another, computed with one ``apply`` of all
         their records, or None (nothing changed) when a proposal would not commit or an idempotency key
         needs the one-at-a-time path. Each ``apply`` copies the image's maps it changes (its clusters,
@@ -226,11 +297,12 @@ class LogState:
         except Exception:  # InvalidRecord, or a bug (an odd key): the one-at-a-time path rejects the right proposal
             return None
 
-    def _apply_all(self, proposals: Sequence[Proposal], published: list[Record]) -> list[Outcome] | None:
+    def _apply_all(self, proposals: Sequence[_Write], published: list[_Write]) -> list[Outcome] | None:
         keys = self._keys
         new_keys: dict[str, tuple[str | None, Outcome]] = {}
         outcomes: list[Outcome] = []
-        records: list[Record] = []
+        committed: list[_Write] = []
+        runs: list[Run | Record] = []
         offset = self.image.offset
         for proposal in proposals:
             key = proposal.idempotency_key
@@ -245,20 +317,22 @@ class LogState:
                 if seen is not None:
                     outcomes.append(_replayed(seen, proposal.fingerprint))
                     continue
-            n = len(proposal.records)
+            n = proposal.count
             outcome = Outcome("committed", offset + 1 if n else -1, offset + n if n else -1)
             offset += n
-            records += proposal.records
+            if n:
+                runs += proposal.runs
+                committed.append(proposal)
             if key is not None:
                 new_keys[key] = (proposal.fingerprint, outcome)
             outcomes.append(outcome)
-        self.image = apply(self.image, records)  # raises before changing anything
-        published += records
+        self.image = apply_runs(self.image, runs)  # raises before changing anything
+        published += committed
         keys.update(new_keys)
         self._forget_oldest_keys()
         return outcomes
 
-    def _apply_proposal(self, proposal: Proposal, published: list[Record]) -> Outcome:
+    def _apply_proposal(self, proposal: _Write, published: list[_Write]) -> Outcome:
         key = proposal.idempotency_key
         if key is not None:
             seen = self._keys.get(key)
@@ -266,15 +340,13 @@ class LogState:
                 return _replayed(seen, proposal.fingerprint)
         base = self.image
         try:
-            after = apply(base, proposal.records)
+            after = apply_runs(base, proposal.runs)
         except InvalidRecord as e:
             return Outcome("rejected", detail=str(e))
         self.image = after
-        first_offset = base.offset + 1
-        published += proposal.records
-        outcome = Outcome(
-            "committed", first_offset if proposal.records else -1, after.offset if proposal.records else -1
-        )
+        if proposal.count:
+            published.append(proposal)
+        outcome = Outcome("committed", base.offset + 1, after.offset) if proposal.count else Outcome("committed")
         if key is not None:
             self._keys[key] = (proposal.fingerprint, outcome)
             self._forget_oldest_keys()
@@ -335,6 +407,13 @@ class LogState:
         return value_raft
 
 
+def _records_of(writes: Sequence[_Write]) -> Sequence[Record]:
+    """The records of committed writes, in order (built from a follower's runs here)."""
+    if len(writes) == 1:
+        return writes[0].committed_records()
+    return [record for write in writes for record in write.committed_records()]
+
+
 def _replayed(seen: tuple[str | None, Outcome], fingerprint: str | None) -> Outcome:
     """The outcome of a proposal whose idempotency key is remembered: the first one's, unless the request differs."""
     first_fingerprint, first = seen
@@ -357,11 +436,11 @@ class _ProposedCommands:
     MAX_BYTES: Final = 64 * 1024 * 1024
 
     def __init__(self) -> None:
-        self._by_command: dict[bytes, tuple[list[Proposal], int]] = {}  # proposals, times proposed
+        self._by_command: dict[bytes, tuple[list[_Write], int]] = {}  # proposals, times proposed
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def add(self, data: bytes, proposals: list[Proposal]) -> None:
+    def add(self, data: bytes, proposals: list[_Write]) -> None:
         with self._lock:
             kept = self._by_command.get(data)
             if kept is not None:
@@ -374,7 +453,7 @@ class _ProposedCommands:
                 self._bytes -= len(oldest)
                 del self._by_command[oldest]
 
-    def take(self, data: bytes) -> list[Proposal] | None:
+    def take(self, data: bytes) -> list[_Write] | None:
         if not self._by_command:  # nothing kept (a follower, usually): nothing to hash
             return None
         with self._lock:

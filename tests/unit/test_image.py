@@ -6,16 +6,18 @@ import copy
 import dataclasses
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from metadata_log.codec import CodecError, pack, record_to_wire, records_from_runs, unpack
+from metadata_log.codec import CodecError, pack, read_runs, record_to_wire, records_from_runs, records_to_runs, unpack
 from metadata_log.image import (
     EMPTY_IMAGE,
     InvalidRecord,
+    MetadataDelta,
     MetadataImage,
     PartitionImage,
     apply,
+    apply_runs,
     image_from_runs,
     image_from_wire,
     image_to_records,
@@ -35,6 +37,7 @@ from metadata_log.records import (
     PartitionsAdded,
     PartitionStateChanged,
     PhysicalPartitionsReported,
+    Record,
     TopicCreated,
     TopicDeleted,
 )
@@ -381,16 +384,15 @@ _REGISTRATIONS = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(_REGISTRATIONS)
+@example([ClusterRegistered("c1", "r1", "127.0.0.1:19092"), ClusterRegistered("c3", "r2", "127.0.0.1:39092")])  # as is
+@example([ClusterRegistered("c1", "r1", "127.0.0.1:19092"), ClusterRegistered("gone", "r1", "h:9")])  # as is, gone
 def test_a_run_of_registrations_applies_like_one_record_at_a_time(run: list[ClusterRegistered]) -> None:
     gone = [ClusterStateChanged("gone", s) for s in ("read_only", "draining", "decommissioned")]
     base = apply(EMPTY_IMAGE, [*ONE_OF_EACH, ClusterRegistered("gone", "r1", "h:9"), *gone])
-    one_by_one: MetadataImage | InvalidRecord = base
-    for record in run:
-        try:
-            one_by_one = apply(one_by_one, [record])
-        except InvalidRecord as e:
-            one_by_one = e
-            break
+    try:
+        one_by_one: MetadataImage | InvalidRecord = replayed_one_by_one(base, run)
+    except InvalidRecord as e:
+        one_by_one = e
     try:
         together: MetadataImage | InvalidRecord = apply(base, run)
     except InvalidRecord as e:
@@ -400,3 +402,66 @@ def test_a_run_of_registrations_applies_like_one_record_at_a_time(run: list[Clus
     else:
         assert together == one_by_one and list(together.clusters) == list(one_by_one.clusters)
         assert image_from_runs(image_to_runs(together), together.offset) == together
+
+
+def test_a_registration_is_checked_against_the_image_it_is_applied_to() -> None:
+    # A run that repeats what the image holds is checked against the image's registrations, kept for its
+    # cluster map: a map of another image must never be answered from them.
+    base = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1")])
+    again = apply(base, [ClusterRegistered("c1", "r1", "h:1")])
+    assert again.clusters is base.clusters and again.offset == base.offset + 1
+    moved = apply(base, [ClusterRegistered("c1", "r1", "h:2")])
+    assert apply(moved, [ClusterRegistered("c1", "r1", "h:1")]).clusters["c1"].bootstrap_servers == "h:1"
+    retired = [ClusterStateChanged("c1", s) for s in ("read_only", "draining", "decommissioned")]
+    gone = apply(moved, retired)
+    assert apply(moved, [ClusterRegistered("c1", "r1", "h:2")]).clusters is moved.clusters
+    with pytest.raises(InvalidRecord, match="decommissioned"):
+        apply(gone, [ClusterRegistered("c1", "r1", "h:2")])
+    with pytest.raises(InvalidRecord, match="region"):
+        apply(moved, [ClusterRegistered("c1", "r2", "h:2")])
+
+
+def replayed_one_by_one(image: MetadataImage, records: list[Record]) -> MetadataImage:
+    """The reference for the bulk paths: ``apply`` without runs, each record replayed on its own."""
+    delta = MetadataDelta(image)
+    for record in records:
+        delta.replay(record)
+    return delta.apply()
+
+
+_MIXED = st.lists(
+    st.sampled_from(
+        [
+            *(ClusterRegistered(c, "r1", h) for c in ("c1", "c2", "new") for h in ("h:1", "127.0.0.1:19092")),
+            ClusterRegistered("c3", "r1", "h:1"),  # c3 is in r2: does not fit
+            ClusterStateChanged("c2", "read_only"),
+            ClusterFenced("c1", "down", 1),
+            TopicCreated("id-u", "u", "r1"),
+            *(PartitionsAdded("u", p, c, "u", p) for p in range(3) for c in ("c1", "c2")),
+            *(PhysicalPartitionsReported(c, "u", p, "127.0.0.1:1") for p in range(2) for c in ("c1", "c2")),
+            PartitionStateChanged("u", 0, "read_only"),
+        ]
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_MIXED)
+def test_a_command_applied_from_its_runs_is_applied_as_from_its_records(records: list[Record]) -> None:
+    """A follower applies a command of runs without building its records (``apply_runs`` over ``read_runs``):
+    the same image, or the same first error, as ``apply`` of the records and as each record on its own."""
+    base = apply(EMPTY_IMAGE, ONE_OF_EACH)
+    items = list(read_runs(records_to_runs(records)[0]))
+    outcomes: list[MetadataImage | str] = []
+    for applied in (
+        lambda: replayed_one_by_one(base, records),
+        lambda: apply(base, records),
+        lambda: apply_runs(base, items),
+    ):
+        try:
+            outcomes.append(applied())
+        except InvalidRecord as e:
+            outcomes.append(str(e))
+    assert outcomes[1] == outcomes[0] and outcomes[2] == outcomes[0]
+    assert apply_runs(base, []) == base

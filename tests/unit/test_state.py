@@ -14,6 +14,7 @@ from metadata_log import state as state_module
 from metadata_log.codec import CodecError, freeze_survivors, gc_paused, pack, round_trips, unpack
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
 from metadata_log.records import (
+    LATEST_METADATA_VERSION,
     ClusterFenced,
     ClusterRegistered,
     ClusterStateChanged,
@@ -121,26 +122,29 @@ _PROPOSALS = st.builds(
     before=st.lists(_PROPOSALS, max_size=6),
     group=st.lists(_PROPOSALS, min_size=2, max_size=8),
     max_keys=st.sampled_from([2, 3, MAX_IDEMPOTENCY_KEYS]),
+    version=st.sampled_from([1, 2]),
 )
 @example(  # k0 is remembered, but the group's first write pushes it out before the group uses it again
     before=[Proposal((NoOp(),), "k0", "f"), Proposal((NoOp(),), "k1", "f")],
     group=[Proposal((NoOp(),), "k2", "f"), Proposal((NoOp(),), "k0", "f")],
     max_keys=2,
+    version=1,
 )
 def test_a_group_of_proposals_does_what_they_do_one_command_each(
-    before: list[Proposal], group: list[Proposal], max_keys: int
+    before: list[Proposal], group: list[Proposal], max_keys: int, version: int
 ) -> None:
     # A command of many proposals is applied with one apply() when they all commit; outcomes, offsets, image,
-    # remembered keys and published records must be exactly those of applying them one at a time.
+    # remembered keys and published records must be exactly those of applying them one at a time. In
+    # version 2, a follower applies the records' runs and builds the records only for the publisher.
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(state_module, "MAX_IDEMPOTENCY_KEYS", max_keys)
         together, published_together = collecting_state()
         one_by_one, published_one_by_one = collecting_state()
         for proposal in before:
-            together.apply_command(encode_command([proposal]))
-            one_by_one.apply_command(encode_command([proposal]))
-        outcomes = together.apply_command(encode_command(group))
-        expected = [one_by_one.apply_command(encode_command([proposal]))[0] for proposal in group]
+            together.apply_command(encode_command([proposal], version))
+            one_by_one.apply_command(encode_command([proposal], version))
+        outcomes = together.apply_command(encode_command(group, version))
+        expected = [one_by_one.apply_command(encode_command([proposal], version))[0] for proposal in group]
     assert outcomes == expected
     assert together.image == one_by_one.image
     assert list(together._keys.items()) == list(one_by_one._keys.items())
@@ -259,10 +263,44 @@ def test_a_proposer_applies_its_own_command_as_its_followers_decode_it() -> None
     leader, follower = LogState(), LogState()
     data = leader.encode_proposal(proposals)
     assert data == encode_command(proposals)
-    assert leader._proposed.take(data) == proposals == decode_command(data)
+    taken = leader._proposed.take(data)
+    assert taken is not None
+    assert [Proposal(tuple(w.committed_records()), w.idempotency_key, w.fingerprint) for w in taken] == proposals
+    assert decode_command(data) == proposals
     leader.encode_proposal(proposals)
     assert leader.apply_command(data) == follower.apply_command(data)
     assert leader.image == follower.image and leader._proposed.take(data) is None
+
+
+def test_a_follower_publishes_the_records_its_leader_proposed() -> None:
+    """In metadata version 2 a follower applies a command's runs as columns; the records it publishes are
+    built from them and equal the leader's, at the same offsets."""
+    raise_version = encode_command([Proposal((MetadataVersionChanged(LATEST_METADATA_VERSION),))])
+    (leader, led), (follower, followed) = collecting_state(), collecting_state()
+    for state in (leader, follower):
+        state.apply_command(raise_version)
+    records = tuple(r for r in ONE_OF_EACH if not isinstance(r, GroupGenerationStarted))
+    registrations = tuple(ClusterRegistered(f"n{i}", "r1", f"h:{i}") for i in range(10))
+    topic = (  # runs of a type applied a run at a time, then of one applied record by record
+        TopicCreated("id-x", "x", "r1"),
+        *(PartitionsAdded("x", i, "n0", "x", i) for i in range(5)),
+        *(PartitionStateChanged("x", i, "read_only") for i in range(1, 4)),
+        ClusterRegistered("n0", "r1", "h:0"),
+    )
+    proposals = [
+        Proposal(records, "k", "f"),
+        Proposal(registrations),
+        Proposal(registrations, "again"),
+        Proposal(topic),
+    ]
+    data = leader.encode_proposal(proposals)
+    assert unpack(data)[0] == LATEST_METADATA_VERSION
+    assert leader._proposed._by_command  # the leader applies what it encoded, not its command decoded
+    assert leader.apply_command(data) == follower.apply_command(data)
+    assert leader.image == follower.image
+    assert [p.state for p in leader.image.topics["x"].partitions] == ["writable", *["read_only"] * 3, "writable"]
+    expected = [*records, *registrations, *registrations, *topic]
+    assert led == followed and [r for _, r in followed[1:]] == expected
 
 
 class _Text(str):
@@ -294,8 +332,8 @@ def test_a_command_proposed_twice_is_taken_back_by_each_of_its_commits() -> None
     proposals = [Proposal((NoOp(),))]
     data = leader.encode_proposal(proposals)
     assert leader.encode_proposal(proposals) == data  # the same bytes in flight twice (no key, same records)
-    assert leader._proposed.take(data) == proposals
-    assert leader._proposed.take(data) == proposals
+    assert leader._proposed.take(data) is not None
+    assert leader._proposed.take(data) is not None
     assert leader._proposed.take(data) is None
 
 
@@ -304,7 +342,7 @@ def test_kept_proposals_are_bounded_by_bytes_oldest_first(monkeypatch: pytest.Mo
     kept = _ProposedCommands()
     commands = [encode_command([Proposal((ClusterRegistered(f"c{i}", "r1", "h:1"),))]) for i in range(10)]
     for data in commands:
-        kept.add(data, decode_command(data))
+        kept.add(data, state_module._decode_writes(data))
     fit = 100 // len(commands[0])  # all commands have the same size here
     assert [kept.take(d) is not None for d in commands] == [False] * (10 - fit) + [True] * fit
 
