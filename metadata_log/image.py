@@ -367,8 +367,14 @@ class MetadataDelta:
         known one keeps its region and takes the last bootstrap servers of the run. The checks run over
         the run's distinct (cluster, region) pairs; when one fails, the rows are replayed one by one, so the
         error is that of the first row that does not fit. A group commit of many agents' (re-)registrations
-        is one such run."""
+        is one such run; when it only repeats what the image holds (agents registering again), it is
+        checked in one pass over the run and changes nothing."""
         clusters = self._clusters if self._clusters is not None else self._base.clusters
+        if self._clusters is None:  # the image's own map, never changed: its registrations can be kept
+            registrations = _REGISTRATIONS.of(clusters)
+            if list(map(registrations.get, cluster_ids)) == list(zip(regions, bootstrap_servers, strict=True)):
+                self._count += len(cluster_ids)
+                return
         regions_of: dict[str, str] = {}
         fits = True
         for cluster_id, region in dict.fromkeys(zip(cluster_ids, regions, strict=True)):
@@ -548,6 +554,30 @@ class MetadataDelta:
             metadata_version=self._metadata_version,
         )
 
+
+class _LastRegistrations:
+    """(region, bootstrap servers) of each cluster that is not decommissioned, for the last cluster map asked
+    about: what a registration that changes nothing repeats. The map of an image is never changed once the
+    image is built (a delta copies it first), and it is held here, so the same object has the same content;
+    it stays the same from image to image until a cluster changes, while agents register again all along."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: tuple[Mapping[str, ClusterImage], dict[str, tuple[str, str]]] | None = None
+
+    def of(self, clusters: Mapping[str, ClusterImage]) -> dict[str, tuple[str, str]]:
+        last = self._last  # one read: another thread may replace it meanwhile
+        if last is not None and last[0] is clusters:
+            return last[1]
+        registrations = {
+            c.cluster_id: (c.region, c.bootstrap_servers) for c in clusters.values() if c.state != "decommissioned"
+        }
+        self._last = (clusters, registrations)
+        return registrations
+
+
+_REGISTRATIONS: Final = _LastRegistrations()
 
 BULK_TYPES: Final = frozenset({PartitionsAdded, PhysicalPartitionsReported, ClusterRegistered})
 """Record types ``MetadataDelta.replay_columns`` replays a whole run at a time (others: record by record)."""
