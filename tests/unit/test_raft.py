@@ -62,6 +62,15 @@ def test_raft_messages_use_our_compression_level_and_stay_zlib_streams() -> None
         assert packed == zlib.compress(message, level) and zlib.decompress(packed) == message
 
 
+@pytest.mark.parametrize("size", [0, 1, 70, 65_534, 65_535, 65_536, 2 * 65_535, 2 * 65_535 + 1, 300_000])
+def test_level_0_is_a_zlib_stream_of_stored_blocks_at_every_block_boundary(size: int) -> None:
+    message = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    packed = raft.zlib_stored(message)
+    assert zlib.decompress(packed) == message
+    blocks = max(1, -(-size // 65_535))
+    assert len(packed) == 2 + 5 * blocks + size + 4  # header, a 5-byte head per block, the bytes, Adler-32
+
+
 async def wait_leader(node: raft.RaftNode, timeout_s: float = 10) -> None:
     deadline = time.monotonic() + timeout_s
     while not node.is_leader():
