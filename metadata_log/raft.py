@@ -24,6 +24,7 @@ import logging
 import mmap
 import os
 import platform
+import queue
 import struct
 import sys
 import threading
@@ -978,6 +979,8 @@ class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
     _SyncObj__lastResponseTime: dict[Any, float]
     _SyncObj__raftState: int
     _SyncObj__transferInProgress: bool
+    _SyncObj__commandsQueue: Any
+    _SyncObj__pipeNotifier: Any
 
     def __init__(self, self_raft: str, peers: list[str], conf: SyncObjConf, node: RaftNode) -> None:
         self._kfed_state = node.state
@@ -988,6 +991,7 @@ class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         self._kfed_pre_vote = PreVote()
         self._kfed_leader_heard = pysyncobj_clock()  # when an append_entries of a current leader came
         self.kfed_stalls = 0  # ticks that took STALL_GUARD_MS longer than their socket wait (/metrics)
+        self._kfed_wake_sent = False  # the Raft thread was woken for the commands queued (``_applyCommand``)
         super().__init__(self_raft, peers, conf)
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
@@ -1202,6 +1206,27 @@ class _Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
             last,
             f", of which up to {acked_here} already acknowledged to this leader" if acked_here > verified else "",
         )
+
+    def _applyCommand(self, command: bytes, callback: Any, commandType: int | None = None) -> None:
+        """pysyncobj's: queue a command for the Raft thread; but that thread is woken (a byte down its pipe)
+        once per burst of commands, not once per command. A leader's event loop proposes a burst whenever
+        commits free its callers; each wake-up was a write() on this side and a poll() return and tick on
+        the Raft thread, for a queue it drains whole anyway (``_checkCommandsToApply`` clears the mark first,
+        so a command queued after the drain started wakes it again)."""
+        if commandType is not None:
+            command = bytes((commandType,)) + command
+        try:
+            self._SyncObj__commandsQueue.put_nowait((command, callback))
+        except queue.Full:
+            self._SyncObj__callErrCallback(FAIL_REASON.QUEUE_FULL, callback)
+            return
+        if not self._kfed_wake_sent:
+            self._kfed_wake_sent = True
+            self._SyncObj__pipeNotifier.notify()
+
+    def _checkCommandsToApply(self) -> None:
+        self._kfed_wake_sent = False
+        SyncObj._checkCommandsToApply(self)
 
     @replicated  # type: ignore[untyped-decorator]  # pysyncobj is untyped
     def apply_command(self, data: bytes) -> list[Outcome]:

@@ -46,6 +46,9 @@ def test_pinned_pysyncobj_internals_are_routed_through_ours() -> None:
     for name in ("generateRaftTimeout", "getCurrentLogTerm", "connectedToAnyone"):  # the pre-vote's
         assert callable(getattr(pso.SyncObj, f"_SyncObj__{name}")), name
     assert "self.__transferInProgress = True" in inspect.getsource(pso.SyncObj)
+    # _Replica._applyCommand queues as pysyncobj's does and wakes the tick that drains the queue once per burst.
+    assert "self.__pipeNotifier.notify()" in inspect.getsource(pso.SyncObj._applyCommand)
+    assert "self.__commandsQueue.get_nowait()" in inspect.getsource(pso.SyncObj._checkCommandsToApply)
     # TCP connections call the module-level zlib, which RaftNode replaces to set the compression level.
     assert "zlib.compress(" in inspect.getsource(pso_tcp.TcpConnection.send)
     assert "zlib.decompress(" in inspect.getsource(pso_tcp.TcpConnection)
@@ -218,6 +221,51 @@ async def test_proposals_without_a_leader_fail_fast(tmp_path: Path) -> None:
     try:
         with pytest.raises(Unavailable):
             await asyncio.wait_for(node.propose([Proposal((NoOp(),))]), 5)
+    finally:
+        node.close()
+
+
+async def test_a_burst_of_proposals_wakes_the_raft_thread_once_and_every_one_commits(tmp_path: Path) -> None:
+    node = raft.RaftNode(
+        f"127.0.0.1:{free_ports(1)[0]}", [], tmp_path, LogState(), raft.RaftSettings(journal_fsync=False)
+    )
+    notifier = node._syncobj._SyncObj__pipeNotifier
+    wakes = 0
+    notify = notifier.notify
+
+    def counted() -> None:
+        nonlocal wakes
+        wakes += 1
+        notify()
+
+    notifier.notify = counted
+    try:
+        await wait_leader(node)
+        burst = [node.propose([Proposal((ClusterRegistered(f"c{i}", "r1", "h:1"),))]) for i in range(50)]
+        outcomes = await asyncio.wait_for(asyncio.gather(*burst), 10)
+        # pysyncobj wrote a byte down the pipe per command; the Raft thread drains the queue whole
+        assert wakes < 50
+        offsets = [o[0].first_offset for o in outcomes]
+        assert offsets == list(range(offsets[0], offsets[0] + 50))
+        before = wakes
+        for _ in range(20):  # one at a time: each must wake it again (not wait for its next tick)
+            await asyncio.wait_for(node.propose([Proposal((NoOp(),))]), 5)
+        assert wakes - before == 20
+    finally:
+        node.close()
+
+
+async def test_a_full_command_queue_fails_the_proposal_as_not_committed(tmp_path: Path) -> None:
+    settings = raft.RaftSettings(journal_fsync=False, command_queue_size=3)
+    node = raft.RaftNode(f"127.0.0.1:{free_ports(1)[0]}", [], tmp_path, LogState(), settings)
+    try:
+        await wait_leader(node)
+        # Queued in one go by this thread, which holds the GIL meanwhile: the fourth finds the queue full.
+        burst = [node.propose([Proposal((NoOp(),))]) for _ in range(10)]
+        results = await asyncio.wait_for(asyncio.gather(*burst, return_exceptions=True), 10)
+        refused = [r for r in results if isinstance(r, Unavailable)]
+        assert refused and all("QUEUE_FULL" in str(r) for r in refused)
+        assert all(isinstance(r, list) and r[0].status == "committed" for r in results if r not in refused)
     finally:
         node.close()
 
