@@ -370,11 +370,11 @@ class MetadataDelta:
         is one such run; when it only repeats what the image holds (agents registering again), it is
         checked in one pass over the run and changes nothing."""
         clusters = self._clusters if self._clusters is not None else self._base.clusters
-        if self._clusters is None:  # the image's own map, never changed: its registrations can be kept
-            registrations = _REGISTRATIONS.of(clusters)
-            if list(map(registrations.get, cluster_ids)) == list(zip(regions, bootstrap_servers, strict=True)):
-                self._count += len(cluster_ids)
-                return
+        # The image's own map (never changed, so its registrations can be kept): does the run only repeat it?
+        rows = zip(cluster_ids, regions, bootstrap_servers, strict=True)
+        if self._clusters is None and _REGISTRATIONS.of(clusters).issuperset(rows):
+            self._count += len(cluster_ids)
+            return
         regions_of: dict[str, str] = {}
         fits = True
         for cluster_id, region in dict.fromkeys(zip(cluster_ids, regions, strict=True)):
@@ -556,23 +556,24 @@ class MetadataDelta:
 
 
 class _LastRegistrations:
-    """(region, bootstrap servers) of each cluster that is not decommissioned, for the last cluster map asked
-    about: what a registration that changes nothing repeats. The map of an image is never changed once the
-    image is built (a delta copies it first), and it is held here, so the same object has the same content;
-    it stays the same from image to image until a cluster changes, while agents register again all along."""
+    """(cluster, region, bootstrap servers) of each cluster that is not decommissioned, for the last cluster
+    map asked about: what a registration that changes nothing repeats. The map of an image is never changed
+    once the image is built (a delta copies it first), and it is held here, so the same object has the same
+    content; it stays the same from image to image until a cluster changes, while agents register again
+    all along."""
 
     __slots__ = ("_last",)
 
     def __init__(self) -> None:
-        self._last: tuple[Mapping[str, ClusterImage], dict[str, tuple[str, str]]] | None = None
+        self._last: tuple[Mapping[str, ClusterImage], frozenset[tuple[str, str, str]]] | None = None
 
-    def of(self, clusters: Mapping[str, ClusterImage]) -> dict[str, tuple[str, str]]:
+    def of(self, clusters: Mapping[str, ClusterImage]) -> frozenset[tuple[str, str, str]]:
         last = self._last  # one read: another thread may replace it meanwhile
         if last is not None and last[0] is clusters:
             return last[1]
-        registrations = {
-            c.cluster_id: (c.region, c.bootstrap_servers) for c in clusters.values() if c.state != "decommissioned"
-        }
+        registrations = frozenset(
+            (c.cluster_id, c.region, c.bootstrap_servers) for c in clusters.values() if c.state != "decommissioned"
+        )
         self._last = (clusters, registrations)
         return registrations
 
