@@ -9,6 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from metadata_log import image as image_module
 from metadata_log.codec import CodecError, pack, read_runs, record_to_wire, records_from_runs, records_to_runs, unpack
 from metadata_log.image import (
     EMPTY_IMAGE,
@@ -406,19 +407,37 @@ def test_a_run_of_registrations_applies_like_one_record_at_a_time(run: list[Clus
 
 def test_a_registration_is_checked_against_the_image_it_is_applied_to() -> None:
     # A run that repeats what the image holds is checked against the image's registrations, kept for its
-    # cluster map: a map of another image must never be answered from them.
-    base = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1")])
-    again = apply(base, [ClusterRegistered("c1", "r1", "h:1")])
+    # cluster map from the second time it is asked about: a map of another image must never be answered
+    # from them. Each apply runs twice, so the second one uses what the first kept.
+    def twice(image: MetadataImage, records: list[Record]) -> MetadataImage:
+        first = apply(image, records)
+        assert apply(image, records) == first
+        return first
+
+    base = twice(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1")])
+    again = twice(base, [ClusterRegistered("c1", "r1", "h:1")])
     assert again.clusters is base.clusters and again.offset == base.offset + 1
-    moved = apply(base, [ClusterRegistered("c1", "r1", "h:2")])
-    assert apply(moved, [ClusterRegistered("c1", "r1", "h:1")]).clusters["c1"].bootstrap_servers == "h:1"
+    moved = twice(base, [ClusterRegistered("c1", "r1", "h:2")])
+    assert twice(moved, [ClusterRegistered("c1", "r1", "h:1")]).clusters["c1"].bootstrap_servers == "h:1"
     retired = [ClusterStateChanged("c1", s) for s in ("read_only", "draining", "decommissioned")]
-    gone = apply(moved, retired)
-    assert apply(moved, [ClusterRegistered("c1", "r1", "h:2")]).clusters is moved.clusters
-    with pytest.raises(InvalidRecord, match="decommissioned"):
-        apply(gone, [ClusterRegistered("c1", "r1", "h:2")])
-    with pytest.raises(InvalidRecord, match="region"):
-        apply(moved, [ClusterRegistered("c1", "r2", "h:2")])
+    gone = twice(moved, retired)
+    assert twice(moved, [ClusterRegistered("c1", "r1", "h:2")]).clusters is moved.clusters
+    for _ in range(2):
+        with pytest.raises(InvalidRecord, match="decommissioned"):
+            apply(gone, [ClusterRegistered("c1", "r1", "h:2")])
+        with pytest.raises(InvalidRecord, match="region"):
+            apply(moved, [ClusterRegistered("c1", "r2", "h:2")])
+
+
+def test_the_registrations_of_a_cluster_map_are_built_when_it_is_asked_about_again() -> None:
+    # A run of new clusters changes the map with every command: building its set each time was O(clusters).
+    last = image_module._LastRegistrations()
+    one = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1")]).clusters
+    two = apply(EMPTY_IMAGE, [ClusterRegistered("c2", "r1", "h:2")]).clusters
+    assert last.of(one) is None
+    assert last.of(one) == {("c1", "r1", "h:1")}
+    assert last.of(two) is None and last.of(one) is None  # only the last map is kept
+    assert last.of(one) == {("c1", "r1", "h:1")}
 
 
 def replayed_one_by_one(image: MetadataImage, records: list[Record]) -> MetadataImage:
