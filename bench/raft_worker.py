@@ -179,6 +179,15 @@ class JournalCounts:
 
         journal.add = counted_add
         journal.deleteEntriesFrom = counted_delete_from
+        add_entries = getattr(journal, "add_entries", None)
+        if add_entries is not None:  # ours: add() goes through add_entries(), which followers call directly
+            journal.add = add
+
+            def counted_add_entries(entries: Any) -> Any:
+                self.appends += len(entries)
+                return add_entries(entries)
+
+            journal.add_entries = counted_add_entries
 
 
 _running: list[Any] = []  # the SyncObj of this process, stopped first on SIGTERM
