@@ -152,15 +152,15 @@ def _proposer_runs(read_back: list[Run | Record], records: Sequence[Record]) -> 
 def decode_command(data: bytes) -> list[Proposal]:
     """The proposals ``encode_command`` wrote; ``CodecError``, or ``NewerMetadataVersion`` for a command this
     code cannot read."""
-    return [Proposal(tuple(w.committed_records()), w.idempotency_key, w.fingerprint) for w in _decode_writes(data)]
+    return [write.proposal() for write in _decode_writes(data)]
 
 
 @dataclass(frozen=True, slots=True)
 class _Write:
     """One proposal as ``LogState`` applies it: its records as ``apply_runs`` takes them (a follower's runs of
-    one type as columns), how many there are, and the record objects where this node has them (a command it proposed,
-    or one written as rows). A follower builds them from the runs only when a publisher asks for them:
-    applying a command of version 2 needs no record object."""
+    one type as columns), how many there are, and the record objects where this node has them (a command it
+    proposed, or one written as rows). A follower builds them from the runs only when a publisher asks for
+    them: applying a command of version 2 needs no record object."""
 
     idempotency_key: str | None
     fingerprint: str | None
@@ -175,6 +175,9 @@ class _Write:
 
     def committed_records(self) -> Sequence[Record]:
         return self.records if self.records is not None else records_of(self.runs)
+
+    def proposal(self) -> Proposal:
+        return Proposal(tuple(self.committed_records()), self.idempotency_key, self.fingerprint)
 
 
 def _write_from_rows(key: str | None, fingerprint: str | None, rows: list[Any]) -> _Write:
@@ -270,7 +273,7 @@ class LogState:
                 outcomes.append(outcome)
         if published and self._publisher is not None:
             try:
-                self._publisher(first_offset, _records_of(published), self.image)
+                self._publisher(first_offset, _committed_records(published), self.image)
             except Exception:
                 log.exception("publisher failed")
         self._applied_since_freeze += sum(write.count for write in published)
@@ -318,11 +321,13 @@ class LogState:
                     outcomes.append(_replayed(seen, proposal.fingerprint))
                     continue
             n = proposal.count
-            outcome = Outcome("committed", offset + 1 if n else -1, offset + n if n else -1)
-            offset += n
             if n:
+                outcome = Outcome("committed", offset + 1, offset + n)
+                offset += n
                 runs += proposal.runs
                 committed.append(proposal)
+            else:
+                outcome = Outcome("committed")
             if key is not None:
                 new_keys[key] = (proposal.fingerprint, outcome)
             outcomes.append(outcome)
@@ -407,7 +412,7 @@ class LogState:
         return value_raft
 
 
-def _records_of(writes: Sequence[_Write]) -> Sequence[Record]:
+def _committed_records(writes: Sequence[_Write]) -> Sequence[Record]:
     """The records of committed writes, in order (built from a follower's runs here)."""
     if len(writes) == 1:
         return writes[0].committed_records()

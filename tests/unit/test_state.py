@@ -265,7 +265,7 @@ def test_a_proposer_applies_its_own_command_as_its_followers_decode_it() -> None
     assert data == encode_command(proposals)
     taken = leader._proposed.take(data)
     assert taken is not None
-    assert [Proposal(tuple(w.committed_records()), w.idempotency_key, w.fingerprint) for w in taken] == proposals
+    assert [write.proposal() for write in taken] == proposals
     assert decode_command(data) == proposals
     leader.encode_proposal(proposals)
     assert leader.apply_command(data) == follower.apply_command(data)
@@ -332,8 +332,9 @@ def test_a_command_proposed_twice_is_taken_back_by_each_of_its_commits() -> None
     proposals = [Proposal((NoOp(),))]
     data = leader.encode_proposal(proposals)
     assert leader.encode_proposal(proposals) == data  # the same bytes in flight twice (no key, same records)
-    assert leader._proposed.take(data) is not None
-    assert leader._proposed.take(data) is not None
+    for _ in range(2):
+        taken = leader._proposed.take(data)
+        assert taken is not None and [write.proposal() for write in taken] == proposals
     assert leader._proposed.take(data) is None
 
 
