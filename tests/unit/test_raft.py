@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.metadata
 import inspect
 import mmap
@@ -11,6 +12,7 @@ import subprocess
 import threading
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +227,26 @@ async def test_proposals_without_a_leader_fail_fast(tmp_path: Path) -> None:
         node.close()
 
 
+@contextlib.contextmanager
+def tick_parked(node: raft.RaftNode) -> Iterator[None]:
+    """The node's Raft thread held at the end of a tick (in an on-tick callback, after it drained its command
+    queue and before it waits on its sockets) for the body of the ``with``: what is queued meanwhile stays
+    queued, however the interpreter switches threads."""
+    parked, go = threading.Event(), threading.Event()
+
+    def park() -> None:
+        parked.set()
+        go.wait()
+
+    node._syncobj.addOnTickCallback(park)
+    try:
+        assert parked.wait(10), "the Raft thread did not come round"
+        yield
+    finally:
+        go.set()  # first: the parked thread holds the lock that removing a callback takes
+        node._syncobj.removeOnTickCallback(park)
+
+
 async def test_a_burst_of_proposals_wakes_the_raft_thread_once_and_every_one_commits(tmp_path: Path) -> None:
     node = raft.RaftNode(
         f"127.0.0.1:{free_ports(1)[0]}", [], tmp_path, LogState(), raft.RaftSettings(journal_fsync=False)
@@ -241,10 +263,12 @@ async def test_a_burst_of_proposals_wakes_the_raft_thread_once_and_every_one_com
     notifier.notify = counted
     try:
         await wait_leader(node)
-        burst = [node.propose([Proposal((ClusterRegistered(f"c{i}", "r1", "h:1"),))]) for i in range(50)]
+        with tick_parked(node):
+            before = wakes
+            burst = [node.propose([Proposal((ClusterRegistered(f"c{i}", "r1", "h:1"),))]) for i in range(50)]
+            # pysyncobj wrote a byte down the pipe per command; one wakes the thread that drains them all
+            assert wakes - before == 1
         outcomes = await asyncio.wait_for(asyncio.gather(*burst), 10)
-        # pysyncobj wrote a byte down the pipe per command; the Raft thread drains the queue whole
-        assert wakes < 50
         offsets = [o[0].first_offset for o in outcomes]
         assert offsets == list(range(offsets[0], offsets[0] + 50))
         before = wakes
@@ -260,11 +284,11 @@ async def test_a_full_command_queue_fails_the_proposal_as_not_committed(tmp_path
     node = raft.RaftNode(f"127.0.0.1:{free_ports(1)[0]}", [], tmp_path, LogState(), settings)
     try:
         await wait_leader(node)
-        # Queued in one go by this thread, which holds the GIL meanwhile: the fourth finds the queue full.
-        burst = [node.propose([Proposal((NoOp(),))]) for _ in range(10)]
+        with tick_parked(node):  # nothing drains the queue: the fourth proposal finds it full
+            burst = [node.propose([Proposal((NoOp(),))]) for _ in range(10)]
         results = await asyncio.wait_for(asyncio.gather(*burst, return_exceptions=True), 10)
         refused = [r for r in results if isinstance(r, Unavailable)]
-        assert refused and all("QUEUE_FULL" in str(r) for r in refused)
+        assert len(refused) == 7 and all("QUEUE_FULL" in str(r) for r in refused)
         assert all(isinstance(r, list) and r[0].status == "committed" for r in results if r not in refused)
     finally:
         node.close()
