@@ -167,27 +167,22 @@ class JournalCounts:
     def __init__(self, journal: Any) -> None:
         self.appends = 0
         self.truncated = 0
-        add, delete_from = journal.add, journal.deleteEntriesFrom
-
-        def counted_add(*args: Any) -> Any:
-            self.appends += 1
-            return add(*args)
+        delete_from = journal.deleteEntriesFrom
 
         def counted_delete_from(entry_from: int) -> Any:
             self.truncated += max(0, len(journal) - entry_from)
             return delete_from(entry_from)
 
-        journal.add = counted_add
         journal.deleteEntriesFrom = counted_delete_from
-        add_entries = getattr(journal, "add_entries", None)
-        if add_entries is not None:  # ours: add() goes through add_entries(), which followers call directly
-            journal.add = add
+        # Our journal appends through add_entries (add() included; followers call it per message): count there.
+        name = "add_entries" if hasattr(journal, "add_entries") else "add"
+        append = getattr(journal, name)
 
-            def counted_add_entries(entries: Any) -> Any:
-                self.appends += len(entries)
-                return add_entries(entries)
+        def counted_append(*args: Any) -> Any:
+            self.appends += len(args[0]) if name == "add_entries" else 1
+            return append(*args)
 
-            journal.add_entries = counted_add_entries
+        setattr(journal, name, counted_append)
 
 
 _running: list[Any] = []  # the SyncObj of this process, stopped first on SIGTERM
