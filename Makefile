@@ -7,8 +7,9 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: run test test-fast lint bench faults browser clean
 
-# The SDK's C module is compiled by the install (an editable install builds it in place): rebuild on change.
-$(STAMP): pyproject.toml sdk/_speedups.c
+# The C modules (sdk/_speedups.c, metadata_log/_columns.c) are compiled by the install (an editable install
+# builds them in place): rebuild on change.
+$(STAMP): pyproject.toml sdk/_speedups.c metadata_log/_columns.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

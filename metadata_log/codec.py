@@ -145,22 +145,28 @@ def records_to_runs(records: Iterable[Record]) -> tuple[list[Any], bool]:
 def encode_runs(records: Iterable[Record]) -> tuple[list[Any], list[Run | Record], bool]:
     """``records_to_runs``, and in between the records as ``read_runs`` gives them back from it: each run as
     a ``Run`` of its full columns, every other record as itself (what a proposer applies, not decoding its
-    own command)."""
+    own command). Each run is taken in one pass (``take_run``): this is the leader's work per command."""
+    records = records if isinstance(records, list | tuple) else list(records)
     items: list[Any] = []
     read_back: list[Run | Record] = []
     exact = True
-    for cls, group in itertools.groupby(records, type):
-        run = list(group)
-        if cls not in _COLUMNAR or len(run) == 1:
-            items += map(record_to_wire, run)
-            read_back += run
-            exact = exact and round_trips(run)
+    at = 0
+    while at < len(records):
+        record = records[at]
+        cls = type(record)
+        spec = _RUN_SPECS.get(cls)
+        if spec is not None and at + 1 < len(records) and type(records[at + 1]) is cls:
+            stop, columns, typed, same = take_run(records, at, cls, *spec)
+            n = stop - at
+            items.append([n, cls.TYPE, WIRE_VERSION, *([c[0]] if s else c for c, s in zip(columns, same, strict=True))])
+            read_back.append(Run(cls, columns, n))
+            exact = exact and all(typed)
+            at = stop
             continue
-        columns = record_columns(run, cls)
-        item, typed = run_item(cls, columns, len(run))
-        items.append(item)
-        read_back.append(Run(cls, columns, len(run)))
-        exact = exact and typed
+        items.append(record_to_wire(record))
+        read_back.append(record)
+        exact = exact and round_trips((record,))
+        at += 1
     return items, read_back, exact
 
 
@@ -338,6 +344,44 @@ _COLUMNAR: Final[dict[type[Record], tuple[frozenset[type], ...]]] = {
 }
 """Record types decoded a column at a time (``run_columns``), with the exact types each field accepts."""
 COLUMNAR_TYPES: Final = frozenset(_COLUMNAR)
+
+
+def _take_run_py(
+    records: Sequence[Record],
+    start: int,
+    cls: type[Record],
+    members: tuple[Any, ...],
+    types: tuple[tuple[type, ...], ...],
+) -> tuple[int, list[list[Any]], list[bool], list[bool]]:
+    """``take_run`` of ``metadata_log/_columns.c`` (see its comment) in Python, for when it was not built:
+    where the records of type ``cls`` from ``start`` on stop, their field columns, whether each column's
+    values all have one of the field's exact ``types``, and whether, in addition, they are all equal."""
+    stop = start + 1
+    while stop < len(records) and type(records[stop]) is cls:
+        stop += 1
+    run = records[start:stop]
+    columns = [list(map(member.__get__, run)) for member in members]
+    typed = [set(map(type, column)) <= set(accepted) for column, accepted in zip(columns, types, strict=True)]
+    same = [ok and column.count(column[0]) == len(column) for column, ok in zip(columns, typed, strict=True)]
+    return stop, columns, typed, same
+
+
+TakeRun = Callable[
+    [Sequence[Record], int, type[Record], tuple[Any, ...], tuple[tuple[type, ...], ...]],
+    tuple[int, list[list[Any]], list[bool], list[bool]],
+]
+take_run: TakeRun
+try:
+    from ._columns import take_run
+except ImportError:  # built at install when a C compiler is there; the same, slower, without
+    take_run = _take_run_py
+
+_RUN_SPECS: Final = {
+    cls: (tuple(cls.__dict__[name] for name in _FIELDS[cls]), tuple(map(tuple, types)))
+    for cls, types in _COLUMNAR.items()
+}
+"""Per record type written as runs: its fields' slots (member descriptors) and the exact types each accepts,
+as ``take_run`` takes them."""
 
 
 def _column_of(values: Iterable[Any], types: frozenset[type]) -> bool:

@@ -333,3 +333,104 @@ def test_build_records_makes_the_records_the_constructor_makes() -> None:
     assert built == [PartitionsAdded("t", 0, "c1", "t", 3), PartitionsAdded("u", 1, "c2", "u", 4)]
     with pytest.raises(dataclasses.FrozenInstanceError):
         built[0].partition = 5  # type: ignore[misc]
+
+
+# -- take_run: the C module (metadata_log/_columns.c) and its Python fallback ---------------------------
+class _Text(str):
+    """A str subclass: not a str to the codec (decoding would give back a plain str)."""
+
+
+_ODD_VALUES = st.one_of(
+    st.sampled_from(["t", "c1", "eu", "h:1"]),
+    st.integers(-3, 3),
+    st.booleans(),
+    st.none(),
+    st.just(0.5),
+    st.builds(_Text, st.sampled_from(["t", "c1"])),
+)
+_RUN_TYPES = [ClusterRegistered, PartitionsAdded, PartitionStateChanged, PhysicalPartitionsReported, TopicCreated]
+
+
+def _any_record(cls: type[Record], values: list[object]) -> Record:
+    return cls(*values[: len(dataclasses.fields(cls))])  # type: ignore[arg-type]  # any values, on purpose
+
+
+_MIXED_RUNS = st.lists(
+    st.one_of(
+        st.sampled_from(ONE_OF_EACH),
+        st.builds(_any_record, st.sampled_from(_RUN_TYPES), st.lists(_ODD_VALUES, min_size=5, max_size=5)),
+    ),
+    max_size=12,
+).map(lambda records: sorted(records, key=lambda r: type(r).__name__)[: len(records) // 2] + records)
+
+
+def _typed(value: object) -> object:
+    """``value`` with each leaf paired with its type: ``1 == True`` and ``"t" == _Text("t")``, but not here."""
+    if isinstance(value, list | tuple):
+        return [_typed(v) for v in value]
+    return (type(value), value)
+
+
+def test_the_leaders_run_encoder_is_the_c_module() -> None:
+    # without it a command of 100 records costs the leader 2-3x the encoding time (BENCHMARKS.md)
+    assert codec.take_run is not codec._take_run_py, "metadata_log._columns was not built (a C compiler is needed)"
+
+
+@given(_MIXED_RUNS)
+def test_take_run_in_c_and_in_python_agree_value_for_value(records: list[Record]) -> None:
+    at = 0
+    while at < len(records):
+        spec = codec._RUN_SPECS.get(type(records[at]))
+        if spec is None:
+            at += 1
+            continue
+        c = codec.take_run(records, at, type(records[at]), *spec)
+        py = codec._take_run_py(records, at, type(records[at]), *spec)
+        assert _typed(c) == _typed(py)
+        at = c[0]
+
+
+@given(_MIXED_RUNS)
+def test_records_to_runs_writes_the_same_with_either_run_taker(records: list[Record]) -> None:
+    with_c = records_to_runs(records)
+    original, codec.take_run = codec.take_run, codec._take_run_py
+    try:
+        with_python = records_to_runs(records)
+    finally:
+        codec.take_run = original
+    assert _typed(with_c) == _typed(with_python)
+    assert with_c[1] == round_trips(records)
+
+
+@pytest.mark.parametrize("take_run", [codec.take_run, codec._take_run_py], ids=["c", "python"])
+def test_take_run_gives_columns_and_says_which_are_typed_and_all_equal(take_run: codec.TakeRun) -> None:
+    records = [
+        TopicCreated("id", "t", "eu"),
+        ClusterRegistered("c1", "eu", "h:1"),
+        ClusterRegistered("c2", "eu", "h:2"),
+        ClusterRegistered("c3", _Text("eu"), "h:3"),
+        ClusterFenced("c1", "x", 1),
+    ]
+    stop, columns, typed, same = take_run(records, 1, ClusterRegistered, *codec._RUN_SPECS[ClusterRegistered])
+    assert stop == 4
+    assert columns == [["c1", "c2", "c3"], ["eu", "eu", "eu"], ["h:1", "h:2", "h:3"]]
+    assert typed == [True, False, True]
+    assert same == [False, False, False]  # "eu" == _Text("eu"), yet the column is not typed: not shortened
+    unset = object.__new__(ClusterRegistered)  # no field set
+    with pytest.raises(AttributeError):
+        take_run([unset], 0, ClusterRegistered, *codec._RUN_SPECS[ClusterRegistered])
+
+
+def test_take_run_in_c_refuses_what_it_cannot_read_safely() -> None:
+    members, types = codec._RUN_SPECS[ClusterRegistered]
+    records = [ClusterRegistered("c1", "eu", "h:1")]
+    with pytest.raises(ValueError, match="is not a ClusterRegistered"):
+        codec.take_run([ClusterFenced("c1", "x", 1)], 0, ClusterRegistered, members, types)
+    with pytest.raises(ValueError, match="is not a ClusterRegistered"):
+        codec.take_run(records, 1, ClusterRegistered, members, types)
+    with pytest.raises(TypeError, match="not a slot of ClusterRegistered"):  # another class's slots: other offsets
+        codec.take_run(records, 0, ClusterRegistered, codec._RUN_SPECS[PartitionsAdded][0][:3], types)
+    with pytest.raises(TypeError, match="list or a tuple"):
+        codec.take_run(iter(records), 0, ClusterRegistered, members, types)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="one member and one tuple of types per field"):
+        codec.take_run(records, 0, ClusterRegistered, members, types[:2])
