@@ -7,9 +7,11 @@
  * leader's event-loop thread, which holds the GIL: benchmark 1c showed it is what sets the leader's pace
  * (BENCHMARKS.md, eleventh session). take_run does it in one pass over the records.
  *
- * It reads each field through its slot's member descriptor (PyMember_GetOne, the descriptor's own getter)
- * and runs no Python code: a value's type is compared by identity with the field's accepted types, and
- * values are compared for equality only when their type is one of those (str, int, bool, None: built-ins).
+ * It reads each field through its slot's member descriptor (PyMember_GetOne, the descriptor's own getter) of
+ * records of exactly the descriptor's class. The records come as a tuple: a list could be changed under the
+ * loop by Python code that a garbage collection runs (a __del__), which any allocation here may trigger. A
+ * value's type is compared by identity with the field's accepted types, which may only be str, int, bool and
+ * NoneType, and values are compared for equality only when their type is one of those: built-ins.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -17,21 +19,36 @@
 
 PyDoc_STRVAR(take_run_doc,
              "take_run(records, start, cls, members, types) -> (stop, columns, typed, same)\n\n"
-             "records[start:stop] are the records from start on whose type is exactly cls (stop > start: "
-             "records[start] must be one). members holds cls's member descriptors, one per field, in "
-             "order; types, per field, a tuple of the exact types it accepts. columns holds one list per "
+             "records[start:stop] (records: a tuple) are the records from start on whose type is exactly cls "
+             "(stop > start: records[start] must be one). members holds cls's member descriptors, one per "
+             "field, in order; types, per field, a tuple of the exact types it accepts, each str, int, bool "
+             "or NoneType. columns holds one list per "
              "field with the run's values; typed[i] says whether every value of column i has one of "
              "types[i]; same[i] whether, in addition, every value equals the first.");
+
+static int builtin_value_type(PyObject *type) {
+    return type == (PyObject *)&PyUnicode_Type || type == (PyObject *)&PyLong_Type ||
+           type == (PyObject *)&PyBool_Type || type == (PyObject *)Py_TYPE(Py_None);
+}
+
+static int accepted_types(PyObject *accepted) {
+    if (!PyTuple_Check(accepted))
+        return 0;
+    for (Py_ssize_t t = 0; t < PyTuple_GET_SIZE(accepted); t++)
+        if (!builtin_value_type(PyTuple_GET_ITEM(accepted, t)))
+            return 0;
+    return 1;
+}
 
 static PyObject *take_run(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *records, *members, *types;
     PyTypeObject *cls;
     Py_ssize_t start;
-    if (!PyArg_ParseTuple(args, "OnO!O!O!:take_run", &records, &start, &PyType_Type, &cls, &PyTuple_Type,
-                          &members, &PyTuple_Type, &types))
+    if (!PyArg_ParseTuple(args, "O!nO!O!O!:take_run", &PyTuple_Type, &records, &start, &PyType_Type, &cls,
+                          &PyTuple_Type, &members, &PyTuple_Type, &types))
         return NULL;
-    if (!PyList_CheckExact(records) && !PyTuple_CheckExact(records)) {
-        PyErr_SetString(PyExc_TypeError, "take_run: records must be a list or a tuple");
+    if (!PyTuple_CheckExact(records)) {
+        PyErr_SetString(PyExc_TypeError, "take_run: records must be a tuple, not a subclass");
         return NULL;
     }
     const Py_ssize_t fields = PyTuple_GET_SIZE(members);
@@ -43,15 +60,15 @@ static PyObject *take_run(PyObject *Py_UNUSED(module), PyObject *args) {
         PyObject *member = PyTuple_GET_ITEM(members, f);
         if (!Py_IS_TYPE(member, &PyMemberDescr_Type) ||
             !PyType_IsSubtype(cls, ((PyMemberDescrObject *)member)->d_common.d_type) ||
-            !PyTuple_Check(PyTuple_GET_ITEM(types, f))) {
-            PyErr_Format(PyExc_TypeError, "take_run: field %zd is not a slot of %s with a tuple of types", f,
-                         cls->tp_name);
+            !accepted_types(PyTuple_GET_ITEM(types, f))) {
+            PyErr_Format(PyExc_TypeError,
+                         "take_run: field %zd is not a slot of %s with a tuple of types (str, int, bool, NoneType)",
+                         f, cls->tp_name);
             return NULL;
         }
     }
-    /* Nothing below runs Python code, so the list cannot change under the loop. */
-    PyObject **items = PySequence_Fast_ITEMS(records);
-    const Py_ssize_t size = PySequence_Fast_GET_SIZE(records);
+    PyObject **items = &PyTuple_GET_ITEM(records, 0);
+    const Py_ssize_t size = PyTuple_GET_SIZE(records);
     if (start < 0 || start >= size || Py_TYPE(items[start]) != cls) {
         PyErr_Format(PyExc_ValueError, "take_run: records[%zd] is not a %s", start, cls->tp_name);
         return NULL;

@@ -146,7 +146,7 @@ def encode_runs(records: Iterable[Record]) -> tuple[list[Any], list[Run | Record
     """``records_to_runs``, and in between the records as ``read_runs`` gives them back from it: each run as
     a ``Run`` of its full columns, every other record as itself (what a proposer applies, not decoding its
     own command). Each run is taken in one pass (``take_run``): this is the leader's work per command."""
-    records = records if isinstance(records, list | tuple) else list(records)
+    records = records if type(records) is tuple else tuple(records)  # what take_run reads: it cannot change
     items: list[Any] = []
     read_back: list[Run | Record] = []
     exact = True
@@ -158,7 +158,7 @@ def encode_runs(records: Iterable[Record]) -> tuple[list[Any], list[Run | Record
         if spec is not None and at + 1 < len(records) and type(records[at + 1]) is cls:
             stop, columns, typed, same = take_run(records, at, cls, *spec)
             n = stop - at
-            items.append([n, cls.TYPE, WIRE_VERSION, *([c[0]] if s else c for c, s in zip(columns, same, strict=True))])
+            items.append(_run_wire(cls, columns, same, n))
             read_back.append(Run(cls, columns, n))
             exact = exact and all(typed)
             at = stop
@@ -175,8 +175,14 @@ def run_item(cls: type[Record], columns: Sequence[Sequence[Any]], n: int) -> tup
     columns, and whether every value has its field's exact type. Only such columns are shortened to their
     one value when all are equal: ``True == 1``, yet a bool is no int."""
     typed = list(map(_column_of, columns, _COLUMNAR[cls]))
-    shortened = ([c[0]] if ok and c.count(c[0]) == n else c for c, ok in zip(columns, typed, strict=True))
-    return [n, cls.TYPE, WIRE_VERSION, *shortened], all(typed)
+    same = [ok and c.count(c[0]) == n for c, ok in zip(columns, typed, strict=True)]
+    return _run_wire(cls, columns, same, n), all(typed)
+
+
+def _run_wire(cls: type[Record], columns: Sequence[Sequence[Any]], same: Sequence[bool], n: int) -> list[Any]:
+    """The run ``[n, type, version, *columns]``, each column marked ``same`` (its values all equal, and of
+    its field's exact type) written as its one value."""
+    return [n, cls.TYPE, WIRE_VERSION, *([c[0]] if one else c for c, one in zip(columns, same, strict=True))]
 
 
 MAX_RUN_RECORDS: Final = 4_000_000
@@ -347,7 +353,7 @@ COLUMNAR_TYPES: Final = frozenset(_COLUMNAR)
 
 
 def _take_run_py(
-    records: Sequence[Record],
+    records: tuple[Record, ...],
     start: int,
     cls: type[Record],
     members: tuple[Any, ...],
@@ -356,6 +362,8 @@ def _take_run_py(
     """``take_run`` of ``metadata_log/_columns.c`` (see its comment) in Python, for when it was not built:
     where the records of type ``cls`` from ``start`` on stop, their field columns, whether each column's
     values all have one of the field's exact ``types``, and whether, in addition, they are all equal."""
+    if not 0 <= start < len(records) or type(records[start]) is not cls:
+        raise ValueError(f"take_run: records[{start}] is not a {cls.__name__}")
     stop = start + 1
     while stop < len(records) and type(records[stop]) is cls:
         stop += 1
@@ -367,7 +375,7 @@ def _take_run_py(
 
 
 TakeRun = Callable[
-    [Sequence[Record], int, type[Record], tuple[Any, ...], tuple[tuple[type, ...], ...]],
+    [tuple[Record, ...], int, type[Record], tuple[Any, ...], tuple[tuple[type, ...], ...]],
     tuple[int, list[list[Any]], list[bool], list[bool]],
 ]
 take_run: TakeRun

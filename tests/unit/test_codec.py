@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import sys
 
 import msgpack
 import pytest
@@ -378,14 +379,15 @@ def test_the_leaders_run_encoder_is_the_c_module() -> None:
 
 @given(_MIXED_RUNS)
 def test_take_run_in_c_and_in_python_agree_value_for_value(records: list[Record]) -> None:
+    run = tuple(records)
     at = 0
-    while at < len(records):
-        spec = codec._RUN_SPECS.get(type(records[at]))
+    while at < len(run):
+        spec = codec._RUN_SPECS.get(type(run[at]))
         if spec is None:
             at += 1
             continue
-        c = codec.take_run(records, at, type(records[at]), *spec)
-        py = codec._take_run_py(records, at, type(records[at]), *spec)
+        c = codec.take_run(run, at, type(run[at]), *spec)
+        py = codec._take_run_py(run, at, type(run[at]), *spec)
         assert _typed(c) == _typed(py)
         at = c[0]
 
@@ -402,15 +404,35 @@ def test_records_to_runs_writes_the_same_with_either_run_taker(records: list[Rec
     assert with_c[1] == round_trips(records)
 
 
+class _Records(list[Record]):
+    pass
+
+
+def test_records_to_runs_takes_any_iterable_of_records() -> None:
+    records = [ClusterRegistered(f"c{i}", "eu", f"h:{i}") for i in range(3)]
+    expected = records_to_runs(tuple(records))
+    assert expected[0] == [[3, "ClusterRegistered", 0, ["c0", "c1", "c2"], ["eu"], ["h:0", "h:1", "h:2"]]]
+    assert records_to_runs(records) == records_to_runs(_Records(records)) == records_to_runs(iter(records)) == expected
+
+
+def test_the_shortening_of_a_run_is_the_same_from_records_and_from_rows() -> None:
+    records = (*(PartitionsAdded("t", i, "c1", "t", 0) for i in range(3)), PartitionsAdded("t", 3, "c1", "t", True))  # type: ignore[arg-type]
+    rows = [record_to_wire(r)[2:] for r in records]
+    from_rows = codec.run_item(PartitionsAdded, [list(c) for c in zip(*rows, strict=True)], len(rows))
+    items, _read_back, exact = codec.encode_runs(records)
+    assert (items, exact) == ([from_rows[0]], from_rows[1])
+    assert items[0] == [4, "PartitionsAdded", 0, ["t"], [0, 1, 2, 3], ["c1"], ["t"], [0, 0, 0, True]]
+
+
 @pytest.mark.parametrize("take_run", [codec.take_run, codec._take_run_py], ids=["c", "python"])
 def test_take_run_gives_columns_and_says_which_are_typed_and_all_equal(take_run: codec.TakeRun) -> None:
-    records = [
+    records = (
         TopicCreated("id", "t", "eu"),
         ClusterRegistered("c1", "eu", "h:1"),
         ClusterRegistered("c2", "eu", "h:2"),
         ClusterRegistered("c3", _Text("eu"), "h:3"),
         ClusterFenced("c1", "x", 1),
-    ]
+    )
     stop, columns, typed, same = take_run(records, 1, ClusterRegistered, *codec._RUN_SPECS[ClusterRegistered])
     assert stop == 4
     assert columns == [["c1", "c2", "c3"], ["eu", "eu", "eu"], ["h:1", "h:2", "h:3"]]
@@ -418,19 +440,48 @@ def test_take_run_gives_columns_and_says_which_are_typed_and_all_equal(take_run:
     assert same == [False, False, False]  # "eu" == _Text("eu"), yet the column is not typed: not shortened
     unset = object.__new__(ClusterRegistered)  # no field set
     with pytest.raises(AttributeError):
-        take_run([unset], 0, ClusterRegistered, *codec._RUN_SPECS[ClusterRegistered])
+        take_run((unset,), 0, ClusterRegistered, *codec._RUN_SPECS[ClusterRegistered])
+    with pytest.raises(ValueError, match="is not a ClusterRegistered"):
+        take_run(records, 0, ClusterRegistered, *codec._RUN_SPECS[ClusterRegistered])
+    with pytest.raises(ValueError, match="is not a ClusterRegistered"):
+        take_run(records, 5, ClusterRegistered, *codec._RUN_SPECS[ClusterRegistered])
+
+
+class _Tuple(tuple[Record, ...]):
+    __slots__ = ()
 
 
 def test_take_run_in_c_refuses_what_it_cannot_read_safely() -> None:
     members, types = codec._RUN_SPECS[ClusterRegistered]
-    records = [ClusterRegistered("c1", "eu", "h:1")]
-    with pytest.raises(ValueError, match="is not a ClusterRegistered"):
-        codec.take_run([ClusterFenced("c1", "x", 1)], 0, ClusterRegistered, members, types)
-    with pytest.raises(ValueError, match="is not a ClusterRegistered"):
-        codec.take_run(records, 1, ClusterRegistered, members, types)
+    records = (ClusterRegistered("c1", "eu", "h:1"),)
     with pytest.raises(TypeError, match="not a slot of ClusterRegistered"):  # another class's slots: other offsets
         codec.take_run(records, 0, ClusterRegistered, codec._RUN_SPECS[PartitionsAdded][0][:3], types)
-    with pytest.raises(TypeError, match="list or a tuple"):
-        codec.take_run(iter(records), 0, ClusterRegistered, members, types)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be tuple, not list"):  # a finalizer could change a list under it
+        codec.take_run(list(records), 0, ClusterRegistered, members, types)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not a subclass"):
+        codec.take_run(_Tuple(records), 0, ClusterRegistered, members, types)
+    with pytest.raises(TypeError, match=r"tuple of types \(str, int, bool, NoneType\)"):  # no __eq__ of ours
+        codec.take_run(records, 0, ClusterRegistered, members, ((str,), (_Text,), (str,)))
     with pytest.raises(ValueError, match="one member and one tuple of types per field"):
         codec.take_run(records, 0, ClusterRegistered, members, types[:2])
+
+
+def test_take_run_in_c_keeps_references_balanced_on_every_path() -> None:
+    # a missed Py_NewRef / Py_DECREF passes every other test and corrupts or leaks much later
+    value = "h:" + "x" * 40  # a string of its own, referenced only here and by the records
+    members, types = codec._RUN_SPECS[ClusterRegistered]
+    records = tuple(ClusterRegistered(f"c{i}", "eu", value) for i in range(50))
+    unset = (ClusterRegistered("c", "eu", value), object.__new__(ClusterRegistered))
+
+    def calls() -> None:
+        for _ in range(2_000):
+            codec.take_run(records, 0, ClusterRegistered, members, types)
+            with contextlib.suppress(AttributeError):
+                codec.take_run(unset, 0, ClusterRegistered, members, types)
+            with contextlib.suppress(ValueError):
+                codec.take_run(records, 50, ClusterRegistered, members, types)
+
+    calls()
+    before = [sys.getrefcount(x) for x in (True, False, value, records, members, types)]
+    calls()
+    assert [sys.getrefcount(x) for x in (True, False, value, records, members, types)] == before
