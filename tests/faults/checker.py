@@ -72,10 +72,12 @@ def check(
     logs: Mapping[int, Sequence[dict[str, Any]]],
     metadata: Mapping[Any, dict[str, Any]],
     archive: Iterable[dict[str, Any]] = (),
+    ends: Mapping[int, int] | None = None,
 ) -> tuple[list[Anomaly], Summary]:
-    """All the checks; ``archive``: full records the tailers read (the log below every node's dump)."""
+    """All the checks; ``archive``: full records the tailers read (the log below every node's dump); ``ends``:
+    each node's last applied offset at the end (see ``check_logs``)."""
     anomalies: list[Anomaly] = []
-    anomalies += check_logs(logs)
+    anomalies += check_logs(logs, ends)
     final, incomplete = reference_log(logs, archive)
     anomalies += incomplete
     final, invalid = valid_prefix(final)
@@ -104,9 +106,12 @@ def check(
     return anomalies, summary
 
 
-def check_logs(logs: Mapping[int, Sequence[dict[str, Any]]]) -> list[Anomaly]:
-    """Each node's log is gap-free from where it starts (a node restarted from a dump serves records after
-    the dump only); over the offsets two nodes both hold they agree; after healing they end together."""
+def check_logs(logs: Mapping[int, Sequence[dict[str, Any]]], ends: Mapping[int, int] | None = None) -> list[Anomaly]:
+    """Each node's log is gap-free from where it starts (a node restarted from a dump, or caught up through
+    the leader's snapshot, serves records after it only: possibly none); over the offsets two nodes both hold
+    they agree; after healing they end together. A node's end is its last applied offset when ``ends`` has it
+    (a log it serves must end there too), else the last record it serves."""
+    ends = ends or {}
     out = []
     for node, log in sorted(logs.items()):
         start = log[0]["offset"] if log else 0
@@ -114,6 +119,9 @@ def check_logs(logs: Mapping[int, Sequence[dict[str, Any]]]) -> list[Anomaly]:
             if record["offset"] != start + i:
                 out.append(Anomaly("log-gap", f"node {node}: offset {record['offset']} follows {start + i - 1}"))
                 break
+        if log and node in ends and log[-1]["offset"] != ends[node]:
+            out.append(Anomaly("log-length", f"node {node} serves a log ending at {log[-1]['offset']}, "
+                               f"yet applied up to {ends[node]}"))  # fmt: skip
     by_offset = {n: {r["offset"]: r for r in log} for n, log in logs.items()}
     nodes = sorted(logs)
     for a, b in itertools.pairwise(nodes):
@@ -122,7 +130,7 @@ def check_logs(logs: Mapping[int, Sequence[dict[str, Any]]]) -> list[Anomaly]:
                 out.append(Anomaly("log-diverged", f"nodes {a} and {b} differ at offset {offset}: "
                                    f"{by_offset[a][offset]} vs {by_offset[b][offset]}"))  # fmt: skip
                 break
-        end_a, end_b = (logs[n][-1]["offset"] if logs[n] else None for n in (a, b))
+        end_a, end_b = (ends.get(n, logs[n][-1]["offset"] if logs[n] else None) for n in (a, b))
         if end_a != end_b:
             out.append(Anomaly("log-length", f"after healing node {a} ends at offset {end_a}, node {b} at {end_b}"))
     return out

@@ -219,7 +219,8 @@ def run(seed: int, duration_s: float, work_dir: Path) -> RunResult:
         (work_dir / "final.json").write_text(json.dumps({"logs": logs, "metadata": metadata}))
         history.close()
         archive = [r for t in tailers for r in t.records]
-        result.anomalies, result.summary = check(history.ops, logs, metadata, archive)
+        ends = {n: metadata[f"{n}"]["offset"] for n in NODE_IDS}  # a log served after a snapshot may be empty
+        result.anomalies, result.summary = check(history.ops, logs, metadata, archive, ends)
         for t in tailers:
             if t.next_offset < end:
                 result.anomalies.append(Anomaly("tail-stuck", f"{t.client_id} stopped at {t.next_offset} of {end}"))

@@ -73,7 +73,7 @@ def run_check(
     logs = logs if logs is not None else {1: log, 2: copy.deepcopy(log), 3: log[2:]}  # node 3 restarted from a dump
     ops = ops if ops is not None else good_history(log)
     metadata = kw.get("metadata", {1: metadata_at(5)})
-    anomalies, _ = check(ops, logs, metadata, archive=kw.get("archive", ()))
+    anomalies, _ = check(ops, logs, metadata, archive=kw.get("archive", ()), ends=kw.get("ends"))
     return [a.kind for a in anomalies]
 
 
@@ -131,6 +131,16 @@ def test_nodes_disagree() -> None:
 def test_nodes_do_not_end_together() -> None:
     log = good_log()
     assert "log-length" in run_check(logs={1: log, 2: log[:4]})
+    end = log[-1]["offset"]
+    assert "log-length" in run_check(logs={1: log, 2: log[:4]}, ends={1: end, 2: end})  # serves less than applied
+    assert "log-length" in run_check(logs={1: log, 2: []}, ends={1: end, 2: end - 1})
+
+
+def test_a_node_caught_up_by_snapshot_serves_nothing_below_it_yet_ends_with_the_others() -> None:
+    # the leader's InstallSnapshot replaced its state: its window starts after the snapshot, here empty
+    log = good_log()
+    end = log[-1]["offset"]
+    assert run_check(logs={1: log, 2: copy.deepcopy(log), 3: []}, ends={1: end, 2: end, 3: end}) == []
 
 
 def test_reordered_tail() -> None:
