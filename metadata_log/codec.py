@@ -116,7 +116,9 @@ def records_from_wire(rows: Iterable[Any]) -> list[Record]:
     return out
 
 
-_SETTERS: Final = {cls: tuple(cls.__dict__[name].__set__ for name in _FIELDS[cls]) for cls in RECORD_TYPES}
+_SLOTS: Final = {cls: tuple(cls.__dict__[name] for name in _FIELDS[cls]) for cls in RECORD_TYPES}
+"""Each record type's fields as its slots' member descriptors, in declaration order."""
+_SETTERS: Final = {cls: tuple(slot.__set__ for slot in slots) for cls, slots in _SLOTS.items()}
 
 
 def build_records(cls: type[Record], columns: Sequence[Sequence[Any]], n: int) -> list[Record]:
@@ -384,10 +386,7 @@ try:
 except ImportError:  # built at install when a C compiler is there; the same, slower, without
     take_run = _take_run_py
 
-_RUN_SPECS: Final = {
-    cls: (tuple(cls.__dict__[name] for name in _FIELDS[cls]), tuple(map(tuple, types)))
-    for cls, types in _COLUMNAR.items()
-}
+_RUN_SPECS: Final = {cls: (_SLOTS[cls], tuple(map(tuple, types))) for cls, types in _COLUMNAR.items()}
 """Per record type written as runs: its fields' slots (member descriptors) and the exact types each accepts,
 as ``take_run`` takes them."""
 

@@ -153,6 +153,7 @@ class _WireZlib:
 
 _STORED_BLOCK: Final = 0xFFFF  # the most a stored deflate block holds (RFC 1951, 3.2.4)
 _STORED_HEAD: Final = struct.Struct("<BHH")  # BFINAL|BTYPE=00 (byte-aligned), LEN, NLEN
+_ZLIB_HEAD: Final = b"\x78\x01"  # deflate, 32 KB window, no dictionary, "fastest" (FCHECK: a multiple of 31)
 
 
 def zlib_stored(data: bytes) -> bytes:
@@ -160,9 +161,7 @@ def zlib_stored(data: bytes) -> bytes:
     reads. zlib's own level 0 still sets up a deflate stream per call (~256 KB of state at the default window),
     and pysyncobj compresses every message: 8% of a busy follower's py-spy samples, for a few bytes of framing."""
     view = memoryview(data)
-    parts: list[bytes | memoryview] = [
-        b"\x78\x01"
-    ]  # deflate, 32 KB window, no dictionary, "fastest" (FCHECK makes it a multiple of 31)
+    parts: list[bytes | memoryview] = [_ZLIB_HEAD]
     start = 0
     while True:
         block = view[start : start + _STORED_BLOCK]
