@@ -67,7 +67,7 @@ def stop_processes(procs: Sequence[subprocess.Popen[bytes]]) -> None:
 
 
 def _kfed(*args: str) -> list[str]:
-    return [sys.executable, "-m", "controller.cli", *args]
+    return [sys.executable, "-m", "kfed", *args]
 
 
 class _Processes:

@@ -67,7 +67,7 @@ class FaultQuorum:
             self.start_node(n)
 
     def command(self, node_id: int) -> list[str]:
-        return [sys.executable, "-m", "controller.cli", "controller",
+        return [sys.executable, "-m", "kfed", "controller",
                 "--config", str(self.work_dir / "quorum.toml"), "--node-id", str(node_id),
                 "--data-dir", str(self.data_dir(node_id)),
                 "--raft-bind", f"127.0.0.1:{self.real_raft[node_id]}",

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.cli import build_parser
 from controller.config import parse_quorum
+from kfed.cli import build_parser
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

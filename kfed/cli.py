@@ -8,13 +8,16 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from controller.config import ConfigError
 from metadata_log.access import AccessError
 from metadata_log.state import CorruptState
-from spark_pipeline import cli as pipeline_cli
 
-from . import ops
-from .config import ConfigError
+from . import ops, pipeline
+
+if TYPE_CHECKING:
+    from metadata_log.raft import RaftSettings
 
 _EPILOG_CONTROLLER = """\
 The config lists every voter, e.g.:
@@ -36,14 +39,7 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kfed",
-        description="kfed: the control plane of a federated Kafka (a Raft-replicated metadata log).",
-    )
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_controller_parser(sub: Any) -> None:
     c = sub.add_parser(
         "controller",
         help="run one node of the controller quorum",
@@ -136,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
         "then lose acknowledged writes; kill -9 cannot)",
     )
 
+
+def _add_agent_parser(sub: Any) -> None:
     a = sub.add_parser(
         "agent",
         help="run the agent of one physical Kafka cluster",
@@ -174,8 +172,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="replication factor of the physical topics it creates (default -1: the broker's default)",
     )
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kfed",
+        description="kfed: the control plane of a federated Kafka (a Raft-replicated metadata log).",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    _add_controller_parser(sub)
+    _add_agent_parser(sub)
     ops.add_parsers(sub)
-    pipeline_cli.add_parser(sub)
+    pipeline.add_parser(sub)
 
     local = sub.add_parser(
         "local",
@@ -227,12 +236,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _controller(args: argparse.Namespace) -> int:
+    from controller.auth import Tokens
+    from controller.config import load_quorum
+    from controller.node import NodeSettings, TlsFiles, run_node
     from metadata_log.access import read_secret
-    from metadata_log.raft import RaftSettings
-
-    from .auth import Tokens
-    from .config import load_quorum
-    from .node import NodeSettings, TlsFiles, run_node
 
     if args.election_timeout_ms_max <= args.election_timeout_ms_min:
         raise ConfigError("--election-timeout-ms-max must be above --election-timeout-ms-min")
@@ -260,18 +267,27 @@ def _controller(args: argparse.Namespace) -> int:
         join=args.join,
         tokens=tokens,
         tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_ca) if args.tls_cert else None,
-        raft=RaftSettings(
-            election_timeout_ms_min=args.election_timeout_ms_min,
-            election_timeout_ms_max=args.election_timeout_ms_max,
-            journal_fsync=not args.no_journal_fsync,
-            compaction_min_entries=args.compaction_min_entries,
-            compaction_min_s=args.compaction_period_s,
-            bind_address=args.raft_bind,
-            password=read_secret(args.raft_secret_file, "--raft-secret-file") if args.raft_secret_file else None,
+        raft=raft_settings(
+            args, read_secret(args.raft_secret_file, "--raft-secret-file") if args.raft_secret_file else None
         ),
     )
     run_node(quorum, args.node_id, args.data_dir, settings)
     return 0
+
+
+def raft_settings(args: argparse.Namespace, password: str | None) -> RaftSettings:
+    """The Raft layer's settings of a ``kfed controller`` command line (its defaults are ``RaftSettings()``'s)."""
+    from metadata_log.raft import RaftSettings
+
+    return RaftSettings(
+        election_timeout_ms_min=args.election_timeout_ms_min,
+        election_timeout_ms_max=args.election_timeout_ms_max,
+        journal_fsync=not args.no_journal_fsync,
+        compaction_min_entries=args.compaction_min_entries,
+        compaction_min_s=args.compaction_period_s,
+        bind_address=args.raft_bind,
+        password=password,
+    )
 
 
 def _agent(args: argparse.Namespace) -> int:
