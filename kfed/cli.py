@@ -8,7 +8,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from controller.config import ConfigError
 from metadata_log.access import AccessError
@@ -18,6 +18,8 @@ from . import ops, pipeline
 
 if TYPE_CHECKING:
     from metadata_log.raft import RaftSettings
+
+log = logging.getLogger(__name__)
 
 _EPILOG_CONTROLLER = """\
 The config lists every voter, e.g.:
@@ -29,7 +31,19 @@ The config lists every voter, e.g.:
 
 Run one process per voter, each with its own --data-dir. A node restarted on the same data dir rejoins
 and catches up; a damaged state file stops the node with an error instead of starting empty.
+
+Every voter needs --raft-secret-file (the same secret on all of them) and --admin-token-file: without
+either it refuses to start, unless given --insecure (for a network that only trusted hosts reach).
 """
+
+
+# The secrets ``kfed controller`` refuses to start without (unless --insecure), each with what is open without it.
+SECURITY_FLAGS: Final = {
+    "--raft-secret-file": "anyone who reaches the Raft port can read the metadata and forge Raft "
+    "traffic (join the quorum, inject commands)",
+    "--admin-token-file": "anyone who reaches the HTTP port can write (create and delete topics, fence "
+    "and decommission clusters, change the voters)",
+}
 
 
 def _non_negative_int(text: str) -> int:
@@ -99,7 +113,8 @@ def _add_controller_parser(sub: Any) -> None:
     c.add_argument(
         "--admin-token-file",
         type=Path,
-        help="admin writes (POST/PUT/DELETE, agents' reports) need 'Authorization: Bearer <this token>'",
+        help="admin writes (POST/PUT/DELETE, agents' reports) need 'Authorization: Bearer <this token>' "
+        "(required unless --insecure)",
     )
     c.add_argument(
         "--read-token-file",
@@ -110,7 +125,8 @@ def _add_controller_parser(sub: Any) -> None:
         "--raft-secret-file",
         type=Path,
         help="shared secret of the voters: Raft traffic is encrypted and authenticated with it, so a stranger "
-        "on the Raft port can neither join nor inject (every voter needs the same secret; costs latency)",
+        "on the Raft port can neither join nor inject (every voter needs the same secret; costs latency; "
+        "required unless --insecure)",
     )
     c.add_argument("--tls-cert", type=Path, help="serve the API over HTTPS with this certificate (PEM chain)")
     c.add_argument("--tls-key", type=Path, help="private key of --tls-cert (PEM)")
@@ -130,6 +146,12 @@ def _add_controller_parser(sub: Any) -> None:
         action="store_true",
         help="do not fsync the Raft journal per append (faster; a power loss of a majority can "
         "then lose acknowledged writes; kill -9 cannot)",
+    )
+    c.add_argument(
+        "--insecure",
+        action="store_true",
+        help="start without --raft-secret-file and/or --admin-token-file, on a network that only trusted hosts "
+        "reach: without them anyone on the Raft port can forge Raft traffic and anyone on the HTTP port can write",
     )
 
 
@@ -235,7 +257,31 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def missing_secrets(args: argparse.Namespace) -> list[str]:
+    """The ``SECURITY_FLAGS`` a ``kfed controller`` command line leaves out."""
+    return [flag for flag in SECURITY_FLAGS if getattr(args, flag[2:].replace("-", "_")) is None]
+
+
+def _refuse_insecure(args: argparse.Namespace) -> bool:
+    """Whether to refuse to start: a secret is missing and --insecure was not given (the refusal, one line per
+    missing flag, is on stderr). With --insecure each missing secret is logged as a warning instead."""
+    missing = missing_secrets(args)
+    if not args.insecure:
+        for flag in missing:
+            print(
+                f"kfed controller: {flag} is required: without it {SECURITY_FLAGS[flag]}; "
+                "pass --insecure to run without it on a trusted network",
+                file=sys.stderr,
+            )
+        return bool(missing)
+    for flag in missing:
+        log.warning("INSECURE (--insecure): started without %s: %s", flag, SECURITY_FLAGS[flag])
+    return False
+
+
 def _controller(args: argparse.Namespace) -> int:
+    if _refuse_insecure(args):  # before anything is imported, read or bound
+        return 2
     from controller.auth import Tokens
     from controller.config import load_quorum
     from controller.node import NodeSettings, TlsFiles, run_node

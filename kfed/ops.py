@@ -45,8 +45,9 @@ that no group reads keeps its data until retention. Logical partition ids are ne
 
 _QUORUM_HELP = """\
 Replace a controller node without downtime, one change at a time:
-  1. start the new node with a config listing the current voters and itself:
-       kfed controller --config new.toml --node-id 4 --data-dir /var/lib/kfed/4 --join
+  1. start the new node with a config listing the current voters and itself, and the quorum's secrets:
+       kfed controller --config new.toml --node-id 4 --data-dir /var/lib/kfed/4 --join \\
+         --raft-secret-file /etc/kfed/raft.secret --admin-token-file /etc/kfed/admin.token
   2. kfed quorum add-voter --id 4 --raft 10.0.0.4:9101 --http http://10.0.0.4:8001
   3. kfed quorum remove-voter --id 1   (then stop node 1)
 """

@@ -71,7 +71,7 @@ class FaultQuorum:
                 "--config", str(self.work_dir / "quorum.toml"), "--node-id", str(node_id),
                 "--data-dir", str(self.data_dir(node_id)),
                 "--raft-bind", f"127.0.0.1:{self.real_raft[node_id]}",
-                "--lease-ms", str(LEASE_MS), *self.extra_args]  # fmt: skip
+                "--lease-ms", str(LEASE_MS), "--insecure", *self.extra_args]  # fmt: skip
 
     def start_node(self, node_id: int) -> None:
         if self.running(node_id):

@@ -22,7 +22,7 @@ def start_controller(tmp_path: Path) -> subprocess.CompletedProcess[str]:
     config.write_text(render_quorum([Voter(1, f"127.0.0.1:{raft_port}", f"http://127.0.0.1:{http_port}")]))
     return subprocess.run(
         [sys.executable, "-m", "kfed", "controller", "--config", str(config), "--node-id", "1",
-         "--data-dir", str(tmp_path / "node")],
+         "--data-dir", str(tmp_path / "node"), "--insecure"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 

@@ -169,7 +169,7 @@ def test_damaged_dump_stops_the_node_with_a_clear_error(make_quorum) -> None:
     dump.write_bytes(bytes(data))
     result = subprocess.run(
         [sys.executable, "-m", "kfed", "controller", "--config", str(q.data_dir / "quorum.toml"),
-         "--node-id", str(node), "--data-dir", str(dump.parent)],
+         "--node-id", str(node), "--data-dir", str(dump.parent), "--insecure"],
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert result.returncode == 2
