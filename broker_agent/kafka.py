@@ -1,6 +1,6 @@
 """The agent's view of its physical Kafka cluster. The only module of the agent importing confluent_kafka.
 
-Broker quirks are kept here (see shared/TANSU.md): the latest offsets reported by Tansu are the start of
+Broker quirks are kept here (see docs/TANSU.md): the latest offsets reported by Tansu are the start of
 the last batch + 1 (wrong, but they never go backwards on a healthy cluster, which is all the loss check
 uses them for); true end offsets, which drain decisions need, are the high watermark of a fetch response:
 a reader assigned at the end reports it with its end-of-partition event (on Kafka that is one empty

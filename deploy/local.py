@@ -67,7 +67,7 @@ def stop_processes(procs: Sequence[subprocess.Popen[bytes]]) -> None:
 
 
 def _kfed(*args: str) -> list[str]:
-    return [sys.executable, "-m", "controller.cli", *args]
+    return [sys.executable, "-m", "kfed", *args]
 
 
 class _Processes:
@@ -172,7 +172,7 @@ class LocalQuorum(_Processes):
         return args + (["--tls-ca", str(self.tls[2])] if self.tls else [])
 
     def _spawn_node(self, node_id: int, config: Path, *flags: str) -> None:
-        secrets = []
+        secrets = ["--insecure"]  # a quorum made with secure=False
         if self.token_file and self.raft_secret_file:
             secrets = ["--admin-token-file", str(self.token_file), "--raft-secret-file", str(self.raft_secret_file)]
         if self.tls:

@@ -1,6 +1,6 @@
 """The Raft shell: one pysyncobj node around ``LogState``. The only module that imports pysyncobj.
 
-What this layer adds to pysyncobj, each for a measured reason (see shared/PYSYNCOBJ.md):
+What this layer adds to pysyncobj, each for a measured reason (see docs/PYSYNCOBJ.md):
 - exactly one replicated method, taking bytes; it never raises (``LogState.apply_command``);
 - its own full dump (records in msgpack, not pickle; length+CRC framed), written off the Raft thread
   from the immutable image, fsynced, renamed and the directory fsynced before pysyncobj truncates

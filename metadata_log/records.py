@@ -1,4 +1,4 @@
-"""Record types of the metadata log (v0 of the contract in DESIGN.md).
+"""Record types of the metadata log (v0 of the contract in docs/DESIGN.md).
 
 Every record is a frozen dataclass with a ``TYPE`` tag. The wire form (see ``codec.py``) is positional,
 so a field is only ever *appended*, with a default; a type is never renamed, renumbered or retyped.

@@ -1,6 +1,6 @@
 """kfed on Spark: the ``kfed`` Python Data Source and the warehouse jobs (ODS -> DWD -> DWS, audit).
 
-Importing this package does not import pyspark (the controller's CLI imports ``spark_pipeline.cli``):
+Importing this package does not import pyspark (the ``kfed`` CLI imports ``spark_pipeline.jobs``):
 ``register`` and ``local_session`` import it when called.
 """
 

@@ -1,7 +1,7 @@
 """The physical side of the ``kfed`` source: watermarks of physical partitions, and reading one range.
 
 This is the only module of ``spark_pipeline`` that talks to brokers (confluent-kafka). Broker quirks stay
-here (see shared/TANSU.md): Tansu answers ListOffsets(latest) wrongly, so by default the end of a partition
+here (see docs/TANSU.md): Tansu answers ListOffsets(latest) wrongly, so by default the end of a partition
 is the high watermark of a fetch response (``end_offsets_from="fetch"``, right on every broker);
 ``"list"`` uses ListOffsets, the cheaper normal path of a real Kafka cluster.
 
@@ -53,7 +53,7 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 
 
 def consumer_config(bootstrap: str, kafka: Mapping[str, str], fail_on_data_loss: bool) -> dict[str, Any]:
-    """confluent-kafka settings for reading exact ranges with ``assign()`` (TANSU.md: the fetch back-off
+    """confluent-kafka settings for reading exact ranges with ``assign()`` (docs/TANSU.md: the fetch back-off
     and queue sizes matter ~6x); ``kafka.*`` options of the source override the tunables."""
     return {
         "enable.metrics.push": False,

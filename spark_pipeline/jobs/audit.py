@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from controller.ops import access_from
+from metadata_log.access import access_from
 from spark_pipeline.transforms import audit, dwd, ods
 
 from .common import layer, parser, session, source_options

@@ -8,8 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from controller.ops import add_access_arguments
-from metadata_log.access import Access
+from metadata_log.access import Access, add_access_arguments
 
 DEFAULT_CONTROLLERS: Final = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
 DEFAULT_TOPIC: Final = "U_TopicA"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import time
 
-from controller.ops import access_from
+from metadata_log.access import access_from
 from spark_pipeline.events import ensure_topic, produce_events
 
 from . import audit, dwd_clean, dws_aggregate, ods_ingest

@@ -67,11 +67,11 @@ class FaultQuorum:
             self.start_node(n)
 
     def command(self, node_id: int) -> list[str]:
-        return [sys.executable, "-m", "controller.cli", "controller",
+        return [sys.executable, "-m", "kfed", "controller",
                 "--config", str(self.work_dir / "quorum.toml"), "--node-id", str(node_id),
                 "--data-dir", str(self.data_dir(node_id)),
                 "--raft-bind", f"127.0.0.1:{self.real_raft[node_id]}",
-                "--lease-ms", str(LEASE_MS), *self.extra_args]  # fmt: skip
+                "--lease-ms", str(LEASE_MS), "--insecure", *self.extra_args]  # fmt: skip
 
     def start_node(self, node_id: int) -> None:
         if self.running(node_id):

@@ -21,8 +21,8 @@ def start_controller(tmp_path: Path) -> subprocess.CompletedProcess[str]:
     config = tmp_path / "quorum.toml"
     config.write_text(render_quorum([Voter(1, f"127.0.0.1:{raft_port}", f"http://127.0.0.1:{http_port}")]))
     return subprocess.run(
-        [sys.executable, "-m", "controller.cli", "controller", "--config", str(config), "--node-id", "1",
-         "--data-dir", str(tmp_path / "node")],
+        [sys.executable, "-m", "kfed", "controller", "--config", str(config), "--node-id", "1",
+         "--data-dir", str(tmp_path / "node"), "--insecure"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 

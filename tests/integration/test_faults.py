@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.cli import main as kfed
 from deploy.local import LocalQuorum
+from kfed.cli import main as kfed
 from metadata_log.client import ControllerClient
 from metadata_log.errors import KfedError
 from metadata_log.follower import LogFollower
@@ -168,8 +168,8 @@ def test_damaged_dump_stops_the_node_with_a_clear_error(make_quorum) -> None:
     data[len(data) // 2] ^= 0xFF
     dump.write_bytes(bytes(data))
     result = subprocess.run(
-        [sys.executable, "-m", "controller.cli", "controller", "--config", str(q.data_dir / "quorum.toml"),
-         "--node-id", str(node), "--data-dir", str(dump.parent)],
+        [sys.executable, "-m", "kfed", "controller", "--config", str(q.data_dir / "quorum.toml"),
+         "--node-id", str(node), "--data-dir", str(dump.parent), "--insecure"],
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert result.returncode == 2

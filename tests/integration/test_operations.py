@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from controller.cli import main as kfed
 from deploy.local import LocalFederation
+from kfed.cli import main as kfed
 from sdk import FederatedProducer
 
 from .conftest import TOPIC, Member, controllers, partitions, physical_topics, wait_for, wait_until

@@ -22,8 +22,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from controller.cli import main as kfed
 from deploy.local import LocalQuorum
+from kfed.cli import main as kfed
 from metadata_log.access import Access, write_secret
 from metadata_log.client import ControllerClient
 from metadata_log.errors import Forbidden, Unauthorized
