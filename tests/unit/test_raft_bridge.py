@@ -43,17 +43,17 @@ def test_pinned_pysyncobj_internals_are_routed_through_ours() -> None:
     bridge.install(0)
     assert pso.createJournal is bridge._create_journal
     assert pso.Serializer is bridge.DumpSerializer
-    # _Replica overrides or calls these SyncObj privates by their mangled names.
+    # Replica overrides or calls these SyncObj privates by their mangled names.
     for name in ("onMessageReceived", "sendNextNodeIdx", "getEntries", "getCurrentLogIndex", "deleteEntriesFrom",
                  "parseChangeClusterRequest", "doChangeCluster"):  # fmt: skip
         assert callable(getattr(pso.SyncObj, f"_SyncObj__{name}")), name
-    # _Replica._onTick wraps pysyncobj's tick, which checks these before it reads its sockets.
+    # Replica._onTick wraps pysyncobj's tick, which checks these before it reads its sockets.
     tick = inspect.getsource(pso.SyncObj._onTick)
     assert "self.__raftElectionDeadline < monotonicTime()" in tick and "self.__lastResponseTime[node] >" in tick
     for name in ("generateRaftTimeout", "getCurrentLogTerm", "connectedToAnyone"):  # the pre-vote's
         assert callable(getattr(pso.SyncObj, f"_SyncObj__{name}")), name
     assert "self.__transferInProgress = True" in inspect.getsource(pso.SyncObj)
-    # _Replica._applyCommand queues as pysyncobj's does and wakes the tick that drains the queue once per burst.
+    # Replica._applyCommand queues as pysyncobj's does and wakes the tick that drains the queue once per burst.
     assert "self.__pipeNotifier.notify()" in inspect.getsource(pso.SyncObj._applyCommand)
     assert "self.__commandsQueue.get_nowait()" in inspect.getsource(pso.SyncObj._checkCommandsToApply)
     # TCP connections call the module-level zlib, which RaftNode replaces to set the compression level.
