@@ -6,7 +6,8 @@ who reaches a Raft port (and, with a password, any holder of it) could run code 
 decodes with an unpickler that builds only plain values (dict, list, tuple, str, bytes, int, float, bool,
 None) and the few classes the caller allows (the bridge: pysyncobj's ``TCPNode``, which membership changes
 carry); anything else is ``ForbiddenPickle``, and pysyncobj drops a frame that fails to decode together with
-its connection. Encoding stays pickle, so nodes of older kfed versions still read ours.
+its connection. Encoding stays pickle, so nodes of older kfed versions still read ours. What a frame inflates
+to is bounded too (``inflate``): a stranger's zlib bomb cannot take the node's memory.
 
 Nothing here imports pysyncobj: the bridge installs these in its place.
 """
@@ -94,11 +95,37 @@ class SafePickle:
 
 
 # -- compression ------------------------------------------------------------------------------------------
-class WireZlib:
-    """Stands in for the ``zlib`` module in pysyncobj's TCP connections: its fixed level 3 becomes ours.
-    Process-wide, like the module it replaces (every node of one process uses the same setting)."""
+MAX_MESSAGE_BYTES: Final = 128 * 1024 * 1024
+"""The most one Raft message may inflate to. The largest a node sends is an append_entries of 4 MiB of entries
+(``bridge.APPEND_ENTRIES_BATCH_BYTES``) plus one more entry, a command that the codec decodes only up to 64 MiB
+(``codec.MAX_DECODE_BYTES``); dump chunks are 4 MiB. A stranger's zlib bomb (deflate expands up to 1032:1) is
+refused once it inflates past this, instead of taking the node's memory."""
+_DEFLATE_MAX_RATIO: Final = 1032
 
-    decompress = staticmethod(zlib.decompress)
+
+class MessageTooLarge(KfedError, ValueError):
+    """A Raft frame that inflates past ``MAX_MESSAGE_BYTES``."""
+
+
+def inflate(data: bytes, limit: int = MAX_MESSAGE_BYTES) -> bytes:
+    """``zlib.decompress(data)``, refusing (``MessageTooLarge``) to produce more than ``limit`` bytes."""
+    if len(data) * _DEFLATE_MAX_RATIO <= limit:
+        return zlib.decompress(data)  # cannot exceed the limit: zlib's own call, the fast one
+    inflater = zlib.decompressobj()
+    out = inflater.decompress(data, limit)
+    if inflater.unconsumed_tail:
+        raise MessageTooLarge(f"a Raft message of {len(data)} bytes inflates past {limit} bytes")
+    if not inflater.eof:
+        raise zlib.error("incomplete or truncated stream")
+    return out
+
+
+class WireZlib:
+    """Stands in for the ``zlib`` module in pysyncobj's TCP connections: its fixed level 3 becomes ours, and
+    what a frame inflates to is bounded (``inflate``). Process-wide, like the module it replaces (every node
+    of one process uses the same setting)."""
+
+    decompress = staticmethod(inflate)
 
     def __init__(self, level: int) -> None:
         self.level = level

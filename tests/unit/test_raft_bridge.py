@@ -27,7 +27,7 @@ from pysyncobj.node import TCPNode
 from pysyncobj.poller import createPoller
 
 from deploy.local import free_ports
-from metadata_log.raft import bridge, journal
+from metadata_log.raft import bridge, journal, wire
 from metadata_log.raft.rules import PreVote, TickMark
 
 from .raft_support import manual_tick_node
@@ -384,14 +384,9 @@ def frame(message_pickle: bytes) -> bytes:
     return struct.pack("i", len(data)) + data
 
 
-def test_a_frame_that_names_a_global_closes_the_connection_and_runs_nothing(tmp_path: Path) -> None:
-    marker = tmp_path / "ran"
-    evil = frame(pickle.dumps(Touch(marker)))
-    # The exploit is real: what pysyncobj does with a frame's bytes, with plain pickle, runs the command.
-    pickle.loads(zlib.decompress(evil[4:]))
-    assert marker.exists()
-    marker.unlink()
-
+def delivered_until_closed(frames: list[bytes]) -> list[Any]:
+    """Feed ``frames`` to a pysyncobj connection (as accepted by its server, the bridge installed); the messages
+    it delivered before it closed itself. Fails if it stays open."""
     bridge.install(0)
     poller = createPoller("auto")
     ours, theirs = socket.socketpair()
@@ -401,16 +396,34 @@ def test_a_frame_that_names_a_global_closes_the_connection_and_runs_nothing(tmp_
     conn = pso_tcp.TcpConnection(poller, onMessageReceived=received.append, onDisconnected=lambda: closed.append(True),
                                  socket=ours, timeout=10)  # fmt: skip
     try:
-        theirs.sendall(frame(pickle.dumps({"type": "response_vote", "term": 4}, 4)))  # the control: delivered
+        for data in frames:
+            theirs.sendall(data)
         deadline = time.monotonic() + 10
-        while not received and time.monotonic() < deadline:
-            poller.poll(0.05)
-        assert received == [{"type": "response_vote", "term": 4}]
-        theirs.sendall(evil)
         while not closed and time.monotonic() < deadline:
             poller.poll(0.05)
-        assert closed and conn.state == pso_tcp.CONNECTION_STATE.DISCONNECTED
-        assert received == [{"type": "response_vote", "term": 4}] and not marker.exists()
+        assert closed and conn.state == pso_tcp.CONNECTION_STATE.DISCONNECTED, "the connection stayed open"
+        return received
     finally:
         conn.disconnect()
         theirs.close()
+
+
+def test_a_frame_that_names_a_global_closes_the_connection_and_runs_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    evil = frame(pickle.dumps(Touch(marker)))
+    # The exploit is real: what pysyncobj does with a frame's bytes, with plain pickle, runs the command.
+    pickle.loads(zlib.decompress(evil[4:]))
+    assert marker.exists()
+    marker.unlink()
+    control = {"type": "response_vote", "term": 4}  # delivered before it: the connection did read frames
+    assert delivered_until_closed([frame(pickle.dumps(control, 4)), evil]) == [control]
+    assert not marker.exists()
+
+
+def test_a_zlib_bomb_closes_the_connection() -> None:
+    deflate = zlib.compressobj(9)
+    inflated = pickle.dumps(bytes(wire.MAX_MESSAGE_BYTES + (1 << 20)), 4)  # a valid pickle, just too big
+    bomb = deflate.compress(inflated) + deflate.flush()
+    del inflated
+    control = {"type": "response_vote", "term": 4}
+    assert delivered_until_closed([frame(pickle.dumps(control, 4)), struct.pack("i", len(bomb)) + bomb]) == [control]

@@ -176,3 +176,51 @@ def test_journal_on_a_full_disk_refuses_the_entry_and_stays_readable(tiny_disk: 
     assert len(journal) == added and added > 10
     journal._destroy()
     assert len(raft_journal.read_journal(path)[1]) == added  # nothing half-written
+
+
+def test_term_vote_and_commit_index_survive_a_reopen_in_pysyncobjs_meta_format(tmp_path: Path) -> None:
+    path = tmp_path / "raft.journal"
+    journal = checked_journal(path)
+    assert (journal.getCurrentTerm(), journal.getVotedForNodeId(), journal.getRaftCommitIndex()) == (0, None, 1)
+    journal.setCurrentTerm(7, "127.0.0.1:1")  # durable at once: before any vote is sent
+    journal.setRaftCommitIndex(5)  # stored on the one-second timer, as pysyncobj does
+    assert pso_journal.MetaStorer(str(path) + ".meta").getMeta() == {"currentTerm": 7, "votedForNodeId": "127.0.0.1:1"}
+    journal.onOneSecondTimer()
+    journal._destroy()
+    reopened = raft_journal.CheckedJournal(str(path), fsync=True)
+    assert (reopened.getCurrentTerm(), reopened.getVotedForNodeId(), reopened.getRaftCommitIndex()) == (
+        7, "127.0.0.1:1", 5
+    )  # fmt: skip
+    reopened._destroy()
+    # pysyncobj's own journal reads what ours wrote, and ours what pysyncobj's wrote (a legacy data dir)
+    assert pso_journal.MetaStorer(str(path) + ".meta").getMeta()["raftCommitIndex"] == 5
+    legacy_path = tmp_path / "legacy.journal"
+    legacy = pso_journal.FileJournal(str(legacy_path))
+    legacy.add(b"old", 1, 3)
+    legacy.setCurrentTerm(3, "127.0.0.1:2")
+    legacy._destroy()
+    opened = raft_journal.CheckedJournal(str(legacy_path), fsync=True)
+    assert (opened.getCurrentTerm(), opened.getVotedForNodeId(), opened[0]) == (3, "127.0.0.1:2", (b"old", 1, 3))
+    opened._destroy()
+
+
+def test_deleting_the_last_entries_moves_the_end_back_and_later_appends_follow_it(tmp_path: Path) -> None:
+    path = tmp_path / "raft.journal"
+    journal = checked_journal(path, entries=5)
+    journal.deleteEntriesFrom(2)  # Raft step 3: a conflict at the third entry, and all after it
+    assert [entry[1] for entry in journal[:]] == [1, 2]
+    journal.add(b"new", 3, 4)
+    journal._destroy()
+    assert [(c, i) for c, i, _ in raft_journal.read_journal(path)[1]] == [
+        (b"command-1", 1), (b"command-2", 2), (b"new", 3)
+    ]  # fmt: skip
+
+
+def test_a_cleared_journal_holds_only_the_entries_added_after(tmp_path: Path) -> None:
+    path = tmp_path / "raft.journal"
+    journal = checked_journal(path, entries=5)
+    journal.clear()  # what pysyncobj does before it adds a received dump's last two entries
+    assert len(journal) == 0
+    journal.add_entries([(b"prev", 10, 4), (b"last", 11, 4)])
+    journal._destroy()
+    assert raft_journal.read_journal(path)[1] == [(b"prev", 10, 4), (b"last", 11, 4)]

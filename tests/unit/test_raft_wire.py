@@ -158,6 +158,31 @@ def test_the_refusal_names_what_the_pickle_named(tmp_path: Path) -> None:
         SAFE.loads(forbidden(tmp_path / "ran")["_codecs.encode of another codec"])
 
 
+def zlib_bomb(inflated_bytes: int) -> bytes:
+    deflate = zlib.compressobj(9)
+    chunk = bytes(1 << 20)
+    return b"".join(deflate.compress(chunk) for _ in range(inflated_bytes >> 20)) + deflate.flush()
+
+
+def test_a_frame_inflates_as_zlib_does_up_to_its_limit() -> None:
+    text = b"PartitionsAdded" * 1000
+    packed = zlib.compress(text)
+    for limit in (len(text), 10 * len(text), wire.MAX_MESSAGE_BYTES):  # the bounded path and zlib's own
+        assert wire.inflate(packed, limit) == text
+        assert wire.inflate(packed + b"trailing", limit) == zlib.decompress(packed + b"trailing")
+        with pytest.raises(zlib.error):
+            wire.inflate(packed[:-5], limit)
+    with pytest.raises(wire.MessageTooLarge):
+        wire.inflate(packed, len(text) - 1)
+
+
+def test_a_zlib_bomb_is_refused_before_it_takes_the_nodes_memory() -> None:
+    bomb = zlib_bomb(wire.MAX_MESSAGE_BYTES + (1 << 20))  # ~130 KB that would inflate to 129 MiB
+    assert len(bomb) < 200_000
+    with pytest.raises(wire.MessageTooLarge, match="inflates past"):
+        wire.WireZlib(0).decompress(bomb)
+
+
 def test_raft_messages_use_our_compression_level_and_stay_zlib_streams() -> None:
     message = b"PartitionsAdded" * 1000
     for level in (0, 3):
