@@ -62,6 +62,10 @@ def test_pinned_pysyncobj_internals_are_routed_through_ours() -> None:
     # ... and pickle through pysyncobj.pickle, whose protocol is the module global RaftNode sets.
     assert pso_tcp.pickle is pso_pickle and pso.pickle is pso_pickle
     assert "__protocol" in vars(pso_pickle) and "__protocol)" in inspect.getsource(pso_pickle.dumps)
+    # Every frame, and every command at apply, is decoded through pysyncobj.pickle.loads: the restricted one.
+    assert "pickle.loads(zlib.decompress(data))" in inspect.getsource(pso_tcp.TcpConnection)
+    assert inspect.getsource(pso.SyncObj).count("pickle.loads(") == 4  # version, command, big entry, membership
+    assert pso_pickle.loads == bridge.SAFE_PICKLE.loads and pso_pickle.load == bridge.SAFE_PICKLE.load
 
 
 def test_a_follower_keeps_acknowledged_entries_and_commits_only_what_a_message_verified(tmp_path: Path) -> None:
@@ -272,7 +276,7 @@ def test_every_private_name_the_bridge_uses_is_in_its_table() -> None:
     assert mangled_used and mangled_used <= table, mangled_used - table
     # single-underscore names of SyncObj (not its public API), used on a replica or on SyncObj itself
     underscored = {n for n in re.findall(r"\.(_[a-zA-Z]\w*)", source) if hasattr(pso.SyncObj, n)}
-    assert underscored - {"_SyncObj__onMessageReceived"} <= table | {f"_SyncObj{n}" for n in table}
+    assert underscored and underscored <= table | {f"_SyncObj{n}" for n in table}, underscored
     # module globals of pysyncobj the bridge reads or replaces
     for module, alias in ((pso, "_pso"), (pso_tcp, "pso_tcp"), (pso_pickle, "pso_pickle")):
         used = set(re.findall(rf"\b{alias}\.(\w+)", source)) | set(re.findall(rf"vars\({alias}\)\[\"(\w+)\"\]", source))
