@@ -11,7 +11,7 @@ import pytest
 
 from controller.config import Voter, render_quorum
 from deploy.local import free_ports
-from metadata_log import raft
+from metadata_log.raft.journal import CheckedJournal
 from metadata_log.records import ClusterRegistered
 from metadata_log.state import LogState, Proposal, encode_command
 
@@ -30,7 +30,7 @@ def start_controller(tmp_path: Path) -> subprocess.CompletedProcess[str]:
 def test_truncated_journal_stops_the_node(tmp_path: Path) -> None:
     (tmp_path / "node").mkdir()
     path = tmp_path / "node" / "raft.journal"
-    journal = raft._CheckedJournal(str(path), fsync=True)
+    journal = CheckedJournal(str(path), fsync=True)
     for i in range(1, 20):
         journal.add(b"x" * 100, i, 1)
     journal._destroy()
