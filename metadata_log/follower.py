@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import httpx
@@ -145,7 +145,7 @@ class LogFollower:
             except (CodecError, InvalidRecord, KeyError, TypeError, ValueError) as e:
                 raise FollowerError(f"snapshot from {self.url} does not decode: {e}") from e
         self.snapshots_loaded += 1
-        self._set_image(image, LogDelta(self.image, snapshot=True))
+        self._set_image(image, LogDelta.replaced, self.image)
 
     def _get(self, path: str, params: dict[str, int | str] | None = None) -> httpx.Response:
         """GET a msgpack body, read at most MAX_DECODE_BYTES of it: a broken or hostile server cannot
@@ -168,13 +168,14 @@ class LogFollower:
             image = apply(self.image, records)
         except InvalidRecord as e:  # the log never holds such records; a node serving them is broken
             raise FollowerError(f"record from {self.url} does not apply: {e}") from e
-        self._set_image(image, LogDelta(self.image, records))
+        self._set_image(image, LogDelta, self.image, records)
 
-    def _set_image(self, image: MetadataImage, delta: LogDelta) -> None:
+    def _set_image(self, image: MetadataImage, delta: Callable[..., LogDelta], *args: Any) -> None:
+        """Advance to ``image``; publish it with ``delta(*args)``, what made it."""
         with self._advanced:
             self.image = image
             self._advanced.notify_all()
-        self._publishers.publish(image, lambda: delta)
+        self._publishers.publish(image, delta, *args)
 
     def subscribe(self, publisher: MetadataPublisher) -> None:
         """Publish to ``publisher`` too: a catch-up to the current image first, then every advance."""

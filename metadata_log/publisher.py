@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from .image import EMPTY_IMAGE, MetadataImage
 from .records import Record
@@ -33,6 +33,11 @@ class LogDelta:
     base: MetadataImage
     records: Sequence[Record] = ()
     snapshot: bool = False
+
+    @classmethod
+    def replaced(cls, base: MetadataImage) -> LogDelta:
+        """The snapshot delta of an image loaded whole over ``base``."""
+        return cls(base, (), True)
 
     @property
     def first_offset(self) -> int:
@@ -61,16 +66,16 @@ class Publishers:
         """Add ``publisher``; it first gets the catch-up from the empty image, unless nothing was published yet."""
         with self._lock:
             if self._image is not EMPTY_IMAGE:
-                _deliver(publisher, LogDelta(EMPTY_IMAGE, snapshot=True), self._image)
+                _deliver(publisher, LogDelta.replaced(EMPTY_IMAGE), self._image)
             self._subscribed += (publisher,)
 
-    def publish(self, image: MetadataImage, delta: Callable[[], LogDelta]) -> None:
-        """Publish ``image`` and the delta that made it, made by ``delta()`` only when a publisher is
+    def publish(self, image: MetadataImage, delta: Callable[..., LogDelta], *args: Any) -> None:
+        """Publish ``image`` and the delta that made it, made by ``delta(*args)`` only when a publisher is
         subscribed: a Raft follower builds the records of a command from its runs for nobody else."""
         with self._lock:
             self._image = image
             if self._subscribed:
-                made = delta()
+                made = delta(*args)
                 for publisher in self._subscribed:
                     _deliver(publisher, made, image)
 

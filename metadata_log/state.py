@@ -260,7 +260,7 @@ class LogState:
                     outcome = Outcome("rejected", detail=f"internal error: {type(e).__name__}: {e}")
                 outcomes.append(outcome)
         if published:
-            self._publishers.publish(self.image, lambda: LogDelta(base, _committed_records(published)))
+            self._publishers.publish(self.image, _delta_of, base, published)
         self._applied_since_freeze += sum(write.count for write in published)
         if self._applied_since_freeze >= FREEZE_EVERY_RECORDS and freeze_survivors():
             self._applied_since_freeze = 0
@@ -380,18 +380,18 @@ class LogState:
             raise CorruptState(f"state dump does not decode: {e}") from e
         replaced, self.image = self.image, image
         self._keys = keys
-        self._publishers.publish(image, lambda: LogDelta(replaced, snapshot=True))  # readers restart from it
+        self._publishers.publish(image, LogDelta.replaced, replaced)  # readers restart from this image
         del value, body  # the decoded form: garbage now, and it must not be frozen
         freeze_survivors(collect=False)  # everything built since the pause is the image: nothing to find
         self._applied_since_freeze = 0
         return value_raft
 
 
-def _committed_records(writes: Sequence[_Write]) -> Sequence[Record]:
-    """The records of committed writes, in order (built from a follower's runs here)."""
+def _delta_of(base: MetadataImage, writes: Sequence[_Write]) -> LogDelta:
+    """The records of committed writes over ``base``, in order (built from a follower's runs here)."""
     if len(writes) == 1:
-        return writes[0].committed_records()
-    return [record for write in writes for record in write.committed_records()]
+        return LogDelta(base, writes[0].committed_records())
+    return LogDelta(base, [record for write in writes for record in write.committed_records()])
 
 
 def _replayed(seen: tuple[str | None, Outcome], fingerprint: str | None) -> Outcome:

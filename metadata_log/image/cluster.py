@@ -84,7 +84,7 @@ class ClusterDelta:
     def __init__(self, base: Mapping[str, ClusterImage], registrations: LastRegistrations) -> None:
         self._base = base
         self._changed: dict[str, ClusterImage] | None = None
-        self._leaders: dict[str, dict[tuple[str, int], str]] = {}  # clusters whose leaders changed
+        self._leaders: dict[str, dict[tuple[str, int], str]] | None = None  # clusters whose leaders changed
         self._registrations = registrations
 
     def current(self) -> Mapping[str, ClusterImage]:
@@ -148,6 +148,8 @@ class ClusterDelta:
             leaders[key] = record.leader
 
     def _leaders_of(self, cluster_id: str) -> dict[tuple[str, int], str]:
+        if self._leaders is None:
+            self._leaders = {}
         leaders = self._leaders.get(cluster_id)
         if leaders is None:
             leaders = self._leaders[cluster_id] = dict(self._cluster(cluster_id).leaders)
@@ -161,7 +163,7 @@ class ClusterDelta:
         that of the first row that does not fit. A group commit of many agents' (re-)registrations is one
         such run; when it only repeats what the image holds (agents registering again), it is checked in one
         pass over the run and changes nothing."""
-        clusters = self.current()
+        clusters = self._changed if self._changed is not None else self._base
         # The image's own map (never changed, so its registrations can be kept): does the run only repeat it?
         repeated = self._registrations.of(clusters) if self._changed is None else None
         if repeated is not None and repeated.issuperset(zip(cluster_ids, regions, bootstrap_servers, strict=True)):
@@ -217,4 +219,4 @@ class ClusterDelta:
             clusters = self._writable()
             for cluster_id, leaders in self._leaders.items():
                 clusters[cluster_id] = evolve(clusters[cluster_id], leaders=leaders)
-        return self.current()
+        return self._changed if self._changed is not None else self._base

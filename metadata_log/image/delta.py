@@ -37,7 +37,7 @@ from ..records import (
     TopicCreated,
     TopicDeleted,
 )
-from .cluster import ClusterDelta, ClusterImage, LastRegistrations
+from .cluster import ClusterDelta, LastRegistrations
 from .common import InvalidRecord
 from .groups import GroupsDelta
 from .metadata import MetadataImage
@@ -77,7 +77,9 @@ class MetadataDelta:
     def topics_delta(self) -> TopicsDelta:
         part = self._topics
         if part is None:
-            part = self._topics = TopicsDelta(self._base.topics, self._current_clusters)
+            # The clusters as replayed so far, through the cluster delta itself: a method of this delta would
+            # make a reference cycle, and the garbage collector, not reference counting, would free each batch.
+            part = self._topics = TopicsDelta(self._base.topics, self.cluster_delta().current)
         return part
 
     def groups_delta(self) -> GroupsDelta:
@@ -91,9 +93,6 @@ class MetadataDelta:
         if part is None:
             part = self._quorum = QuorumDelta(self._base.voters, self._base.metadata_version)
         return part
-
-    def _current_clusters(self) -> Mapping[str, ClusterImage]:
-        return self._clusters.current() if self._clusters is not None else self._base.clusters
 
     # -- replay --------------------------------------------------------------------------------------
     def replay(self, record: Record) -> None:
@@ -141,15 +140,15 @@ class MetadataDelta:
     def apply(self) -> MetadataImage:
         """The image after every replayed record; unchanged parts are the base image's own maps."""
         base = self._base
-        quorum = self._quorum
-        return MetadataImage(
-            offset=base.offset + self._count,
-            clusters=self._clusters.apply() if self._clusters is not None else base.clusters,
-            topics=self._topics.apply() if self._topics is not None else base.topics,
-            groups=self._groups.apply() if self._groups is not None else base.groups,
-            voters=quorum.voters() if quorum is not None else base.voters,
-            metadata_version=quorum.metadata_version if quorum is not None else base.metadata_version,
-            replay_memo=self._memo,
+        clusters, topics, groups, quorum = self._clusters, self._topics, self._groups, self._quorum
+        return MetadataImage(  # by position: the fields in order (offset, clusters, topics, groups, voters, ...)
+            base.offset + self._count,
+            clusters.apply() if clusters is not None else base.clusters,
+            topics.apply() if topics is not None else base.topics,
+            groups.apply() if groups is not None else base.groups,
+            quorum.voters() if quorum is not None else base.voters,
+            quorum.metadata_version if quorum is not None else base.metadata_version,
+            self._memo,
         )
 
 

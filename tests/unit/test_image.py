@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import gc
 
 import pytest
 from hypothesis import example, given, settings
@@ -489,3 +491,25 @@ def test_what_replay_keeps_between_images_belongs_to_their_line_not_to_the_proce
     assert one == other and one.replay_memo is not None and one.replay_memo is not other.replay_memo
     assert apply(one, [NoOp()]).replay_memo is one.replay_memo
     assert apply(one, [ClusterRegistered("c2", "r1", "h:2")]).replay_memo is one.replay_memo
+
+
+def test_a_batch_leaves_no_reference_cycle_for_the_garbage_collector() -> None:
+    # A delta and its parts are freed by reference counting as soon as the batch is applied (or refused): with
+    # a cycle, each batch's partition lists and placements would wait for a collection, which then walks them.
+    base = apply(EMPTY_IMAGE, ONE_OF_EACH)
+    batches = [
+        ONE_OF_EACH,
+        [TopicCreated("x", "X", "r1"), *(PartitionsAdded("X", i, "c2", "X", i) for i in range(5))],
+        [PhysicalPartitionsReported("c2", "U_TopicA", 2, "b:1"), ClusterUnfenced("c1", 9)],
+        [TopicCreated("x", "X", "r1"), PartitionsAdded("X", 0, "nope", "X", 0)],  # refused
+    ]
+    gc.collect()
+    gc.disable()
+    try:
+        for records in batches:
+            with contextlib.suppress(InvalidRecord):
+                apply(EMPTY_IMAGE, records)
+                apply(base, records)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
