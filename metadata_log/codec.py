@@ -33,7 +33,7 @@ from typing import Any, Final, NamedTuple
 
 import msgpack
 
-from .records import RECORD_TYPES, GroupGenerationStarted, GroupMember, PartitionsAdded, Record
+from .records import RECORD_TYPES, GroupGenerationStarted, GroupMember, Record
 
 __all__ = [
     "MAX_DECODE_BYTES",
@@ -342,7 +342,7 @@ def decode(data: bytes) -> list[Record]:
 
 
 # -- columns ------------------------------------------------------------------------------------------------
-def record_columns(records: Iterable[Record], cls: type[Record] = PartitionsAdded) -> list[list[Any]]:
+def record_columns(records: Iterable[Record], cls: type[Record]) -> list[list[Any]]:
     """The field columns of records of type ``cls``, as the decoders give them in a ``Run``."""
     records = records if isinstance(records, list | tuple) else list(records)
     return [list(map(get, records)) for get in _COLUMN_GETTERS[cls]]
