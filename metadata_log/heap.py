@@ -33,9 +33,9 @@ def gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while a whole image or snapshot is encoded or decoded.
 
     Those build or walk millions of objects, and CPython's collector runs again and again as they pile up,
-    each pass longer than the last: measured on a 1,000,620-partition snapshot, ``unpack`` 1.59 -> 0.75 s and
-    reading its rows 4.11 -> 2.63 s. Nothing they build is a cycle to collect. Process-wide (the collector
-    is), nestable and thread-safe: collection resumes when the last pause ends, if it was on before."""
+    each pass longer than the last (about half the time of decoding a 1M-partition snapshot). Nothing they
+    build is a cycle to collect. Process-wide (the collector is), nestable and thread-safe: collection resumes
+    when the last pause ends, if it was on before."""
     with _PAUSES.lock:
         if _PAUSES.count == 0:
             _PAUSES.was_enabled = gc.isenabled()
@@ -54,9 +54,9 @@ def freeze_survivors(collect: bool = True) -> bool:
     """Collect (``collect``), then move every object still alive to the collector's permanent generation.
 
     A node holds a big image as millions of immutable objects that every full collection walks again
-    (``PartitionImage`` tuples stay tracked: CPython untracks only exact tuples): 0.35-0.66 s per pass
-    with 1M partitions, and CPython runs one each time the surviving objects grew by a quarter. Such a
-    pause costs a leader its leadership. Frozen objects are still freed by reference counting once no
+    (``PartitionImage`` tuples stay tracked: CPython untracks only exact tuples): a pass of a large fraction of
+    a second with 1M partitions, run each time the surviving objects grew by a quarter. Such a pause costs a
+    leader its leadership. Frozen objects are still freed by reference counting once no
     image holds them; what freezing gives up is finding *cycles* among them, and the image, its records
     and the log window form none. Skipped (False) while a ``gc_paused`` section runs on another thread:
     the collection would walk what it is building."""

@@ -54,11 +54,11 @@ class Publishers:
     """The publishers subscribed to one line of images, and the last image published to them.
 
     ``publish`` and ``subscribe`` take the same lock, so a subscriber's catch-up is to exactly the image
-    after which its first update starts. A publisher that raises is logged, not unsubscribed: the next
-    update still reaches it."""
+    after which its first update starts (re-entrant: a publisher may subscribe another from ``on_update``).
+    A publisher that raises is logged, not unsubscribed: the next update still reaches it."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._subscribed: tuple[MetadataPublisher, ...] = ()
         self._image = EMPTY_IMAGE
 
