@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .image import EMPTY_IMAGE, MetadataImage
 from .records import Record
@@ -22,13 +21,13 @@ __all__ = ["LogDelta", "MetadataPublisher", "Publishers"]
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class LogDelta:
+class LogDelta(NamedTuple):
     """What took ``base`` to the published image.
 
     Either committed ``records``, at offsets ``first_offset``, ``first_offset + 1``, ... (a batch is never
     split), or, with ``snapshot``, an image loaded whole (a node's dump, a snapshot from another node, the
-    catch-up of a late subscriber): no records, and the log continues after the new image's offset."""
+    catch-up of a late subscriber): no records, and the log continues after the new image's offset. A
+    NamedTuple: one is made per committed command, and a tuple is made faster than a frozen dataclass."""
 
     base: MetadataImage
     records: Sequence[Record] = ()
@@ -77,7 +76,10 @@ class Publishers:
             if self._subscribed:
                 made = delta(*args)
                 for publisher in self._subscribed:
-                    _deliver(publisher, made, image)
+                    try:
+                        publisher.on_update(made, image)
+                    except Exception:  # one broken publisher must not stop the others, nor the image's advance
+                        log.exception("publisher %r failed", publisher)
 
 
 def _deliver(publisher: MetadataPublisher, delta: LogDelta, image: MetadataImage) -> None:
