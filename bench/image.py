@@ -546,7 +546,7 @@ def snapshot_for_tailer(q: LocalQuorum, partitions: int, result: BenchResult) ->
     body, _runs_get_s = fetch(url, "/v1/snapshot?layout=runs", MSGPACK)
     runs_size = len(body)
     del body, _
-    # What the SDK / agents do: LogFollower.load_snapshot() = GET msgpack runs + codec.unpack + image_from_runs.
+    # What the SDK / agents do: LogFollower.load_snapshot() = GET msgpack runs + codec.unpack + snapshot.read_runs.
     follower_error = None
     with httpx.Client(timeout=600) as client:
         tailer = LogFollower([url], client=client)
@@ -599,7 +599,7 @@ def snapshot_for_tailer(q: LocalQuorum, partitions: int, result: BenchResult) ->
             f"GET {fmt(mp_get_s)} s + decode {fmt(mp_decode_s)} s; first msgpack GET {fmt(first_mp_s)} s",
         ),
         Row(
-            "new tailer: LogFollower.load_snapshot() (GET msgpack runs + decode + image_from_runs)",
+            "new tailer: LogFollower.load_snapshot() (GET msgpack runs + decode + read_runs)",
             load_s,
             "s",
             f"rebuilt {rebuilt:,} partitions" + (f"; FAILED: {follower_error}" if follower_error else ""),

@@ -25,8 +25,9 @@ from metadata_log.client import ControllerClient
 from metadata_log.commands import PhysicalPartition
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
 from metadata_log.follower import LogFollower
-from metadata_log.image import EMPTY_IMAGE, MetadataImage
-from metadata_log.records import Record, TopicDeleted
+from metadata_log.image import MetadataImage
+from metadata_log.publisher import LogDelta
+from metadata_log.records import TopicDeleted
 
 from . import reconcile
 from .kafka import ClusterUnreachable, PhysicalCluster, Scan
@@ -69,8 +70,7 @@ class Agent:
         )
         deadline_s = max(1.0, 2 * self.settings.heartbeat_ms / 1000)
         self.client = ControllerClient(controllers, deadline_s=deadline_s, access=access)
-        self.follower = LogFollower(controllers, wait_ms=5000, listener=self._on_log, access=access)
-        self._previous_image: MetadataImage = EMPTY_IMAGE
+        self.follower = LogFollower(controllers, wait_ms=5000, publisher=self, access=access)
         self._deleted_topics: set[str] = set()  # physical topics of logical topics deleted from the log
         self._seen_topics: set[str] = set()  # managed topics this agent has seen on the cluster
         self._seen_offsets: dict[tuple[str, int], int] = {}
@@ -281,10 +281,11 @@ class Agent:
             log.warning("%s: heartbeat failed: %s", self.cluster_id, e)
         return None
 
-    # -- log listener (on the follower's thread) ---------------------------------------------------
-    def _on_log(self, image: MetadataImage, entries: Sequence[tuple[int, Record]]) -> None:
-        previous, self._previous_image = self._previous_image, image
-        for _, record in entries:
+    # -- publisher of the followed log (on the follower's thread) -----------------------------------
+    def on_update(self, delta: LogDelta, image: MetadataImage) -> None:
+        """Remember the physical topics here of each logical topic the log deleted."""
+        previous = delta.base
+        for record in delta.records:
             if isinstance(record, TopicDeleted) and record.name in previous.topics:
                 physical = {p.physical_topic for p in previous.topics[record.name].partitions
                             if p.cluster_id == self.cluster_id}  # fmt: skip

@@ -35,6 +35,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from metadata_log.follower import LogFollower
 from metadata_log.image import ClusterImage, MetadataImage, is_writable
+from metadata_log.publisher import LogDelta
 
 from .config import split_config
 from .errors import NoWritablePartition, PartitionNotWritable, UnknownTopic
@@ -112,7 +113,7 @@ class FederatedProducer:
         self._to_purge: set[str] = set()
         self._lock = threading.Lock()  # guards _to_purge, _fenced, the routes' epoch (the follower thread writes)
         self._follower = LogFollower(
-            client_config.controllers, wait_ms=2000, listener=self._on_metadata, access=client_config.access
+            client_config.controllers, wait_ms=2000, publisher=self, access=client_config.access
         )
         self._follower.poll(0)  # an image before the first produce
         self._follower.start()
@@ -128,8 +129,9 @@ class FederatedProducer:
         """The cluster and physical partition of a message in a delivery report of this producer."""
         return placement_in(self._follower.image, message)
 
-    def _on_metadata(self, image: MetadataImage, entries: object) -> None:
-        """On the follower thread: drop cached routes; purge queues of clusters that became fenced."""
+    def on_update(self, delta: LogDelta, image: MetadataImage) -> None:
+        """The followed log advanced (a ``MetadataPublisher``, called on the follower's thread): drop cached
+        routes; purge queues of clusters that became fenced."""
         fenced = {c.cluster_id for c in image.clusters.values() if c.fenced or c.state != "active"}
         with self._lock:
             self._to_purge |= fenced - self._fenced

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, TopicPartition
 
-from metadata_log.codec import gc_paused
+from metadata_log.heap import gc_paused
 
 from .plan import DataLossError, OffsetRange, Watermarks
 

@@ -15,8 +15,9 @@ import httpx
 from metadata_log.access import NO_ACCESS, Access
 from metadata_log.codec import CodecError, record_from_dict, unpack
 from metadata_log.follower import MSGPACK, FollowerError, LogFollower
-from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_snapshot
+from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply
 from metadata_log.records import Record
+from metadata_log.snapshot import read_body
 
 from .options import SourceOptionError
 
@@ -77,7 +78,7 @@ def _replay(client: httpx.Client, url: str, offset: int) -> MetadataImage:
         if status == 410:
             _, snap = _get(client, url, "/v1/snapshot", layout="runs")  # rows from a controller without runs
             if int(snap["offset"]) == offset:
-                return image_from_snapshot(snap, offset)
+                return read_body(snap, offset)
             raise SourceOptionError(
                 "metadataOffset",
                 f"{offset} is below what the controllers still hold (log starts at {body.get('log_start_offset')}, "

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from metadata_log.codec import record_from_dict
-from metadata_log.image import snapshot_image
+from metadata_log.snapshot import read_records
 from metadata_log.views import metadata_view
 
 from .history import History, record_digest
@@ -223,7 +223,7 @@ class Tailer(threading.Thread):
         except httpx.HTTPError:
             return
         body = r.json()
-        image = snapshot_image([record_from_dict(x["type"], x["data"]) for x in body["records"]], body["offset"])
+        image = read_records([record_from_dict(x["type"], x["data"]) for x in body["records"]], body["offset"])
         self.history.add({"client": self.client_id, "op": "snapshot", "node": node + 1, "call": call,
                           "ret": self.history.now(), "outcome": "ok", "offset": body["offset"],
                           "metadata": json.loads(json.dumps(metadata_view(image)))})  # fmt: skip

@@ -19,7 +19,7 @@ import httpx
 from controller.config import Voter, render_quorum
 from deploy.local import free_ports, stop_processes
 from metadata_log.codec import record_from_dict
-from metadata_log.image import snapshot_image
+from metadata_log.snapshot import read_records
 from metadata_log.views import metadata_view
 
 from .proxy import RaftProxies
@@ -202,7 +202,7 @@ class FaultQuorum:
         r = self.client.get(self.url(node_id) + "/v1/snapshot", params={"min_offset": applied}, timeout=10)
         r.raise_for_status()
         body = r.json()
-        image = snapshot_image([record_from_dict(x["type"], x["data"]) for x in body["records"]], body["offset"])
+        image = read_records([record_from_dict(x["type"], x["data"]) for x in body["records"]], body["offset"])
         view: dict[str, Any] = json.loads(json.dumps(metadata_view(image)))
         return view
 
