@@ -40,9 +40,34 @@ NO_PARTITION: Final = -1
 """The ``from_partition`` of the moves of a first map: those slots had no owner, so nothing waits for them."""
 
 
+EPOCH_HEADER: Final = "kfed-epoch"
+"""The record header in which a producer stamps the epoch it routed a record by (ASCII decimal)."""
+
+MAX_STAMP_BYTES: Final = 19  # the digits of the largest int64
+
+
 def slot_of(key: bytes) -> int:
     """The slot of a key (its bytes as the producer sends them)."""
     return zlib.crc32(key) & SLOT_MASK
+
+
+def epoch_header(epoch: int) -> tuple[str, bytes]:
+    """The header that stamps a record with ``epoch`` (a producer makes it once per epoch and reuses it)."""
+    return (EPOCH_HEADER, str(epoch).encode())
+
+
+def stamp_of(headers: Sequence[tuple[str, bytes | None]] | None) -> int | None:
+    """The epoch a record was stamped with, from its headers as confluent-kafka gives them; None when it has
+    none or one that is not an epoch (a record that is not stamped is never held back)."""
+    if not headers:
+        return None
+    for name, value in headers:
+        if name == EPOCH_HEADER:
+            if value is None or not 0 < len(value) <= MAX_STAMP_BYTES or not value.isdigit():
+                return None
+            epoch = int(value)
+            return epoch if epoch >= FIRST_EPOCH else None
+    return None
 
 
 @dataclass(frozen=True, slots=True)

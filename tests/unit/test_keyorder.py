@@ -36,11 +36,13 @@ from metadata_log.keyorder.routing import (
     NO_PARTITION,
     KeyMap,
     Move,
+    epoch_header,
     initial_map,
     map_after,
     moves_between,
     next_map,
     slot_of,
+    stamp_of,
 )
 
 # -- routing ---------------------------------------------------------------------------------------
@@ -51,6 +53,16 @@ def test_a_key_has_one_slot_in_the_hash_space() -> None:
     assert all(0 <= s < KEY_SLOTS for s in slots)
     assert len(slots) > 4_500  # crc32's low bits spread 10,000 keys over most of 16,384 slots
     assert slot_of(b"U_TopicA-key") == slot_of(b"U_TopicA-key")
+
+
+def test_a_record_carries_its_epoch_in_a_header() -> None:
+    header = epoch_header(12)
+    assert header == ("kfed-epoch", b"12")
+    assert stamp_of([("trace", b"x"), header]) == 12
+    not_stamped = [None, [], [("trace", b"1")], [("kfed-epoch", None)]]
+    not_epochs = [b"0", b"-3", b"1e3", b"9" * 20, b"", b" 7"]
+    for headers in (*not_stamped, *([("kfed-epoch", value)] for value in not_epochs)):
+        assert stamp_of(headers) is None, headers
 
 
 def test_the_first_map_gives_each_partition_one_contiguous_balanced_range() -> None:
@@ -367,3 +379,27 @@ def test_a_topic_switched_back_to_none_lets_everything_go() -> None:
     engine.offer(1, 0, topic.changes[-1].moves[0].first_slot, 2, "held", now_ms=0)
     assert [(d.item, d.order_break) for d in engine.observe(None, {}, now_ms=1)] == [("held", None)]
     assert [d.item for d in engine.offer(1, 1, 0, 2, "any", now_ms=2)] == ["any"]
+
+
+def test_a_release_waits_for_the_old_partitions_owner_so_that_it_flags_late_writes() -> None:
+    """Why the coordinator's gate (``acted_on``). Slot s moves 0 -> 1; partition 0 is sealed at offset 10 and
+    committed to it; member A owns partition 0 and has not seen the seal; member B owns partition 1. A late
+    write lands in partition 0 at offset 10. If B acted on the release at once, it would deliver the key's new
+    record, then A (knowing no seal) the late, older one, unflagged. With the gate, B waits until A has seen
+    the release, and A then flags the late write."""
+    topic = strict_topic([0, 1])
+    before = with_change(topic, next_change(topic, [1], "shrink 0"))  # type: ignore[arg-type]
+    s = before.changes[-1].moves[0].first_slot
+    released = with_release(with_seal(before, 2, 0, 10), "g", 2, 0, broken=False, at_offset=12)
+    a: HoldBack[str] = HoldBack("g")
+    b: HoldBack[str] = HoldBack("g")
+    a.observe(before, {}, now_ms=0)  # A's metadata stops before the seal (offset 11) and the release (12)
+    b.observe(released, acted_on(released, "g", {0: 10}), now_ms=0)
+    assert b.offer(1, 0, s, 2, "k#2", now_ms=0) == [], "held: A, who reads partition 0, has not seen the release"
+    (unaware,) = a.offer(0, 10, s, 1, "k#1 (late)", now_ms=0)
+    assert unaware.order_break is None, "A cannot tell: what the gate is for"
+    a = HoldBack("g")
+    a.observe(released, acted_on(released, "g", {0: 12}), now_ms=1)  # A has seen it now
+    (k2,) = b.observe(released, acted_on(released, "g", {0: 12}), now_ms=1)
+    (late,) = a.offer(0, 10, s, 1, "k#1 (late)", now_ms=1)
+    assert k2.item == "k#2" and late.order_break is not None and late.order_break.kind == "late_write"
