@@ -85,6 +85,7 @@ class _Held(Generic[T]):
     stamp: int | None
     item: T
     since_ms: int
+    waits: tuple[Parent, ...] | None  # the parents it was held for, once its epoch is known
 
 
 class HoldBack(Generic[T]):
@@ -113,15 +114,16 @@ class HoldBack(Generic[T]):
             return None
         return [p for p in parents_of(topic, slot, stamp) if p not in self._released]
 
-    def _flag(self, partition: int, offset: int, slot: int, stamp: int | None, held: bool) -> OrderBreak | None:
+    def _flag(
+        self, partition: int, offset: int, slot: int, stamp: int | None, waits: tuple[Parent, ...]
+    ) -> OrderBreak | None:
         topic = self._topic
         if topic is None or stamp is None:
             return None
-        if held:  # released: by a broken release of one of its parents?
-            for parent in parents_of(topic, slot, stamp):
-                release = self._released.get(parent) or topic.release(self.group, parent)
-                if release is not None and release.broken:
-                    return self._break("gave_up", topic, parent, slot, release.reason)
+        for parent in waits:  # held, and let go by a broken release of a parent it waited for?
+            release = self._released.get(parent) or topic.release(self.group, parent)
+            if release is not None and release.broken:
+                return self._break("gave_up", topic, parent, slot, release.reason)
         if stamp >= topic.epoch:
             return None
         left = moved_out(topic, partition, slot, stamp)
@@ -144,9 +146,17 @@ class HoldBack(Generic[T]):
         return OrderBreak(kind, parent[0], parent[1], first, end, detail)
 
     def _deliver(
-        self, partition: int, offset: int, slot: int, stamp: int | None, item: T, since_ms: int | None, now_ms: int
+        self,
+        partition: int,
+        offset: int,
+        slot: int,
+        stamp: int | None,
+        item: T,
+        now_ms: int,
+        since_ms: int | None = None,
+        waits: tuple[Parent, ...] = (),
     ) -> Delivery[T]:
-        order_break = self._flag(partition, offset, slot, stamp, since_ms is not None)
+        order_break = self._flag(partition, offset, slot, stamp, waits)
         held_ms = max(0, now_ms - since_ms) if since_ms is not None else 0
         stats = self.stats
         stats.delivered += 1
@@ -164,14 +174,14 @@ class HoldBack(Generic[T]):
             stamp = None  # not an epoch: unstamped
         slots = self._queues.get(partition)
         queue = slots.get(slot) if slots is not None else None
+        blockers = self._blockers(slot, stamp)
         if queue is None:
-            blockers = self._blockers(slot, stamp)
             if blockers == []:
-                return [self._deliver(partition, offset, slot, stamp, item, None, now_ms)]
+                return [self._deliver(partition, offset, slot, stamp, item, now_ms)]
             queue = self._queues.setdefault(partition, {}).setdefault(slot, deque())
             for parent in blockers or ():  # the head of its queue: its parents' wait starts now
                 self._waiting_since.setdefault(parent, now_ms)
-        queue.append(_Held(offset, stamp, item, now_ms))
+        queue.append(_Held(offset, stamp, item, now_ms, None if blockers is None else tuple(blockers)))
         self.stats.held += 1
         self.stats.held_total += 1
         return []
@@ -191,10 +201,17 @@ class HoldBack(Generic[T]):
         out: list[Delivery[T]] = []
         for partition, slots in self._queues.items():
             for slot, queue in list(slots.items()):
-                while queue and self._blockers(slot, queue[0].stamp) == []:
-                    h = queue.popleft()
+                while queue:
+                    h = queue[0]
+                    blockers = self._blockers(slot, h.stamp)
+                    if h.waits is None and blockers is not None:  # its epoch is known now
+                        h.waits = tuple(blockers)
+                    if blockers != []:
+                        break
+                    queue.popleft()
                     self.stats.held -= 1
-                    out.append(self._deliver(partition, h.offset, slot, h.stamp, h.item, h.since_ms, now_ms))
+                    waits = h.waits or ()
+                    out.append(self._deliver(partition, h.offset, slot, h.stamp, h.item, now_ms, h.since_ms, waits))
                 if not queue:
                     del slots[slot]
         self._queues = {p: slots for p, slots in self._queues.items() if slots}

@@ -403,3 +403,21 @@ def test_a_release_waits_for_the_old_partitions_owner_so_that_it_flags_late_writ
     (k2,) = b.observe(released, acted_on(released, "g", {0: 12}), now_ms=1)
     (late,) = a.offer(0, 10, s, 1, "k#1 (late)", now_ms=1)
     assert k2.item == "k#2" and late.order_break is not None and late.order_break.kind == "late_write"
+
+
+def test_a_record_is_flagged_for_a_give_up_only_if_it_waited_for_that_parent() -> None:
+    """Slot s: 0 -> 1 in epoch 2 (given up: partition 0's cluster was fenced), then 1 -> 2 in epoch 3. A record
+    of epoch 3 read after that give-up waits for partition 1 only, and once that is read normally, it goes
+    unflagged: the break was reported with the records the give-up let go."""
+    topic = strict_topic([0, 1])
+    topic = with_change(topic, next_change(topic, [1], "c0 fenced"))  # type: ignore[arg-type]
+    s = topic.changes[-1].moves[0].first_slot
+    topic = with_release(topic, "g", 2, 0, broken=True, reason="c0 fenced", at_offset=3)
+    topic = with_change(with_seal(topic, 2, 0, 0), next_change(topic, [2], "expand, shrink 1"))  # type: ignore[arg-type]
+    assert parents_of(topic, s, 3) == [(2, 0), (3, 1)]
+    engine: HoldBack[str] = HoldBack("g")
+    engine.observe(topic, acted_on(topic, "g", {}), now_ms=0)
+    assert engine.offer(2, 0, s, 3, "k#9", now_ms=0) == []
+    topic = with_release(with_seal(topic, 3, 1, 4), "g", 3, 1, broken=False, at_offset=9)
+    (d,) = engine.observe(topic, acted_on(topic, "g", {}), now_ms=1)
+    assert d.item == "k#9" and d.order_break is None

@@ -333,3 +333,24 @@ def test_a_topic_strict_before_has_its_epochs_continue(region: MetadataImage) ->
     value = TopicKeyOrder("none", strict_topic([0], epoch=4))
     assert value.last_epoch == 4 and TopicKeyOrder("none", None).last_epoch == 0
     assert isinstance(value.history, KeyOrderTopic) and value.history.changes[0].moves[0].from_partition == NO_PARTITION
+
+
+@pytest.mark.parametrize(
+    "change, gone",
+    [
+        (lambda i: core.decommission_cluster(i, "c3"), {4, 5}),
+        (lambda i: core.change_cluster_state(i, "c2", "read_only"), {2, 3}),
+        (lambda i: core.change_partition_state(i, "U_TopicA", 0, "read_only"), {0}),
+        (lambda i: core.fence_cluster(i, "c1", "lease expired", 1), {0, 1}),
+    ],
+)
+def test_every_planned_change_and_a_fence_start_an_epoch_in_their_batch(
+    strict: tuple[MetadataImage, KeyOrders], change: typing.Any, gone: set[int]
+) -> None:
+    image, key_orders = strict
+    result = commands.with_epochs(image, key_orders, change(image), "change")
+    image, key_orders = run(image, key_orders, result.records)
+    history = strict_history(key_orders, "U_TopicA")
+    assert history is not None and history.epoch == 2
+    assert history.map.partitions() == set(range(6)) - gone
+    assert {m.from_partition for m in history.changes[-1].moves} == gone
