@@ -35,7 +35,10 @@ BOOTSTRAP = "127.0.0.1:9"  # never dialled: no agent runs in the harness
 
 def _classify(response: httpx.Response) -> tuple[str, dict[str, Any]]:
     if 200 <= response.status_code < 300:
-        return "ok", {"status": response.status_code, "offset": response.json()["offset"]}
+        extra = {"status": response.status_code, "offset": response.json()["offset"]}
+        if response.headers.get("idempotent-replayed") == "true":
+            extra["replayed"] = True
+        return "ok", extra
     detail = ""
     with contextlib.suppress(ValueError):
         detail = str(response.json().get("detail", ""))[:200]
@@ -210,6 +213,8 @@ class Tailer(threading.Thread):
                 self.pages += 1
             else:
                 op.update(ret=self.history.now(), outcome="failed", status=r.status_code)
+                if r.status_code == 410:
+                    op.update(log_start_offset=r.json().get("log_start_offset"))
         self.gone_in_a_row = self.gone_in_a_row + 1 if op.get("status") == 410 else 0
         self.history.add(op)
         return op["outcome"] == "ok"
