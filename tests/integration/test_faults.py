@@ -144,8 +144,9 @@ def test_reader_below_the_window_gets_410_and_recovers_through_the_snapshot(make
     assert base + 10 < problem["log_start_offset"] <= last + 1 - 20
     assert problem["snapshot_offset"] == last
     # the follower that was at offset base + 9 falls below the window: it reloads the snapshot and goes on
+    deadline = time.monotonic() + 30
     while early.poll() or early.image.offset < last:
-        pass
+        assert time.monotonic() < deadline, f"the follower reached {early.image.offset}, not {last}, within 30 s"
     assert early.snapshots_loaded == 2
     assert metadata_view(early.image) == q.client.get(q.url(1) + "/v1/metadata").json()
     snapshot = q.client.get(q.url(2) + "/v1/snapshot").json()
