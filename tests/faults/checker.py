@@ -84,6 +84,7 @@ class Summary:
     node_polls: int
     metadata_checks: int
     log_length: int
+    fences: dict[str, int] = field(default_factory=dict)  # cluster -> times fenced in the log
 
 
 def check(
@@ -128,6 +129,7 @@ def check(
         node_polls=sum(1 for op in ops if op["op"] == "node"),
         metadata_checks=len(samples),
         log_length=len(final),
+        fences=dict(Counter(r["data"]["cluster_id"] for r in final if r["type"] == "ClusterFenced")),
     )
     return anomalies, summary
 

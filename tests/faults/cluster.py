@@ -26,9 +26,9 @@ from metadata_log.views import metadata_view
 from .proxy import HttpProxies, RaftProxies
 
 NODE_IDS = (1, 2, 3)
-# The clusters the writers register have no agent: a lease longer than any run keeps the leader from
-# fencing them. Agent clusters are fenced on their agent's health reports (a dead broker) at once.
-LEASE_MS = 3_600_000
+# A real lease: a killed agent's cluster is fenced once it runs out. The clusters the writers register
+# have no agent; the harness's heartbeater keeps their leases (clients.Heartbeater).
+LEASE_MS = 4000
 AGENT_REGION = "r-agents"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .checker import Anomaly, Summary, check
-from .clients import Observer, Tailer, Writer
+from .clients import Heartbeater, Observer, Tailer, Writer
 from .cluster import AGENT_REGION, NODE_IDS, FaultQuorum
 from .history import History
 
@@ -70,6 +70,7 @@ class RunResult:
                          f"{s.tail_pages} tail pages ({s.tail_records} records; {s.gone} answers 410, "
                          f"{s.snapshots_loaded} snapshots loaded), "
                          f"{s.node_polls} leader polls, {s.metadata_checks} metadata comparisons; "
+                         f"fenced: {', '.join(f'{c} x{n}' for c, n in sorted(s.fences.items())) or 'none'}; "
                          f"final log {s.log_length} records")  # fmt: skip
         lines.append(f"{len(self.anomalies)} anomalies")
         lines += [f"  {a}" for a in self.anomalies[:50]]
@@ -180,13 +181,16 @@ class Nemesis:
         self.await_fence(cluster_id, False, "its broker came back")
 
     def kill_agent(self, hold_s: float) -> None:
-        """kill -9 of an agent, restarted on the same cluster: it registers again, which must change nothing."""
+        """kill -9 of an agent: its lease runs out and its cluster is fenced; restarted, it registers again
+        (which must change nothing) and its heartbeats lift the fence."""
         cluster_id = self.rng.choice(sorted(self.q.agents))
         self.record("kill_agent", cluster=cluster_id)
         self.q.agents[cluster_id].kill_agent()
+        self.await_fence(cluster_id, True, "its agent was killed")
         time.sleep(hold_s)
         self.q.agents[cluster_id].start_agent()
         self.record("restart_agent", cluster=cluster_id)
+        self.await_fence(cluster_id, False, "its agent was restarted")
 
     def await_fence(self, cluster_id: str, fenced: bool, why: str) -> None:
         deadline = time.monotonic() + FENCE_TIMEOUT_S
@@ -229,6 +233,7 @@ def run(
         if q.agents:
             _place_a_topic_on_the_agents(q, history, seed, run_id)
         clients.start()
+        clients.start_late_tailer()
         nemesis = Nemesis(q, history, rng, clients.burst)
         if schedule is not None:
             nemesis.run_schedule(schedule)
@@ -288,7 +293,8 @@ def _place_a_topic_on_the_agents(q: FaultQuorum, history: History, seed: int, ru
 
 
 class _Clients:
-    """The writers, the tailers (one of them starts late, below every node's window) and the observers."""
+    """The writers, the tailers (one of them starts late, below every node's window), the observers and the
+    heartbeater of the writers' clusters."""
 
     def __init__(self, q: FaultQuorum, history: History, seed: int, run_id: str) -> None:
         self.q, self.history, self.seed, self.run_id = q, history, seed, run_id
@@ -296,22 +302,22 @@ class _Clients:
         self.tailers = [Tailer(f"t{i}", q.client_urls, history, seed) for i in range(TAILERS)]
         self.late = Tailer("t-late", q.client_urls, history, seed)
         self.observers = [Observer(n, q.url(n), history) for n in NODE_IDS]
+        self.heartbeater = Heartbeater(q.client_urls, AGENT_REGION, seed)
         self.bursts = 0
-        self._stop = threading.Event()
-        self._starter = threading.Thread(target=self._start_late, name="late-tailer", daemon=True)
 
     def start(self) -> None:
-        for thread in (*self.writers, *self.tailers, *self.observers, self._starter):
+        for thread in (*self.writers, *self.tailers, *self.observers, self.heartbeater):
             thread.start()
 
-    def _start_late(self) -> None:
-        """Start the late tailer at offset 0 once the log is twice the nodes' window long: 410 everywhere."""
-        while not self._stop.wait(0.5):
-            status = self.q.node_status(1)
-            if status is not None and status["applied_offset"] > 2 * RETENTION_RECORDS:
-                self.tailers.append(self.late)
-                self.late.start()
-                return
+    def start_late_tailer(self) -> None:
+        """Once the writers made the log twice the nodes' window long, a tailer from offset 0: 410 everywhere."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while (status := self.q.node_status(1)) is None or status["applied_offset"] <= 2 * RETENTION_RECORDS:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the writers did not reach offset {2 * RETENTION_RECORDS} in {START_TIMEOUT_S} s")
+            time.sleep(0.2)
+        self.tailers.append(self.late)
+        self.late.start()
 
     def burst(self) -> None:
         """``BURST_WRITES`` registrations released at once (group commit batches them)."""
@@ -333,8 +339,6 @@ class _Clients:
 
     def finish(self) -> int:
         """Writers finish the write in hand; tailers read to the end, which is returned (one past the last offset)."""
-        self._stop.set()
-        self._starter.join(5)
         for w in self.writers:
             w.give_up_at = time.monotonic() + 60
             w.stop_flag.set()
@@ -351,14 +355,13 @@ class _Clients:
             o.stop_flag.set()
         for o in self.observers:
             o.join(5)
-        return end
+        return end  # the heartbeater beats on until stop(): a lease running out would add records
 
     def stop(self) -> None:
-        self._stop.set()
         for w in self.writers:
             w.stop_flag.set()
             w.give_up_at = 0
-        for o in self.observers:
+        for o in (*self.observers, self.heartbeater):
             o.stop_flag.set()
         for t in self.tailers:
             t.give_up_at = 0
