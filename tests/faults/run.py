@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from .checker import Anomaly, Summary, check
 from .clients import Heartbeater, Observer, Tailer, Writer
 from .cluster import AGENT_REGION, NODE_IDS, FaultQuorum
@@ -31,11 +33,9 @@ AGENTS = 2
 BURST_WRITES = 16  # concurrent writes in flight when the leader is killed mid-batch
 START_TIMEOUT_S = 90.0  # the machine is shared: be patient
 FENCE_TIMEOUT_S = 30.0  # a dead broker's agent reports it within a few beats; the machine is shared
-RETENTION_RECORDS = 600
-# Small dump thresholds so that runs also restart from a dump plus the journal after it; a small window so
-# that a tailer that starts late finds its offset gone on every node (410) and goes on through the snapshot.
-CONTROLLER_ARGS = ("--compaction-min-entries", "200", "--compaction-period-s", "6",
-                   "--retention-records", str(RETENTION_RECORDS))  # fmt: skip
+# Small dump thresholds so that runs also restart from a dump plus the journal after it (a restarted node
+# serves the log from its dump on: once every node restarted, offset 0 is gone everywhere).
+CONTROLLER_ARGS = ("--compaction-min-entries", "200", "--compaction-period-s", "6")
 
 
 def replay_command(seed: int, duration: float, schedule: tuple[str, ...] | None = None) -> str:
@@ -233,7 +233,6 @@ def run(
         if q.agents:
             _place_a_topic_on_the_agents(q, history, seed, run_id)
         clients.start()
-        clients.start_late_tailer()
         nemesis = Nemesis(q, history, rng, clients.burst)
         if schedule is not None:
             nemesis.run_schedule(schedule)
@@ -304,20 +303,29 @@ class _Clients:
         self.observers = [Observer(n, q.url(n), history) for n in NODE_IDS]
         self.heartbeater = Heartbeater(q.client_urls, AGENT_REGION, seed)
         self.bursts = 0
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._start_late_tailer, name="late-tailer", daemon=True)
 
     def start(self) -> None:
-        for thread in (*self.writers, *self.tailers, *self.observers, self.heartbeater):
+        for thread in (*self.writers, *self.tailers, *self.observers, self.heartbeater, self._watcher):
             thread.start()
 
-    def start_late_tailer(self) -> None:
-        """Once the writers made the log twice the nodes' window long, a tailer from offset 0: 410 everywhere."""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while (status := self.q.node_status(1)) is None or status["applied_offset"] <= 2 * RETENTION_RECORDS:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the writers did not reach offset {2 * RETENTION_RECORDS} in {START_TIMEOUT_S} s")
-            time.sleep(0.2)
+    def _start_late_tailer(self) -> None:
+        """The late tailer starts from offset 0 once every node answers 410 there (each restarted from a dump)."""
+        while not self._stop.wait(0.5) and not self._start_late_if_gone():
+            pass
+
+    def _start_late_if_gone(self) -> bool:
+        with httpx.Client(timeout=1.0) as http:
+            for url in self.q.urls:
+                try:
+                    if http.get(url + "/v1/log", params={"offset": 0, "limit": 1}).status_code != 410:
+                        return False
+                except httpx.HTTPError:
+                    return False
         self.tailers.append(self.late)
         self.late.start()
+        return True
 
     def burst(self) -> None:
         """``BURST_WRITES`` registrations released at once (group commit batches them)."""
@@ -339,6 +347,10 @@ class _Clients:
 
     def finish(self) -> int:
         """Writers finish the write in hand; tailers read to the end, which is returned (one past the last offset)."""
+        self._stop.set()
+        self._watcher.join(10)
+        if self.late not in self.tailers:
+            self._start_late_if_gone()  # the last chance: every node is up again now
         for w in self.writers:
             w.give_up_at = time.monotonic() + 60
             w.stop_flag.set()
@@ -358,6 +370,7 @@ class _Clients:
         return end  # the heartbeater beats on until stop(): a lease running out would add records
 
     def stop(self) -> None:
+        self._stop.set()
         for w in self.writers:
             w.stop_flag.set()
             w.give_up_at = 0
