@@ -193,6 +193,8 @@ class Nemesis:
         self.await_fence(cluster_id, False, "its agent was restarted")
 
     def await_fence(self, cluster_id: str, fenced: bool, why: str) -> None:
+        """Until the leader's metadata shows ``cluster_id`` (un)fenced; past ``FENCE_TIMEOUT_S`` (a liveness
+        deadline, many leases long) the miss is recorded as an anomaly of the run."""
         deadline = time.monotonic() + FENCE_TIMEOUT_S
         while time.monotonic() < deadline:
             leader = self.q.leader()
