@@ -26,7 +26,7 @@ lint: $(STAMP)
 test: lint browser mutants
 	$(BIN)/pytest -q
 
-# Every branch of the fault checker deleted or negated in turn must fail one of its tests (one to two minutes).
+# Every branch of the fault checker deleted or negated in turn must fail one of its tests (about 25 s of CPU).
 mutants: $(STAMP)
 	$(BIN)/python -m tests.faults.mutants
 

@@ -134,13 +134,17 @@ def mutant_source(tree: ast.Module, index: int) -> str:
 
 
 def _tests_against(module: types.ModuleType) -> Iterator[tuple[str, Callable[[], None]]]:
-    """The test functions of ``test_checker`` imported anew with ``module`` as the checker."""
+    """The test functions of ``test_checker`` imported anew with ``module`` as the checker, the ones that
+    caught recent mutants first (a mutant is mostly caught by the test that caught its neighbour)."""
     sys.modules[f"{PACKAGE}.checker"] = module
     sys.modules[PACKAGE].checker = module  # type: ignore[attr-defined]
     tests = importlib.reload(importlib.import_module(TESTS))
-    for name in sorted(dir(tests)):
-        if name.startswith("test_"):
-            yield name, getattr(tests, name)
+    names = sorted(name for name in dir(tests) if name.startswith("test_"))
+    for name in sorted(names, key=lambda n: _CAUGHT_LATELY.index(n) if n in _CAUGHT_LATELY else len(names)):
+        yield name, getattr(tests, name)
+
+
+_CAUGHT_LATELY: list[str] = []  # test names, the one that caught the last mutant first
 
 
 def _alarm(signum: int, frame: object) -> None:
@@ -160,6 +164,9 @@ def killer(source: str) -> str | None:
             try:
                 test()
             except Exception:  # an assertion, or the mutant crashing on a history: either way caught
+                if name in _CAUGHT_LATELY:
+                    _CAUGHT_LATELY.remove(name)
+                _CAUGHT_LATELY.insert(0, name)
                 return name
         return None
     except Exception as e:  # the mutant does not even load

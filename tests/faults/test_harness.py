@@ -20,7 +20,7 @@ SEED = 12
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1800)
 def test_the_explicit_schedule_runs_every_fault_and_finds_no_anomaly(tmp_path: Path) -> None:
     assert set(SCHEDULE) == set(FAULTS), "the schedule must cover the whole catalogue"
     result = run(SEED, 0, tmp_path, schedule=SCHEDULE)
