@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test test-fast lint bench faults browser clean
+.PHONY: run test test-fast lint mutants bench faults browser clean
 
 # The C modules (sdk/_speedups.c, metadata_log/_columns.c) are compiled by the install (an editable install
 # builds them in place): rebuild on change.
@@ -23,8 +23,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy metadata_log controller deploy broker_agent sdk spark_pipeline kfed
 
-test: lint browser
+test: lint browser mutants
 	$(BIN)/pytest -q
+
+# Every branch of the fault checker deleted or negated in turn must fail one of its tests (about 25 s of CPU).
+mutants: $(STAMP)
+	$(BIN)/python -m tests.faults.mutants
 
 # The dashboard tests (tests/ui) drive Debian's chromium through Playwright; install it when missing.
 browser:

@@ -67,12 +67,12 @@ def test_killed_broker_is_fenced_then_unfenced_after_restart(fed: LocalFederatio
     c1 = fed.clusters["c1"]
     wait_until(lambda: all(p["leader"] for p in partitions(fed)), 15, "leaders reported")
     c1.kill_broker()
-    killed = time.monotonic()
-    wait_until(lambda: cluster(fed, "c1")["fenced"], 10, "c1 fenced")
-    fenced_after = time.monotonic() - killed
+    fenced = wait_until(lambda: cluster(fed, "c1")["fenced"] and cluster(fed, "c1"), 10, "c1 fenced")
     parts = partitions(fed)
     assert [p["writable"] for p in parts] == [False] * 4 + [True] * 4
-    assert fenced_after < 5, f"fencing took {fenced_after:.1f} s"
+    # The fast path, bounded in the system's own terms: the live agent reported its cluster unreachable and
+    # was fenced on that report, while its lease still ran (a lease lapse would read "agent lease expired").
+    assert fenced["fenced_reason"].startswith("cluster unreachable"), fenced["fenced_reason"]
     c1.start_broker()  # memory storage: it comes back empty
     wait_until(lambda: not cluster(fed, "c1")["fenced"], 20, "c1 unfenced")
     assert physical_topics(c1.bootstrap).get("U_TopicA") == 4  # recreated by the agent
@@ -107,7 +107,8 @@ def test_a_dead_agent_loses_its_lease_and_a_restarted_agent_duplicates_nothing(f
     assert fenced["fenced_reason"] == "agent lease expired"
     c2.start_agent()
     wait_until(lambda: not cluster(fed, "c2")["fenced"], 15, "c2 unfenced by its restarted agent")
-    time.sleep(1.0)
+    # No wait for a late registration is needed: an agent registers before its first heartbeat, and only a
+    # heartbeat of the restarted agent can have lifted the fence.
     log = log_of(fed.quorum, fed.quorum.leader())
     assert sum(1 for r in log if r["type"] == "ClusterRegistered" and r["data"]["cluster_id"] == "c2") == 1
     assert sum(1 for r in log if r["type"] == "TopicCreated") == 1
@@ -133,7 +134,16 @@ def test_a_controller_leader_change_does_not_fence_healthy_clusters(fed: LocalFe
     offset_before = fed.quorum.node(leader)["applied_offset"]  # type: ignore[index]
     fed.quorum.kill(leader)
     new_leader = fed.quorum.leader(exclude=leader, timeout_s=10)
-    time.sleep(4.0)  # longer than a lease: agents must have found the new leader
+    # A new leader gives every agent one lease to find it, then fences the clusters whose agent did not.
+    # Once it holds a lease of every agent, that first-lease fence can no longer come; one it decided before
+    # is already proposed, so it commits before the next write of this leader, made here.
+    url = fed.quorum.url(new_leader)
+    wait_until(lambda: {a["cluster_id"] for a in fed.quorum.client.get(url + "/v1/agents").json()["agents"]}
+               >= set(fed.clusters),
+               15, "every agent heartbeat the new leader")  # fmt: skip
+    with fed.quorum.controller_client() as client:
+        after = client.post("/v1/topics", {"name": "After_Failover", "region": "r2", "partitions_per_cluster": 1})
+    fed.quorum.wait_applied(after["offset"], node_ids=[new_leader])
     log = log_of(fed.quorum, new_leader)
-    assert not [r for r in log[offset_before + 1 :] if r["type"] == "ClusterFenced"]
+    assert not [r for r in log[offset_before + 1 : after["offset"] + 1] if r["type"] == "ClusterFenced"]
     assert not any(c["fenced"] for c in fed.metadata()["clusters"])
