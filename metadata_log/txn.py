@@ -442,13 +442,13 @@ def end_transaction(
 ) -> Result:
     """commit_transaction / abort_transaction by the owner: the decision. The current epoch only (no zombie
     commits; the coordinator's own aborts come from ``expire``); the same decision again is a no-op (a retry
-    after an unknown outcome), the other one is refused. A transaction that registered nothing needs none."""
+    after an unknown outcome), the other one is refused."""
     producer = _owner(txns, transactional_id, producer_id, epoch)
     txn = producer.txn
     if txn is None or (txn.producer_id, txn.epoch, txn.sequence) != (producer_id, epoch, sequence):
-        expected = txn.sequence + 1 if txn is not None and producer.owns(txn) else 0
-        if sequence == expected and (txn is None or txn.complete):
-            return Result((), producer_view(producer))  # it registered nothing: nothing to decide
+        # Also when this node's state is behind the caller's registration: a "nothing to decide" here would
+        # let the caller end participant transactions that the log never decided (a producer that
+        # registered nothing has nothing to decide and does not ask).
         raise Conflict(
             f"{transactional_id!r} has no transaction {producer_id}/{epoch}/{sequence}",
             field="sequence",
