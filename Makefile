@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test test-fast lint bench faults browser clean
+.PHONY: run test test-fast lint bench faults browser clean kafka
 
 # The C modules (sdk/_speedups.c, metadata_log/_columns.c) are compiled by the install (an editable install
 # builds them in place): rebuild on change.
@@ -15,7 +15,19 @@ $(STAMP): pyproject.toml sdk/_speedups.c metadata_log/_columns.c
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-run: $(STAMP)
+# Apache Kafka, the sub-clusters' broker: its jars come from Maven Central (deploy/kafka/pom.xml) into a cache
+# outside git, shared by every clone (KFED_KAFKA_HOME moves it). Offline once cached; reinstalled when the pom
+# changes; deploy/kafka_cluster.py says what failed and how to retry when Maven fails.
+KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/kafka/pom.xml)
+export KFED_KAFKA_HOME ?= $(HOME)/.cache/kfed/kafka-$(KAFKA_VERSION)
+KAFKA_STAMP := $(KFED_KAFKA_HOME)/.installed-stamp
+
+$(KAFKA_STAMP): deploy/kafka/pom.xml | $(STAMP)
+	$(BIN)/python -m deploy.kafka_cluster install
+
+kafka: $(KAFKA_STAMP)
+
+run: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/kfed local up
 
 lint: $(STAMP)
@@ -23,7 +35,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy metadata_log controller deploy broker_agent sdk spark_pipeline
 
-test: lint browser
+test: lint browser $(KAFKA_STAMP)
 	$(BIN)/pytest -q
 
 # The dashboard tests (tests/ui) drive Debian's chromium through Playwright; install it when missing.
@@ -40,10 +52,10 @@ faults: $(STAMP)
 	$(BIN)/python -m tests.faults --seed $(SEED) --duration $(DURATION)
 
 # Everything except the multi-process scenarios marked slow.
-test-fast: lint
+test-fast: lint $(KAFKA_STAMP)
 	$(BIN)/pytest -q -m 'not slow'
 
-bench: $(STAMP)
+bench: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/python -m bench
 
 clean:
