@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,7 +29,7 @@ from metadata_log.image import EMPTY_IMAGE, MetadataImage
 from metadata_log.records import Record, TopicDeleted
 
 from . import reconcile
-from .kafka import ClusterUnreachable, PhysicalCluster, Scan
+from .kafka import CannotGrow, ClusterUnreachable, PhysicalCluster, Scan
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,7 @@ class Agent:
         self._placement_cache: tuple[int, reconcile.Placement] | None = None
         self._failed_probes = 0
         self._retired_since: dict[str, float] = {}  # physical topic -> when first seen retired
+        self._told_cannot_grow: set[tuple[str, int]] = set()
         self._stop = threading.Event()
         self.healthy = False
         self.reason: str | None = "starting"
@@ -182,6 +183,8 @@ class Agent:
             if plan.create:
                 log.info("%s: creating physical topics %s", self.cluster_id, dict(plan.create))
                 self.cluster.create_topics(plan.create)
+            if plan.grow:
+                self._grow(plan.grow)
             if plan.delete:
                 log.info("%s: deleting physical topics %s", self.cluster_id, list(plan.delete))
                 self.cluster.delete_topics(plan.delete)
@@ -202,6 +205,19 @@ class Agent:
             self._loss_fenced = False
             self._seen_offsets.clear()
         return scan
+
+    def _grow(self, topics: Mapping[str, int]) -> None:
+        """Add the partitions an expand placed in physical topics that exist here (CreatePartitions); a broker
+        without it (Tansu) is told about once per topic and count: those partitions stay without a leader."""
+        try:
+            log.info("%s: adding partitions to physical topics %s", self.cluster_id, dict(topics))
+            self.cluster.grow_topics(topics)
+        except CannotGrow as e:
+            told = set(topics.items())
+            if not told <= self._told_cannot_grow:
+                log.error("%s: %s; place the new partitions in a new physical topic (--physical-topic)",
+                          self.cluster_id, e)  # fmt: skip
+                self._told_cannot_grow |= told
 
     def _due_for_deletion(self, retired: tuple[str, ...]) -> tuple[str, ...]:
         """The retired topics first seen retired at least ``retire_grace_ms`` ago.
