@@ -15,17 +15,23 @@ $(STAMP): pyproject.toml sdk/_speedups.c metadata_log/_columns.c
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-# Apache Kafka, the sub-clusters' broker: its jars come from Maven Central (deploy/kafka/pom.xml) into a cache
-# outside git, shared by every clone (KFED_KAFKA_HOME moves it). Offline once cached; reinstalled when the pom
-# changes; deploy/kafka_cluster.py says what failed and how to retry when Maven fails.
+# Apache Kafka, the sub-clusters' broker, and Spark's Kafka connector (the tests' oracle): jars from Maven Central
+# (deploy/kafka/pom.xml, deploy/kafka/spark-connector/pom.xml) in a cache outside git shared by every clone
+# (~/.cache/kfed; KFED_KAFKA_HOME moves the broker's). Offline once cached; reinstalled when a pom changes; when
+# Maven fails, deploy/maven.py says what failed and how to retry.
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/kafka/pom.xml)
+SPARK_VERSION := $(shell sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:p' deploy/kafka/spark-connector/pom.xml)
 export KFED_KAFKA_HOME ?= $(HOME)/.cache/kfed/kafka-$(KAFKA_VERSION)
 KAFKA_STAMP := $(KFED_KAFKA_HOME)/.installed-stamp
+CONNECTOR_STAMP := $(HOME)/.cache/kfed/spark-connector-$(SPARK_VERSION)/.installed-stamp
 
 $(KAFKA_STAMP): deploy/kafka/pom.xml | $(STAMP)
-	$(BIN)/python -m deploy.kafka_cluster install
+	$(BIN)/python -m deploy.maven install kafka
 
-kafka: $(KAFKA_STAMP)
+$(CONNECTOR_STAMP): deploy/kafka/spark-connector/pom.xml | $(STAMP)
+	$(BIN)/python -m deploy.maven install spark-connector
+
+kafka: $(KAFKA_STAMP) $(CONNECTOR_STAMP)
 
 run: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/kfed local up
@@ -35,7 +41,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy metadata_log controller deploy broker_agent sdk spark_pipeline
 
-test: lint browser $(KAFKA_STAMP)
+test: lint browser kafka
 	$(BIN)/pytest -q
 
 # The dashboard tests (tests/ui) drive Debian's chromium through Playwright; install it when missing.
@@ -52,10 +58,10 @@ faults: $(STAMP)
 	$(BIN)/python -m tests.faults --seed $(SEED) --duration $(DURATION)
 
 # Everything except the multi-process scenarios marked slow.
-test-fast: lint $(KAFKA_STAMP)
+test-fast: lint kafka
 	$(BIN)/pytest -q -m 'not slow'
 
-bench: $(STAMP) $(KAFKA_STAMP)
+bench: $(STAMP) kafka
 	$(BIN)/python -m bench
 
 clean:

@@ -1,8 +1,7 @@
 """Apache Kafka sub-clusters on this machine: 1..N brokers in KRaft mode, each a combined broker + controller.
 
-The jars come from Maven Central through ``deploy/kafka/pom.xml`` into a cache outside git (``kafka_home()``:
-``$KFED_KAFKA_HOME``, by default ``~/.cache/kfed/kafka-<version>``); ``install()`` puts them there (``make
-kafka``, which ``make run`` and ``make test`` run) and does nothing when they already are.
+The jars come from Maven Central through ``deploy/kafka/pom.xml`` into a cache outside git (``deploy.maven``:
+``make kafka``, which ``make run`` and ``make test`` run).
 
 ``KafkaCluster`` is the launcher the local federation, tests, benchmarks and the gateway's tests share::
 
@@ -20,11 +19,9 @@ from __future__ import annotations
 
 import base64
 import os
-import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -32,10 +29,8 @@ from functools import cache
 from pathlib import Path
 from typing import Final
 
+from .maven import KAFKA_BROKER, JarsNotInstalled
 from .processes import Processes, ProcessExited, free_ports, kill_process, spawn, stop_processes
-
-POM: Final = Path(__file__).parent / "kafka" / "pom.xml"
-INSTALL_COMMAND: Final = "make kafka (or: python -m deploy.kafka_cluster install)"
 
 HEAP_MB: Final = 512
 """Most heap of one broker JVM (``-Xmx``). The broker keeps data in the page cache, not the heap."""
@@ -79,89 +74,17 @@ logger.request.level = WARN
 """
 
 
-class KafkaNotInstalled(RuntimeError):
-    """The broker's jars are not in the cache, or fetching them failed."""
-
-
-@cache
 def kafka_version() -> str:
     """The pinned version: ``<kafka.version>`` of ``deploy/kafka/pom.xml`` (its one place)."""
-    match = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", POM.read_text())
-    if match is None:
-        raise KafkaNotInstalled(f"{POM} has no <kafka.version>")
-    return match.group(1)
+    return KAFKA_BROKER.version()
 
 
-def kafka_home() -> Path:
-    """Where the jars are cached: ``$KFED_KAFKA_HOME``, or ``~/.cache/kfed/kafka-<version>``."""
-    configured = os.environ.get("KFED_KAFKA_HOME")
-    return Path(configured) if configured else Path.home() / ".cache" / "kfed" / f"kafka-{kafka_version()}"
-
-
-def _stamp(home: Path) -> Path:
-    return home / ".installed-stamp"
-
-
-def installed_libs(home: Path | None = None) -> Path:
-    """The directory of the installed jars; ``KafkaNotInstalled`` (saying how to install) when missing."""
-    home = home or kafka_home()
-    libs = home / "libs"
-    if not _stamp(home).is_file() or not libs.is_dir():
-        raise KafkaNotInstalled(
-            f"Apache Kafka {kafka_version()} is not installed in {home}: run {INSTALL_COMMAND} "
-            "(Maven fetches it from Maven Central once), or use Tansu sub-clusters (--broker tansu)"
-        )
-    return libs
-
-
-def install(home: Path | None = None) -> Path:
-    """Copy the broker's jars from Maven (its local repository first: offline once cached) into ``home``.
-
-    Idempotent: nothing happens when ``home`` holds the jars of the current pom. The jars are copied into a
-    fresh directory and moved into place, so a failed or concurrent install never leaves half a set.
-    """
-    home = home or kafka_home()
-    wanted = POM.read_text()
-    if _stamp(home).is_file() and _stamp(home).read_text() == wanted and (home / "libs").is_dir():
-        _stamp(home).touch()  # newer than the pom: make's stamp target is satisfied
-        return home / "libs"
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise KafkaNotInstalled(
-            "Maven (mvn) is not installed: install it (apt-get install maven), then run " + INSTALL_COMMAND
-        )
-    home.mkdir(parents=True, exist_ok=True)
-    staging = home / f"libs.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    command = [mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(POM), "dependency:copy-dependencies",
-               f"-DoutputDirectory={staging}"]  # fmt: skip
-    offline = subprocess.run([mvn, "-o", *command[1:]], capture_output=True, text=True)
-    # online: -U retries what an earlier attempt failed to fetch (Maven caches failures otherwise)
-    result = (
-        offline
-        if offline.returncode == 0
-        else subprocess.run([mvn, "-U", *command[1:]], capture_output=True, text=True)
-    )
-    if result.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
-        shutil.rmtree(staging, ignore_errors=True)
-        output = (result.stdout + result.stderr).replace("\x1b[0m", "").strip().splitlines()
-        boilerplate = ("-e switch", "-X switch", "For more information", "cwiki.apache.org")
-        errors = [line.removesuffix(" -> [Help 1]") for line in output if line.startswith("[ERROR] ")
-                  and line[8:].strip() and not any(b in line for b in boilerplate)][:3] or output[-6:]  # fmt: skip
-        raise KafkaNotInstalled(
-            f"fetching Apache Kafka {kafka_version()} from Maven Central failed (mvn exit {result.returncode}):\n  "
-            + "\n  ".join(errors)
-            + f"\nRetry with: {INSTALL_COMMAND}. What Maven fetched stays in ~/.m2, so a retry resumes; "
-            f"for Maven's whole output run: mvn -f {POM} dependency:copy-dependencies -DoutputDirectory=/tmp/kafka-libs"
-        )
-    libs = home / "libs"
-    old = home / f"libs.old-{os.getpid()}"
-    if libs.exists():
-        libs.rename(old)
-    staging.rename(libs)
-    shutil.rmtree(old, ignore_errors=True)
-    _stamp(home).write_text(wanted)
-    return libs
+def installed_libs() -> Path:
+    """The directory of the broker's jars; ``JarsNotInstalled`` (saying how to install them) when missing."""
+    try:
+        return KAFKA_BROKER.installed()
+    except JarsNotInstalled as e:
+        raise JarsNotInstalled(f"{e}; or use Tansu sub-clusters (--broker tansu)") from None
 
 
 def new_cluster_id() -> str:
@@ -382,29 +305,7 @@ def _java_binary() -> str:
     candidate = Path(java_home) / "bin" / "java" if java_home else None
     found = str(candidate) if candidate and candidate.exists() else shutil.which("java")
     if found is None:
-        raise KafkaNotInstalled(
+        raise JarsNotInstalled(
             "java is not installed (Apache Kafka needs Java 17 or newer): apt-get install openjdk-17-jre-headless"
         )
     return found
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m deploy.kafka_cluster install``: fetch the jars (what ``make kafka`` runs)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args != ["install"]:
-        print(
-            "usage: python -m deploy.kafka_cluster install   (fetch Apache Kafka's jars into the cache)",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        libs = install()
-    except KafkaNotInstalled as e:
-        print(f"kfed: {e}", file=sys.stderr)
-        return 1
-    print(f"Apache Kafka {kafka_version()}: {libs}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

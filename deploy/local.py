@@ -300,10 +300,26 @@ class LocalFederation(_Processes):
         self.lend_brokers = lend_brokers
         self.quorum = quorum or LocalQuorum(data_dir / "quorum", secrets_dir=data_dir)
         self.agent_args = [*self.quorum.token_args, *agent_args]
-        self.clusters = {cid: self._sub_cluster(cid, region, port) for cid, region, port in clusters}
+        ids = [cid for cid, _, _ in clusters]
+        lent: dict[str, KafkaCluster | TansuBroker] = {}
+        if lend_brokers is not None:  # lending may start brokers: side by side
+            with ThreadPoolExecutor(max(1, len(ids))) as pool:
+                lent = dict(zip(ids, pool.map(lend_brokers, ids), strict=True))
+        self.clusters = {
+            cid: self._sub_cluster(cid, region, port, lent=lent.get(cid)) for cid, region, port in clusters
+        }
 
-    def _sub_cluster(self, cluster_id: str, region: str, base_port: int, agent_args: Sequence[str] = ()) -> SubCluster:
-        if self.lend_brokers is not None:
+    def _sub_cluster(
+        self,
+        cluster_id: str,
+        region: str,
+        base_port: int,
+        agent_args: Sequence[str] = (),
+        lent: KafkaCluster | TansuBroker | None = None,
+    ) -> SubCluster:
+        if lent is not None:
+            brokers = lent
+        elif self.lend_brokers is not None:
             brokers = self.lend_brokers(cluster_id)
         else:
             brokers = make_brokers(self.broker, self.data_dir, cluster_id, self.brokers_per_cluster, base_port)

@@ -20,8 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from .kafka_cluster import KafkaNotInstalled, installed_libs
+from .kafka_cluster import installed_libs
 from .local import BROKER_KINDS, DEMO_TOPIC, BrokerKind, LocalFederation, LocalQuorum, create_demo_topic
+from .maven import JarsNotInstalled
 from .processes import ProcessExited, port_in_use
 
 
@@ -251,7 +252,7 @@ def local_up(layout: LocalLayout, once: bool = False, out: TextIO | None = None)
     except KeyboardInterrupt:
         print("\nkfed local: stopping", file=out, flush=True)
         return 0
-    except (TimeoutError, FileNotFoundError, ProcessExited, KafkaNotInstalled) as e:
+    except (TimeoutError, FileNotFoundError, ProcessExited, JarsNotInstalled) as e:
         print(f"\nkfed local: {e}", file=sys.stderr)
         return 1
     finally:
@@ -264,7 +265,7 @@ def _kafka_missing(layout: LocalLayout) -> str | None:
         return None
     try:
         installed_libs()
-    except KafkaNotInstalled as e:
+    except JarsNotInstalled as e:
         return str(e)
     return None
 
