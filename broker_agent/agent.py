@@ -79,6 +79,7 @@ class Agent:
         self._beats = 0
         self._placement_cache: tuple[int, reconcile.Placement] | None = None
         self._failed_probes = 0
+        self._unreachable = "cluster unreachable"
         self._retired_since: dict[str, float] = {}  # physical topic -> when first seen retired
         self._told_cannot_grow: set[tuple[str, int]] = set()
         self._stop = threading.Event()
@@ -127,8 +128,10 @@ class Agent:
             self._failed_probes = 0
         except ClusterUnreachable as e:
             self._failed_probes += 1
+            if self._failed_probes == 1:  # one reason per outage: the log records a fence when the reason changes
+                self._unreachable = f"cluster unreachable: {e}"[:500]  # the API takes reasons of 500 characters
             if self._failed_probes >= self.settings.failures_to_fence:
-                self._heartbeat(image, healthy=False, reason=f"cluster unreachable: {e}")
+                self._heartbeat(image, healthy=False, reason=self._unreachable)
             else:
                 self._heartbeat(image, healthy=self.healthy, reason=self.reason)  # keep the lease, judge later
             return
@@ -137,7 +140,8 @@ class Agent:
             # Report the loss before repairing it: the cluster must be fenced, with the reason in the log,
             # even when the broker restarted between two probes and could be repaired at once.
             reply = self._heartbeat(image, healthy=False, reason=self._loss)
-            self._loss_fenced = bool(reply and reply.get("fenced"))
+            # fenced for this reason: a cluster already fenced as unreachable is fenced again for the loss
+            self._loss_fenced = bool(reply and reply.get("fenced") and reply.get("fenced_reason") == self._loss)
             if not self._loss_fenced:
                 return
         scan = self._reconcile(image, scan)
@@ -151,7 +155,8 @@ class Agent:
         desired = self._placement(image).desired
         vanished = sorted(t for t in self._seen_topics & set(desired) if t not in scan.topics)
         if vanished and self._loss is None:
-            self._loss = f"cluster came back empty: physical topics {', '.join(vanished)} are gone; recreating them"
+            named = ", ".join(vanished[:5]) + (f" and {len(vanished) - 5} more" if len(vanished) > 5 else "")
+            self._loss = f"cluster came back empty: physical topics {named} are gone; recreating them"
             log.error("%s: %s", self.cluster_id, self._loss)
         if self._beats % self.settings.offsets_check_every == 0 and self._loss is None:
             partitions = [(t, p) for t in desired if t in scan.topics for p in scan.topics[t]]

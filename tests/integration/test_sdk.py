@@ -1,4 +1,4 @@
-"""The federated SDK on the local federation: real quorum, two Tansu sub-clusters, real agents."""
+"""The federated SDK on the local federation: real quorum, two Apache Kafka (or Tansu) sub-clusters, real agents."""
 
 from __future__ import annotations
 
@@ -75,6 +75,7 @@ def test_two_members_read_every_message_own_partitions_exclusively_and_resume_fr
     assert reread == new, f"re-read {len(reread - new)} old messages; missed {len(new - reread)}"
 
 
+@pytest.mark.brokers("kafka", "tansu")
 def test_keyless_production_survives_a_killed_sub_cluster(fed) -> None:
     acked: dict[str, str] = {}
     failed: dict[str, str] = {}
