@@ -126,6 +126,7 @@ class KafkaCluster(Processes):
         self.extra_config = dict(extra_config or {})
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()  # spawning vs stop(): every process started is one stop() sees
+        self._starting = threading.Lock()  # one start() at a time: never two processes on one node's data
         self._stopped = False
 
     # -- what clients need --------------------------------------------------------------------------
@@ -147,7 +148,10 @@ class KafkaCluster(Processes):
     def start(self, index: int | None = None, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         """Start every broker (or the one at ``index``), formatting storage first where it is new, and wait
         until each says it serves. A lone restarted node needs the others' quorum to get there."""
-        indexes = range(self.size) if index is None else [index]
+        with self._starting:
+            self._start(range(self.size) if index is None else [index], timeout_s)
+
+    def _start(self, indexes: Sequence[int], timeout_s: float) -> None:
         libs = self.libs or installed_libs()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         formatted = len(list(self.data_dir.glob("broker-*/meta.properties")))

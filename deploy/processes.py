@@ -12,7 +12,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Self
+from typing import IO, Any, Self
 
 STOP_GRACE_S = 5.0
 
@@ -53,7 +53,7 @@ def spawn(args: Sequence[str], log_path: Path, env: dict[str, str] | None = None
         log_file.close()
 
 
-def stop_processes(procs: Sequence[subprocess.Popen[bytes]], grace_s: float = STOP_GRACE_S) -> None:
+def stop_processes(procs: Sequence[subprocess.Popen[Any]], grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM each, then SIGKILL what is still running after the grace period. Only our own PIDs."""
     for p in procs:
         if p.poll() is None:

@@ -9,8 +9,10 @@ every topic and consumer group deleted, a broker a test killed started again on 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -40,18 +42,32 @@ def broker() -> BrokerKind:
 
 
 class KafkaPool:
-    """Running Apache Kafka sub-clusters by name, started on first use and kept for the session."""
+    """Running Apache Kafka sub-clusters by name, kept for the session. The first loan starts c1, c2 and c3
+    side by side (a JVM starting later, during a test, would starve that test's brokers of CPU)."""
+
+    WARM = ("c1", "c2", "c3")
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.clusters: dict[tuple[str, int], KafkaCluster] = {}
+        self.started: dict[tuple[str, int], Future[None]] = {}
+        self.starter = ThreadPoolExecutor(len(self.WARM), thread_name_prefix="kafka-pool")
+        self.lock = threading.Lock()  # federations borrow side by side: one launcher per cluster, ever
+
+    def _start(self, key: tuple[str, int]) -> Future[None]:
+        with self.lock:
+            if key not in self.started:
+                kafka = self.clusters[key] = KafkaCluster(self.data_dir / f"{key[0]}-{key[1]}", key[1])
+                self.started[key] = self.starter.submit(kafka.start)
+            return self.started[key]
 
     def lend(self, cluster_id: str, brokers: int = 1) -> KafkaCluster:
         """The sub-cluster ``cluster_id`` of ``brokers`` brokers, every broker running, no topic, no group."""
+        for warm in self.WARM:
+            self._start((warm, 1))
         key = (cluster_id, brokers)
-        kafka = self.clusters.get(key)
-        if kafka is None:
-            kafka = self.clusters[key] = KafkaCluster(self.data_dir / f"{cluster_id}-{brokers}", brokers)
+        self._start(key).result()
+        kafka = self.clusters[key]
         kafka.start()  # the brokers a test killed (running ones are left alone)
         empty(kafka.bootstrap)
         return kafka
@@ -60,6 +76,7 @@ class KafkaPool:
         return lambda cluster_id: self.lend(cluster_id, brokers)
 
     def stop(self) -> None:
+        self.starter.shutdown(wait=True)
         for kafka in self.clusters.values():
             kafka.stop()
 
