@@ -291,6 +291,7 @@ class FederatedProducer:
                 self.produce(topic, value, None, None, headers, callback, timestamp)
                 moved += 1
             except (NoWritablePartition, UnknownTopic) as e:
+                callback = callback or self._default_callback
                 if callback is not None:
                     callback(KafkaError(KafkaError._PURGE_QUEUE, f"no writable partition to re-route to: {e}"),
                              unsent(topic, value, headers))  # fmt: skip

@@ -95,7 +95,7 @@ def test_keyless_production_survives_a_killed_sub_cluster(fed) -> None:
         produced += 1
         if produced % 200 == 0:
             producer.poll(0)
-            time.sleep(0.005)
+            time.sleep(0.04)  # ~5k messages/s: a load one broker takes on a busy 2-core machine (Kafka's is a JVM)
         if not killed and time.monotonic() - start > 2:
             fed.clusters["c2"].kill_broker()
             kill_at, killed = time.monotonic(), True
