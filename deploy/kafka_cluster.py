@@ -88,8 +88,12 @@ def installed_libs() -> Path:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (what ``random-uuid`` prints)."""
-    return base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding, never starting with "-" (the
+    storage tool would read it as an option; Kafka's ``Uuid.randomUuid`` makes the same rule)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class KafkaCluster(Processes):
