@@ -257,7 +257,10 @@ class FederatedProducer:
             callback(err, label(msg, target.origin))
 
     def _cluster_error(self, cluster_id: str, err: KafkaError) -> None:
-        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+        # Every broker down is the cluster down. One connection's _TRANSPORT error is not: in a cluster of
+        # several brokers the others take over its partitions' leadership (with one broker, _ALL_BROKERS_DOWN
+        # follows at once).
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
             self._mute(cluster_id, err.str())
 
     def _mute(self, cluster_id: str, why: str) -> None:
