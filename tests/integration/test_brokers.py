@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 
 from broker_agent.kafka import CannotGrow, PhysicalCluster
 from deploy.kafka_cluster import KafkaCluster
-from deploy.local import LocalQuorum
+from deploy.local import LocalFederation, LocalQuorum
 from deploy.processes import free_ports
 from deploy.tansu import TansuBroker
 from sdk import FederatedProducer
@@ -21,7 +21,7 @@ from sdk.brokers import APACHE_KAFKA, TANSU, BrokerUnknown, broker_at
 from spark_pipeline.kafka_io import watermarks
 
 from ..conftest import KafkaPool
-from .conftest import physical_topics, wait_until
+from .conftest import controllers, physical_topics, wait_until
 
 
 @pytest.fixture
@@ -124,3 +124,28 @@ def test_a_stopped_launcher_starts_nothing(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="stopped while it started"):
         kafka.start()
     assert kafka.processes() == []
+
+
+@pytest.mark.slow
+@pytest.mark.brokers("kafka", "tansu")
+def test_an_expand_onto_a_cluster_holding_the_physical_topic_grows_it_on_kafka_only(
+    fed: LocalFederation, broker: str
+) -> None:
+    c1 = fed.clusters["c1"]
+    with fed.quorum.controller_client() as client:
+        grown = client.post("/v1/topics/U_TopicA/partitions", {"cluster_id": "c1", "count": 2})
+    assert [(p["partition"], p["physical_partition"]) for p in grown["partitions"]][8:] == [(8, 4), (9, 5)]
+    if broker == "kafka":
+        fed.wait_writable("U_TopicA", timeout_s=30, min_offset=grown["offset"])
+        assert physical_topics(c1.bootstrap)["U_TopicA"] == 6, "CreatePartitions: 4 -> 6, no data moved"
+        with FederatedProducer({"kfed.controllers": controllers(fed)}) as producer:
+            for p in (8, 9):
+                producer.produce("U_TopicA", value=b"x", partition=p)
+            assert producer.flush(30) == 0
+    else:
+        log = c1.data_dir / "agent-c1.log"
+        wait_until(lambda: "tansu has no CreatePartitions: U_TopicA cannot grow" in log.read_text(), 20,
+                   "the agent says why it cannot grow the topic")  # fmt: skip
+        assert physical_topics(c1.bootstrap)["U_TopicA"] == 4
+        parts = fed.metadata(topic="U_TopicA")["topics"][0]["partitions"]
+        assert [p["leader"] for p in parts][8:] == [None, None], "no leader: producers leave them alone"
