@@ -118,14 +118,17 @@ class PhysicalCluster:
         return self._list_offsets(partitions, OffsetSpec.latest())  # type: ignore[no-untyped-call]  # untyped
 
     def _list_offsets(self, partitions: Iterable[tuple[str, int]], spec: OffsetSpec) -> dict[tuple[str, int], int]:
+        """The offsets the broker knows; a partition it answers with no offset (-1001: a new leader whose high
+        watermark is not settled yet, for a few seconds after a broker dies) is left out."""
         request = {TopicPartition(t, p): spec for t, p in partitions}
         if not request:
             return {}
         try:
             futures = self._admin.list_offsets(request, request_timeout=self.timeout_s)
-            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            offsets = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
         except KafkaException as e:
             raise ClusterUnreachable(_describe(e)) from None
+        return {tp: offset for tp, offset in offsets.items() if offset >= 0}
 
     def drain_offsets(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
         """(first offset held, true end offset) per partition; partitions not measured in time are left out."""

@@ -350,8 +350,13 @@ class LocalFederation(_Processes):
         """One more sub-cluster with its agent (which registers it); returns once its brokers serve."""
         c = self._sub_cluster(cluster_id, region, base_port, agent_args)
         self.clusters[cluster_id] = c
-        c.start_broker()
-        c.start_agent()
+        try:
+            c.start_broker()
+            c.start_agent()
+        except BaseException:
+            del self.clusters[cluster_id]  # nothing of it left: the same id can be added again
+            c.stop()
+            raise
         return c
 
     def metadata(self, **params: Any) -> dict[str, Any]:

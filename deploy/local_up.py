@@ -252,7 +252,7 @@ def local_up(layout: LocalLayout, once: bool = False, out: TextIO | None = None)
     except KeyboardInterrupt:
         print("\nkfed local: stopping", file=out, flush=True)
         return 0
-    except (TimeoutError, FileNotFoundError, ProcessExited, JarsNotInstalled) as e:
+    except (TimeoutError, FileNotFoundError, ProcessExited, JarsNotInstalled, ValueError) as e:
         print(f"\nkfed local: {e}", file=sys.stderr)
         return 1
     finally:
@@ -320,6 +320,15 @@ def cluster_add(data_dir: Path, cluster_id: str, region: str, out: TextIO | None
     """``kfed local cluster add``: ask the ``kfed local up`` running on ``data_dir`` to start one more
     sub-cluster with its agent; prints its progress. 0 when it is registered and healthy."""
     out = out or sys.stdout
+    from metadata_log.commands import check_name
+    from metadata_log.errors import InvalidRequest
+
+    try:
+        check_name(cluster_id, "CLUSTER_ID")
+        check_name(region, "--region")
+    except InvalidRequest as e:
+        print(f"kfed local: {e.detail}", file=sys.stderr)
+        return 2
     state_path = data_dir / STATE_FILE
     try:
         pid = int(json.loads(state_path.read_text())["pid"])

@@ -117,13 +117,20 @@ def watermarks(
 def _list_watermarks(
     consumer: Consumer, topic: str, partition: int, deadline: float, bootstrap: str
 ) -> tuple[int, int]:
-    try:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic()), cached=False
-        )
-    except Exception as e:  # KafkaException: timed out, unknown partition, transport
-        raise ClusterUnavailable(f"{bootstrap}: no watermarks for {topic}[{partition}]: {e}") from e
-    return int(low), int(high)
+    """ListOffsets(earliest, latest), asked again while the broker has none to give (-1001: a new leader whose
+    high watermark is not settled, for a few seconds after a broker dies)."""
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic()), cached=False
+            )
+        except Exception as e:  # KafkaException: timed out, unknown partition, transport
+            raise ClusterUnavailable(f"{bootstrap}: no watermarks for {topic}[{partition}]: {e}") from e
+        if low >= 0 and high >= 0:
+            return int(low), int(high)
+        if time.monotonic() >= deadline:
+            raise ClusterUnavailable(f"{bootstrap}: {topic}[{partition}] has no settled offsets (a leader change?)")
+        time.sleep(0.1)
 
 
 def _tansu_high_watermarks(

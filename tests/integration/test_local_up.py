@@ -72,6 +72,8 @@ def test_bad_settings_are_refused_before_anything_starts(tmp_path: Path, capsys:
     assert "--clusters" in capsys.readouterr().err
     assert kfed(["local", "cluster", "add", "c3", "--data-dir", str(tmp_path)]) == 2
     assert "no `kfed local up` is running" in capsys.readouterr().err
+    assert kfed(["local", "cluster", "add", "../c3", "--data-dir", str(tmp_path)]) == 2
+    assert "CLUSTER_ID" in capsys.readouterr().err
     assert not (tmp_path / "quorum").exists()
 
 

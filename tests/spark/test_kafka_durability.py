@@ -97,6 +97,7 @@ class Producing(threading.Thread):
         self.acked: dict[str, str] = {}  # event id -> cluster that acknowledged it
         self.windows: Counter[int] = Counter()  # acknowledged events per audit window
         self.failed: list[str] = []
+        self.errors: Counter[str] = Counter()  # why they failed
         self.sent = 0
         self.stop_flag = threading.Event()
         self.lock = threading.Lock()
@@ -118,6 +119,7 @@ class Producing(threading.Thread):
                 self.acked[e["id"]] = placement.cluster_id if placement else "?"
             else:
                 self.failed.append(e["id"])
+                self.errors[err.str()] += 1
 
     def in_flight(self) -> int:
         with self.lock:
@@ -272,7 +274,7 @@ def test_a_broker_killed_under_load_loses_no_acknowledged_message(spark: Any, fe
     kafka(fed, "c1").start(victim)  # on its data: it catches up from the others
     time.sleep(2)
     producing.finish(audit_topic)
-    assert not producing.failed, f"{len(producing.failed)} messages failed with 2 of 3 replicas up"
+    assert not producing.failed, f"{len(producing.failed)} messages failed with 2 of 3 replicas up: {producing.errors}"
     acked = set(producing.acked)
     seen = consuming.wait_for(acked, 90)
     consuming.finish()
