@@ -43,13 +43,22 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("tailers", "2", "Commit -> tailer latency, long-poll and SSE", latency.run),
     Benchmark("failover", "3", "Leader kill -9 -> next acknowledged write", failover.run),
     Benchmark("image", "4", "A ~1M-partition image: snapshot, new follower, RSS, compaction", image.run),
-    Benchmark("federation", "#3", "Sub-cluster kill -> fenced; 60 idle agents: log growth, leader CPU", federation.run),
-    Benchmark("sdk", "#4", "FederatedProducer/Consumer vs raw confluent-kafka; fence -> unrouted", sdk.run),
+    Benchmark(
+        "federation",
+        "#3, #25",
+        "Kafka/Tansu broker kill -> fenced; 60 idle agents: log growth, leader CPU; kfed local up startup",
+        federation.run,
+    ),
+    Benchmark(
+        "sdk", "#4, #25", "FederatedProducer/Consumer vs raw confluent-kafka on Kafka; fence -> unrouted", sdk.run
+    ),
     Benchmark(
         "operations", "#5", "Scale-up visible to producers; failure -> routed around; decommission", operations.run
     ),
     # pyspark is imported only when it runs
-    Benchmark("spark", "#6", "kfed Spark source vs plain confluent-kafka, same partitions", spark.run),
+    Benchmark(
+        "spark", "#6, #25", "kfed Spark source vs Spark's Kafka source and confluent-kafka, same partitions", spark.run
+    ),
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
 

@@ -216,14 +216,56 @@ def build_parser() -> argparse.ArgumentParser:
     local_sub = local.add_subparsers(dest="local_command", required=True, metavar="ACTION")
     up = local_sub.add_parser(
         "up",
-        help="start 3 controllers (HTTP 8001-8003, Raft 9101-9103) and keep them running until Ctrl-C",
-        description="Start the local quorum: three controller processes on loopback with their data under "
-        "--data-dir, and a live status line. Ctrl-C stops everything.",
+        help="start 3 controllers, sub-clusters of Apache Kafka (or Tansu) brokers and their agents until Ctrl-C",
+        description="Start the local federation on loopback, its data and logs under --data-dir: 3 controllers "
+        "(HTTP 8001-8003, Raft 9101-9103), --clusters sub-clusters c1, c2, ... of --brokers-per-cluster Apache "
+        "Kafka brokers in KRaft mode (c1 on 19092, c2 on 29092, ...; their KRaft controllers 100 above) or of one "
+        "Tansu broker each (--broker tansu: memory storage, starts in milliseconds), an agent per sub-cluster, and "
+        "the demo topic U_TopicA (4 partitions per sub-cluster). Every port is checked before anything starts. "
+        "A restart on the same --data-dir keeps the quorum's log and the Kafka brokers' data. Ctrl-C stops "
+        "everything.",
     )
     up.add_argument("--data-dir", type=Path, default=Path("var/local"), help="default: var/local")
     up.add_argument("--http-base-port", type=ops.positive_int, default=8001, help="default 8001 (8001-8003)")
     up.add_argument("--raft-base-port", type=ops.positive_int, default=9101, help="default 9101 (9101-9103)")
-    up.add_argument("--once", action="store_true", help="start, wait until a leader is elected, print, stop")
+    up.add_argument(
+        "--broker",
+        choices=["kafka", "tansu"],
+        default="kafka",
+        help="kafka (default): Apache Kafka brokers (make kafka installs them); tansu: light, memory only",
+    )
+    up.add_argument("--clusters", type=ops.positive_int, default=2, help="sub-clusters in region r1 (default 2)")
+    up.add_argument(
+        "--brokers-per-cluster",
+        type=ops.positive_int,
+        default=1,
+        help="Kafka brokers per sub-cluster (default 1; 3 replicates each partition 3 times, min.insync.replicas 2)",
+    )
+    up.add_argument(
+        "--broker-base-port",
+        type=ops.positive_int,
+        default=19092,
+        help="c1's first broker port (default 19092); sub-cluster k listens 10000 * (k - 1) above it",
+    )
+    up.add_argument("--once", action="store_true", help="start, wait until everything is up, print, stop")
+    cluster = local_sub.add_parser(
+        "cluster",
+        help="add a sub-cluster to the running `kfed local up`",
+        description="Change the running `kfed local up` federation (found through its --data-dir).",
+    )
+    cluster_sub = cluster.add_subparsers(dest="local_cluster_command", required=True, metavar="ACTION")
+    add = cluster_sub.add_parser(
+        "add",
+        help="start one more sub-cluster and its agent, which registers it",
+        description="Start one more sub-cluster (the kind and size `kfed local up` runs) with its agent, which "
+        "registers it; then e.g. `kfed topic expand U_TopicA --cluster c3 --partitions 4` places partitions on it. "
+        "The running `kfed local up` owns the new processes: its Ctrl-C stops them too.",
+    )
+    add.add_argument("cluster_id", help="id of the new sub-cluster, e.g. c3")
+    add.add_argument("--region", default="r1", help="its region (default r1, the demo topic's)")
+    add.add_argument(
+        "--data-dir", type=Path, default=Path("var/local"), help="that of `kfed local up` (default: var/local)"
+    )
     return parser
 
 
@@ -243,9 +285,15 @@ def main(argv: list[str] | None = None) -> int:
             result: int = args.func(args)
             return result
         if args.command == "local" and args.local_command == "up":
-            from deploy.local import local_up
+            from deploy.local_up import LocalLayout, local_up
 
-            return local_up(args.data_dir, args.http_base_port, args.raft_base_port, once=args.once)
+            layout = LocalLayout(args.data_dir, args.http_base_port, args.raft_base_port, args.broker, args.clusters,
+                                 args.brokers_per_cluster, args.broker_base_port)  # fmt: skip
+            return local_up(layout, once=args.once)
+        if args.command == "local" and args.local_command == "cluster":
+            from deploy.local_up import cluster_add
+
+            return cluster_add(args.data_dir, args.cluster_id, args.region)
     except (ConfigError, CorruptState, AccessError) as e:
         print(f"kfed: {e}", file=sys.stderr)
         return 2

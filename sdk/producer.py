@@ -259,7 +259,10 @@ class FederatedProducer:
             callback(err, label(msg, target.origin))
 
     def _cluster_error(self, cluster_id: str, err: KafkaError) -> None:
-        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+        # Every broker down is the cluster down. One connection's _TRANSPORT error is not: in a cluster of
+        # several brokers the others take over its partitions' leadership (with one broker, _ALL_BROKERS_DOWN
+        # follows at once).
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
             self._mute(cluster_id, err.str())
 
     def _mute(self, cluster_id: str, why: str) -> None:
@@ -293,6 +296,7 @@ class FederatedProducer:
                 self.produce(topic, value, None, None, headers, callback, timestamp)
                 moved += 1
             except (NoWritablePartition, UnknownTopic) as e:
+                callback = callback or self._default_callback
                 if callback is not None:
                     callback(KafkaError(KafkaError._PURGE_QUEUE, f"no writable partition to re-route to: {e}"),
                              unsent(topic, value, headers))  # fmt: skip

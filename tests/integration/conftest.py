@@ -1,5 +1,6 @@
 """Real processes on free loopback ports, started and cleaned up by the tests themselves: controller
-quorums, and the local federation (quorum, Tansu sub-clusters, agents) with the helpers its tests share."""
+quorums, and the local federation (quorum, sub-clusters of Apache Kafka brokers — or Tansu ones for tests
+marked ``brokers("tansu")`` — and their agents) with the helpers its tests share."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from deploy.local import DEMO_TOPIC, LocalFederation, LocalQuorum, ready_demo_topic
+from deploy.local import DEMO_TOPIC, BrokerKind, BrokerSource, LocalFederation, LocalQuorum, ready_demo_topic
 from metadata_log.client import ControllerClient
 from sdk import FederatedConsumer
 
@@ -51,9 +52,10 @@ def client(quorum: LocalQuorum) -> Iterator[ControllerClient]:
 
 
 @pytest.fixture
-def fed(tmp_path: Path) -> Iterator[LocalFederation]:
-    """The local federation (c1 and c2 in r1, their agents) with the demo topic writable on both."""
-    with LocalFederation(tmp_path) as federation:
+def fed(tmp_path: Path, broker: BrokerKind, lend_brokers: BrokerSource | None) -> Iterator[LocalFederation]:
+    """The local federation (c1 and c2 in r1, their agents) with the demo topic writable on both; Kafka
+    brokers come from the session's pool (tests/conftest.py), emptied for this test."""
+    with LocalFederation(tmp_path, broker=broker, lend_brokers=lend_brokers) as federation:
         ready_demo_topic(federation)
         yield federation
 

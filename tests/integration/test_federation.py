@@ -1,4 +1,4 @@
-"""Sub-clusters joining through their agents: real Tansu brokers, real agents, a real quorum.
+"""Sub-clusters joining through their agents: real Apache Kafka (or Tansu) brokers, real agents, a real quorum.
 
 Physical state is checked with confluent-kafka's AdminClient directly, not through kfed.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from deploy.local import LocalFederation, create_demo_topic
+from deploy.local import BrokerKind, BrokerSource, LocalFederation, create_demo_topic
 
 from .conftest import log_of, partitions, physical_topics, wait_until
 
@@ -24,10 +24,11 @@ def cluster(fed: LocalFederation, cluster_id: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def fed(tmp_path: Path) -> Iterator[LocalFederation]:
+def fed(tmp_path: Path, broker: BrokerKind, lend_brokers: BrokerSource | None) -> Iterator[LocalFederation]:
     """Overrides conftest's: a third cluster in another region, and the demo topic not yet awaited (the
     first test measures how soon its partitions get leaders)."""
-    with LocalFederation(tmp_path, (("c1", "r1", 0), ("c2", "r1", 0), ("c3", "r2", 0))) as federation:
+    clusters = (("c1", "r1", 0), ("c2", "r1", 0), ("c3", "r2", 0))
+    with LocalFederation(tmp_path, clusters, broker=broker, lend_brokers=lend_brokers) as federation:
         federation.wait_clusters_healthy(timeout_s=40)
         create_demo_topic(federation)
         yield federation
@@ -63,6 +64,7 @@ def test_regions_keep_topics_on_their_own_clusters(fed: LocalFederation) -> None
     assert "R2_Topic" not in physical_topics(fed.clusters["c1"].bootstrap)
 
 
+@pytest.mark.brokers("kafka", "tansu")
 def test_killed_broker_is_fenced_then_unfenced_after_restart(fed: LocalFederation) -> None:
     c1 = fed.clusters["c1"]
     wait_until(lambda: all(p["leader"] for p in partitions(fed)), 15, "leaders reported")
@@ -73,7 +75,7 @@ def test_killed_broker_is_fenced_then_unfenced_after_restart(fed: LocalFederatio
     # The fast path, bounded in the system's own terms: the live agent reported its cluster unreachable and
     # was fenced on that report, while its lease still ran (a lease lapse would read "agent lease expired").
     assert fenced["fenced_reason"].startswith("cluster unreachable"), fenced["fenced_reason"]
-    c1.start_broker()  # memory storage: it comes back empty
+    c1.start_broker()  # Kafka: on its data; Tansu (memory storage): empty
     wait_until(lambda: not cluster(fed, "c1")["fenced"], 20, "c1 unfenced")
     assert physical_topics(c1.bootstrap).get("U_TopicA") == 4  # recreated by the agent
     assert all(p["writable"] for p in partitions(fed))
@@ -81,6 +83,7 @@ def test_killed_broker_is_fenced_then_unfenced_after_restart(fed: LocalFederatio
     assert [r["type"] for r in fences][-2:] == ["ClusterFenced", "ClusterUnfenced"]
 
 
+@pytest.mark.brokers("tansu")  # Apache Kafka keeps its data: tests/spark/test_kafka_durability.py wipes it instead
 def test_a_broker_that_comes_back_empty_is_reported_even_between_probes(fed: LocalFederation) -> None:
     c2 = fed.clusters["c2"]
     wait_until(lambda: physical_topics(c2.bootstrap).get("U_TopicA") == 4, 10, "U_TopicA on c2")

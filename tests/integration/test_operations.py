@@ -1,5 +1,5 @@
-"""Federation operations under load: scale up, lossless shrink, decommission — real quorum, real Tansu
-sub-clusters and agents, a producer and a consumer group running the whole time (never restarted)."""
+"""Federation operations under load: scale up, lossless shrink, decommission — real quorum, real Apache
+Kafka (or Tansu) sub-clusters and agents, a producer and a consumer group running the whole time (never restarted)."""
 
 from __future__ import annotations
 
@@ -108,6 +108,7 @@ def consume_everything(member: Member, producing: Producing) -> None:
     assert expected <= seen, f"{len(expected - seen)} acknowledged messages never consumed"
 
 
+@pytest.mark.brokers("kafka", "tansu")
 def test_scale_up_from_two_to_three_clusters_while_producing(fed: LocalFederation, capsys: Any) -> None:
     member = Member(fed, "m", "g-scale")
     member.start()

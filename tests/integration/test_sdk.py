@@ -1,4 +1,4 @@
-"""The federated SDK on the local federation: real quorum, two Tansu sub-clusters, real agents."""
+"""The federated SDK on the local federation: real quorum, two Apache Kafka (or Tansu) sub-clusters, real agents."""
 
 from __future__ import annotations
 
@@ -77,6 +77,7 @@ def test_two_members_read_every_message_own_partitions_exclusively_and_resume_fr
     assert reread == new, f"re-read {len(reread - new)} old messages; missed {len(new - reread)}"
 
 
+@pytest.mark.brokers("kafka", "tansu")
 def test_keyless_production_survives_a_killed_sub_cluster(fed) -> None:
     """The bound on failures, exactly: a message fails only if it was routed to the killed cluster c2
     before this producer learned c2 was gone, from its first delivery error or from the fence in the log
@@ -108,7 +109,7 @@ def test_keyless_production_survives_a_killed_sub_cluster(fed) -> None:
             if produced % 200 == 0:
                 producer.poll(0)
                 seen_offsets.append((produced, producer.metadata_offset))
-                time.sleep(0.005)
+                time.sleep(0.04)  # ~5k messages/s: a load one broker takes on a busy 2-core machine (Kafka's is a JVM)
 
     produce_some(20_000)
     fed.clusters["c2"].kill_broker()

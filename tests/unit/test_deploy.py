@@ -104,3 +104,13 @@ def test_every_kubernetes_workload_runs_a_command_kfed_accepts() -> None:
 def test_a_command_line_with_a_typo_would_be_caught() -> None:
     with pytest.raises(pytest.fail.Exception):
         parse_kfed(["agent", "--cluster", "c1"])
+
+
+def test_kraft_cluster_ids_are_22_url_safe_characters_never_starting_with_a_dash() -> None:
+    from deploy.kafka_cluster import new_cluster_id
+
+    ids = [new_cluster_id() for _ in range(2000)]  # ~1 in 64 would start with "-" without the rule
+    assert all(len(i) == 22 and not i.startswith("-") and set(i) <= set(URL_SAFE) for i in ids)
+
+
+URL_SAFE = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
