@@ -29,15 +29,17 @@ class Producing(threading.Thread):
         self.failed: list[tuple[str, str]] = []  # (value, error): the design promises none in these operations
         self.seen_offsets: list[tuple[int, int]] = []  # (messages produced, the producer's metadata offset then)
         self.stop_flag = threading.Event()
+        self.lock = threading.Lock()  # the producer thread reports while the test thread reads `acked`
         self.producer = FederatedProducer(
             {"kfed.controllers": controllers(fed), "linger.ms": 5, "on_delivery": self._report}
         )
 
     def _report(self, err: Any, msg: Any) -> None:
-        if err is None:
-            self.acked[msg.value().decode()] = (msg.partition(), time.monotonic())
-        else:
-            self.failed.append((msg.value().decode(), err.str()))
+        with self.lock:
+            if err is None:
+                self.acked[msg.value().decode()] = (msg.partition(), time.monotonic())
+            else:
+                self.failed.append((msg.value().decode(), err.str()))
 
     def run(self) -> None:
         i = 0
@@ -60,7 +62,8 @@ class Producing(threading.Thread):
 
     def first_ack_on(self, partition_ids: set[int]) -> int | None:
         """The first message (by number) acknowledged on one of ``partition_ids``."""
-        ids = [int(v) for v, (p, _) in list(self.acked.items()) if p in partition_ids]
+        with self.lock:
+            ids = [int(v) for v, (p, _) in self.acked.items() if p in partition_ids]
         return min(ids) if ids else None
 
     def produced_when_seen(self, offset: int) -> int:
