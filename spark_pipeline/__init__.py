@@ -19,11 +19,45 @@ Arrow use in that JVM (pandas UDFs, ``mapInArrow``, ``toPandas``), whose batches
 itself does not read them."""
 
 
+def _submitted_conf() -> Any:
+    """What spark-submit was given (``--master``, ``--conf``); empty under plain python.
+
+    spark-submit starts the JVM first and hands Python its gateway (``PYSPARK_GATEWAY_PORT``); its settings are
+    that JVM's system properties, which a ``SparkConf`` reads only once Python is connected to it."""
+    from pyspark import SparkConf, SparkContext
+
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        SparkContext._ensure_initialized()
+    return SparkConf()
+
+
 def register(spark: Any) -> None:
-    """Make ``spark.read.format("kfed")`` and ``spark.readStream.format("kfed")`` available in ``spark``."""
+    """Make ``spark.read.format("kfed")`` and ``spark.readStream.format("kfed")`` available in ``spark``.
+
+    On a cluster (any master but ``local``/``local[N]``) this first ships kfed's code to the executors
+    (``ship_code``): the registration carries the Python files the application has at that moment."""
     from .source import KfedDataSource
 
+    ship_code(spark)
     spark.dataSource.register(KfedDataSource)
+
+
+def ship_code(spark: Any) -> str | None:
+    """Make the executors of ``spark`` import kfed from the archive of this code (``archive.py``), unless they
+    share this process's Python (local mode) or spark-submit was given a kfed archive (``--py-files``).
+    The archive's path when it was added here, else None."""
+    from .archive import build_archive, is_archive
+
+    sc = spark.sparkContext
+    master = sc.master
+    if master == "local" or master.startswith("local["):
+        return None
+    submitted = sc.getConf().get("spark.submit.pyFiles", "") or ""
+    if any(is_archive(p) for p in [*submitted.split(","), *sc._python_includes]):
+        return None
+    path = str(build_archive())
+    sc.addPyFile(path)
+    return path
 
 
 def local_session(app_name: str = "kfed", master: str | None = None, **conf: str) -> Any:
@@ -34,14 +68,13 @@ def local_session(app_name: str = "kfed", master: str | None = None, **conf: str
     with pyarrow and confluent-kafka installed). ``ARROW_SPEED_ENV`` is set unless the environment
     already says otherwise, and passed to executors of a cluster master through ``spark.executorEnv``
     unless spark-submit's ``--conf`` set those."""
-    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for name, value in ARROW_SPEED_ENV.items():  # read by the JVM this starts (driver, and local executors)
         os.environ.setdefault(name, value)
     builder = SparkSession.builder.appName(app_name)
-    submitted = SparkConf()  # what spark-submit was given (--master, --conf); empty under plain python
+    submitted = _submitted_conf()
     if master is not None:
         builder = builder.master(master)
     elif not submitted.contains("spark.master"):
