@@ -7,7 +7,9 @@ Importing this package does not import pyspark (the controller's CLI imports ``s
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+from pathlib import Path
 from typing import Any, Final
 
 ARROW_SPEED_ENV: Final = {"ARROW_ENABLE_UNSAFE_MEMORY_ACCESS": "true", "ARROW_ENABLE_NULL_CHECK_FOR_GET": "false"}
@@ -45,7 +47,7 @@ def register(spark: Any) -> None:
 def ship_code(spark: Any) -> str | None:
     """Make the executors of ``spark`` import kfed from the archive of this code (``archive.py``), unless they
     share this process's Python (local mode) or spark-submit was given a kfed archive (``--py-files``).
-    The archive's path when it was added here, else None."""
+    The archive's name, or None in local mode."""
     from .archive import build_archive, is_archive
 
     sc = spark.sparkContext
@@ -53,11 +55,37 @@ def ship_code(spark: Any) -> str | None:
     if master == "local" or master.startswith("local["):
         return None
     submitted = sc.getConf().get("spark.submit.pyFiles", "") or ""
-    if any(is_archive(p) for p in [*submitted.split(","), *sc._python_includes]):
-        return None
-    path = str(build_archive())
-    sc.addPyFile(path)
-    return path
+    shipped = [p for p in [*submitted.split(","), *sc._python_includes] if is_archive(p)]
+    if shipped:
+        name = shipped[0].rsplit("/", 1)[-1]
+    else:
+        path = build_archive()
+        sc.addPyFile(str(path))
+        name = path.name
+    _show_to_stream_readers(name)
+    return name
+
+
+def _show_to_stream_readers(name: str) -> None:
+    """Put the archive ``name`` where the driver's Python process behind a stream reader looks for it.
+
+    Spark 4.3 runs a Python stream reader's planning (``latestOffset``, ``partitions``) in a Python process on
+    the driver, started with ``spark.pyspark.python``, which need not be a Python where kfed is installed. It
+    is told to find the application's Python files in ``<SparkFiles root>/streaming_job/``
+    (``PythonStreamingSourceRunner`` passes that fixed job directory) while Spark copies them to the root only.
+    A hard link (else a copy) of the archive there lets it import kfed as every other Python of the application
+    does."""
+    from pyspark import SparkFiles
+
+    root = Path(SparkFiles.getRootDirectory())
+    source, target = root / name, root / "streaming_job" / name
+    if not source.is_file() or target.exists():
+        return
+    target.parent.mkdir(exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def local_session(app_name: str = "kfed", master: str | None = None, **conf: str) -> Any:
