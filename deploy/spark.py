@@ -44,7 +44,10 @@ DEFAULT_WORKER_MEMORY: Final = "1g"
 fit in it, or the master gives that application no executor on the worker."""
 DAEMON_MEMORY: Final = "256m"
 """Heap of the master and worker daemons (``SPARK_DAEMON_MEMORY``): they only schedule and supervise."""
-READY_TIMEOUT_S: Final = 60.0
+READY_TIMEOUT_S: Final = 180.0
+"""Daemons are up in 5-20 s; on a loaded 2-core machine a worker took over a minute to register."""
+HTTP_TIMEOUT_S: Final = 10.0
+"""For the daemons' JSON API: a loaded machine's JVM (GC, JIT) took over 2 s to answer."""
 STOP_GRACE_S: Final = 10.0
 """A worker's SIGTERM handler kills its executors before it exits: give it that long before SIGKILL."""
 MARKER_ENV: Final = "KFED_SPARK_CLUSTER"
@@ -119,7 +122,7 @@ class SparkCluster:
         self.workers = [SparkWorker(i, next(free), next(free), data_dir / f"worker-{i}") for i in range(1, workers + 1)]
         self.master: subprocess.Popen[bytes] | None = None
         self.token = uuid.uuid4().hex
-        self._http = httpx.Client(timeout=2.0)
+        self._http = httpx.Client(timeout=HTTP_TIMEOUT_S)
 
     @property
     def master_url(self) -> str:

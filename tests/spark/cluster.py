@@ -4,6 +4,7 @@ that cannot import kfed by itself, spark-submit, and job drivers run as processe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -104,10 +105,17 @@ class Driver:
         """Live processes this driver started (its JVM, its Python workers), by the marker they inherited."""
         return pids_with_env(DRIVER_MARKER_ENV, self.marker)
 
-    def clean_up(self) -> None:
+    def clean_up(self, timeout_s: float = 30) -> list[int]:
+        """Kill the driver and whatever it started; the PIDs still alive after ``timeout_s`` (none expected).
+        The Python workers of its JVM sit in process groups of their own and exit when the JVM is gone."""
         self.kill()
-        for pid in self.leftovers():
-            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout_s
+        while (left := self.leftovers()) and time.monotonic() < deadline:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
+        return left
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str, driver: Driver | None = None) -> Any:
