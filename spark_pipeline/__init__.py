@@ -57,7 +57,7 @@ def ship_code(spark: Any) -> str | None:
     submitted = sc.getConf().get("spark.submit.pyFiles", "") or ""
     shipped = [p for p in [*submitted.split(","), *sc._python_includes] if is_archive(p)]
     if shipped:
-        name = shipped[0].rsplit("/", 1)[-1]
+        name = str(shipped[0]).rsplit("/", 1)[-1]
     else:
         path = build_archive()
         sc.addPyFile(str(path))
