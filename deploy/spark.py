@@ -136,7 +136,7 @@ class SparkCluster:
     # -- processes --------------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
         # Configured here only: a launching shell's SPARK_HOME or SPARK_CONF_DIR could start another Spark's jars
-        # or settings, and its PYSPARK_PYTHON would be every executor's default Python.
+        # or settings.
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
         # PYTHONPATH reaches every executor's Python workers (Spark merges the executor's own into theirs):
         # with it, executors could import kfed from wherever the launching shell pointed, not from what an
