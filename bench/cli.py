@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from . import failover, federation, image, latency, operations, raft_layer, sdk, spark, throughput
+from . import failover, federation, image, latency, operations, raft_layer, sdk, spark, spark_cluster, throughput
 from .common import (
     RESULTS_DIR,
     BenchResult,
@@ -58,6 +58,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     # pyspark is imported only when it runs
     Benchmark(
         "spark", "#6, #25", "kfed Spark source vs Spark's Kafka source and confluent-kafka, same partitions", spark.run
+    ),
+    Benchmark(
+        "spark-cluster", "#29", "kfed Spark source on a 2-worker standalone cluster vs local[2]", spark_cluster.run
     ),
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
