@@ -24,6 +24,7 @@ from .kafka_cluster import installed_libs
 from .local import BROKER_KINDS, DEMO_TOPIC, BrokerKind, LocalFederation, LocalQuorum, create_demo_topic
 from .maven import JarsNotInstalled
 from .processes import ProcessExited, port_in_use
+from .spark import SparkCluster, SparkClusterError, start_spark_cluster
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -56,6 +57,7 @@ PORT_STRIDE = 10_000
 CONTROLLER_PORT_OFFSET = 100  # a Kafka broker's controller listener: its broker port + 100
 MAX_CLUSTERS = 32
 MAX_BROKERS_PER_CLUSTER = 5
+MAX_SPARK_WORKERS = 4  # each takes a core and 1 GiB: more than this only queues on a development machine
 STATE_FILE = "local-up.json"  # in the data dir: the running `kfed local up` (pid and layout), for `cluster add`
 BROKER_NAMES = {"kafka": "Apache Kafka", "tansu": "Tansu"}
 
@@ -71,6 +73,9 @@ class LocalLayout:
     clusters: int = 2
     brokers_per_cluster: int = 1
     broker_base_port: int = 19092
+    spark_workers: int = 0
+    spark_master_port: int = 7077
+    spark_ui_port: int = 8080
 
     def check(self) -> str | None:
         """What is wrong with these settings, as the one line to print; None when they are fine."""
@@ -80,6 +85,8 @@ class LocalLayout:
             return f"--clusters must be between 1 and {MAX_CLUSTERS}"
         if not 1 <= self.brokers_per_cluster <= MAX_BROKERS_PER_CLUSTER:
             return f"--brokers-per-cluster must be between 1 and {MAX_BROKERS_PER_CLUSTER}"
+        if not 0 <= self.spark_workers <= MAX_SPARK_WORKERS:
+            return f"--spark-workers must be between 0 and {MAX_SPARK_WORKERS}"
         if self.broker == "tansu" and self.brokers_per_cluster != 1:
             return "--broker tansu runs one broker per sub-cluster: leave --brokers-per-cluster at 1"
         bases = (
@@ -115,6 +122,9 @@ class LocalLayout:
         ports += [(self.raft_base_port + i, f"controller {i + 1}'s Raft", "--raft-base-port") for i in range(3)]
         for k in range(self.clusters):
             ports += self.cluster_ports(k)
+        if self.spark_workers:
+            ports += [(self.spark_master_port, "the Spark master", "--spark-master-port"),
+                      (self.spark_ui_port, "the Spark master's UI", "--spark-ui-port")]  # fmt: skip
         return ports
 
     def to_json(self) -> dict[str, Any]:
@@ -201,8 +211,14 @@ def run_federation(fed: LocalFederation, progress: Progress) -> None:
     progress.say(f"agents up: {', '.join(fed.clusters)} registered and healthy")
 
 
-def _banner(fed: LocalFederation, topic: dict[str, Any]) -> str:
+def _banner(fed: LocalFederation, topic: dict[str, Any], spark: SparkCluster | None) -> str:
     quorum = fed.quorum
+    spark_lines = (
+        f"  Spark master:      {spark.master_url}   UI and JSON API: {spark.ui_url}\n"
+        f"  on the cluster:    kfed pipeline demo --master {spark.master_url}\n"
+        if spark is not None
+        else ""
+    )
     first = quorum.urls[0]
     placement = ", ".join(f"P{p['partition']}->{p['cluster_id']}" for p in topic["partitions"])
     clusters = "; ".join(f"{c.cluster_id} {c.bootstrap}" for c in fed.clusters.values())
@@ -219,7 +235,7 @@ demo topic {DEMO_TOPIC}: {placement}
   quorum:            curl -s {first}/v1/quorum
   agent leases:      curl -s {first}/v1/agents
   dashboard:         {first}/ui/
-  one more cluster:  kfed local cluster add c{len(fed.clusters) + 1}
+{spark_lines}  one more cluster:  kfed local cluster add c{len(fed.clusters) + 1}
   admin writes need: -H "Authorization: Bearer $(cat {quorum.token_file})"
                      (kfed cluster/topic/quorum commands use that file by default)
 Ctrl-C stops everything.
@@ -238,10 +254,15 @@ def local_up(layout: LocalLayout, once: bool = False, out: TextIO | None = None)
     fed = federation(layout)
     state = layout.data_dir / STATE_FILE
     progress.say(f"starting in {layout.data_dir}/ (logs there)")
+    spark: SparkCluster | None = None
     try:
         run_federation(fed, progress)
         topic = create_demo_topic(fed)
-        print(_banner(fed, topic), file=out, flush=True)
+        if layout.spark_workers:
+            progress.say(f"starting a Spark master and {layout.spark_workers} worker(s)")
+            spark = start_spark_cluster(layout.data_dir / "spark", layout.spark_workers,
+                                        port=layout.spark_master_port, ui_port=layout.spark_ui_port)  # fmt: skip
+        print(_banner(fed, topic, spark), file=out, flush=True)
         state.write_text(json.dumps({"pid": os.getpid(), "layout": layout.to_json()}))
         if once:
             return 0
@@ -252,11 +273,13 @@ def local_up(layout: LocalLayout, once: bool = False, out: TextIO | None = None)
     except KeyboardInterrupt:
         print("\nkfed local: stopping", file=out, flush=True)
         return 0
-    except (TimeoutError, FileNotFoundError, ProcessExited, JarsNotInstalled, ValueError) as e:
+    except (TimeoutError, FileNotFoundError, ProcessExited, JarsNotInstalled, SparkClusterError, ValueError) as e:
         print(f"\nkfed local: {e}", file=sys.stderr)
         return 1
     finally:
         state.unlink(missing_ok=True)
+        if spark is not None:
+            spark.stop()
         fed.stop()
 
 

@@ -221,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(HTTP 8001-8003, Raft 9101-9103), --clusters sub-clusters c1, c2, ... of --brokers-per-cluster Apache "
         "Kafka brokers in KRaft mode (c1 on 19092, c2 on 29092, ...; their KRaft controllers 100 above) or of one "
         "Tansu broker each (--broker tansu: memory storage, starts in milliseconds), an agent per sub-cluster, and "
-        "the demo topic U_TopicA (4 partitions per sub-cluster). Every port is checked before anything starts. "
+        "the demo topic U_TopicA (4 partitions per sub-cluster); with --spark-workers N, a Spark standalone master "
+        "and N workers. Every port is checked before anything starts. "
         "A restart on the same --data-dir keeps the quorum's log and the Kafka brokers' data. Ctrl-C stops "
         "everything.",
     )
@@ -247,6 +248,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=19092,
         help="c1's first broker port (default 19092); sub-cluster k listens 10000 * (k - 1) above it",
     )
+    up.add_argument(
+        "--spark-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also start a Spark standalone master (spark://127.0.0.1:7077, UI 8080) and N workers of 1 core and "
+        "1 GiB each, for `kfed pipeline NAME --master spark://127.0.0.1:7077` (default 0: none)",
+    )
+    up.add_argument("--spark-master-port", type=ops.positive_int, default=7077, help="default 7077")
+    up.add_argument("--spark-ui-port", type=ops.positive_int, default=8080, help="the master's web UI (default 8080)")
     up.add_argument("--once", action="store_true", help="start, wait until everything is up, print, stop")
     cluster = local_sub.add_parser(
         "cluster",
@@ -288,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
             from deploy.local_up import LocalLayout, local_up
 
             layout = LocalLayout(args.data_dir, args.http_base_port, args.raft_base_port, args.broker, args.clusters,
-                                 args.brokers_per_cluster, args.broker_base_port)  # fmt: skip
+                                 args.brokers_per_cluster, args.broker_base_port, args.spark_workers,
+                                 args.spark_master_port, args.spark_ui_port)  # fmt: skip
             return local_up(layout, once=args.once)
         if args.command == "local" and args.local_command == "cluster":
             from deploy.local_up import cluster_add
