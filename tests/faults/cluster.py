@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from controller.config import Voter, render_quorum
-from deploy.local import SubCluster, free_ports, stop_processes
+from deploy.local import SubCluster, free_ports, make_brokers, stop_processes
 from metadata_log.codec import record_from_dict
 from metadata_log.snapshot import read_records
 from metadata_log.views import metadata_view
@@ -50,9 +50,11 @@ class FaultQuorum:
         self.http_proxies = HttpProxies({n: (http_proxy_ports[i], http_ports[i]) for i, n in enumerate(NODE_IDS)})
         self.client_urls = [f"http://127.0.0.1:{port}" for port in http_proxy_ports]
         """What clients use: through the HTTP proxies (``lose_replies``); the harness itself goes direct."""
-        self.agents = {
-            f"a{i + 1}": SubCluster(f"a{i + 1}", AGENT_REGION, port, work_dir, self.client_urls)
-            for i, port in enumerate(free_ports(agents))
+        self.agents = {  # on Tansu brokers: light, and a restart is all the agent faults need of them
+            cid: SubCluster(
+                cid, AGENT_REGION, make_brokers("tansu", work_dir, cid, base_port=port), work_dir, self.client_urls
+            )
+            for cid, port in ((f"a{i + 1}", port) for i, port in enumerate(free_ports(agents)))
         }
         self.client = httpx.Client(timeout=1.0)
 
