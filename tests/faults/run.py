@@ -248,7 +248,7 @@ def run(
             q.resume(n)
             q.start_node(n)
         for agent in q.agents.values():
-            if agent.broker is None or agent.broker.poll() is not None:
+            if not any(p.poll() is None for p in agent.brokers.processes()):  # its broker is down
                 agent.start_broker()
         q.wait_ready(START_TIMEOUT_S)
         for cluster_id in q.agents:
