@@ -29,6 +29,7 @@ from .codec import (
     run_item,
     wire_groups,
 )
+from .gateways import GatewayImage, GatewayRecordError, gateway_snapshot_rows, replay_gateway  # gateway: issue 26
 from .records import (
     LATEST_METADATA_VERSION,
     ClusterFenced,
@@ -36,6 +37,8 @@ from .records import (
     ClusterState,
     ClusterStateChanged,
     ClusterUnfenced,
+    GatewayExpired,  # gateway: issue 26
+    GatewayRegistered,  # gateway: issue 26
     GroupCoordinatorAssigned,
     GroupGenerationStarted,
     GroupMember,
@@ -173,6 +176,7 @@ class MetadataImage:
     groups: Mapping[str, GroupImage]
     voters: Mapping[int, VoterImage] = field(default_factory=dict)
     metadata_version: int = 1  # see ``MetadataVersionChanged``
+    gateways: Mapping[int, GatewayImage] = field(default_factory=dict)  # gateway: issue 26 (metadata_log/gateways.py)
 
     def partition_count(self) -> int:
         return sum(len(t.partitions) for t in self.topics.values())
@@ -197,8 +201,8 @@ class MetadataDelta:
     """Changes of one batch over a base image; ``replay`` records, then ``apply`` once."""
 
     __slots__ = (
-        "_base", "_clusters", "_count", "_groups", "_leaders", "_metadata_version", "_partitions", "_placements",
-        "_topics", "_voters",
+        "_base", "_clusters", "_count", "_gateways", "_groups", "_leaders", "_metadata_version", "_partitions",
+        "_placements", "_topics", "_voters",
     )  # fmt: skip
 
     def __init__(self, base: MetadataImage) -> None:
@@ -207,6 +211,7 @@ class MetadataDelta:
         self._topics: dict[str, TopicImage] | None = None
         self._groups: dict[str, GroupImage] | None = None
         self._voters: dict[int, VoterImage] | None = None
+        self._gateways: dict[int, GatewayImage] | None = None  # gateway: issue 26
         self._partitions: dict[str, list[PartitionImage]] = {}  # topics whose partitions changed
         self._leaders: dict[str, dict[tuple[str, int], str]] = {}  # clusters whose leaders changed
         # (cluster, physical topic, physical partition) already used, per topic that gained partitions
@@ -338,6 +343,13 @@ class MetadataDelta:
                 if record.version > LATEST_METADATA_VERSION:
                     raise NewerMetadataVersion(record.version)
                 self._metadata_version = record.version
+            case GatewayRegistered() | GatewayExpired():  # gateway: issue 26 (metadata_log/gateways.py)
+                if self._gateways is None:
+                    self._gateways = dict(self._base.gateways)
+                try:
+                    replay_gateway(self._gateways, record)
+                except GatewayRecordError as e:
+                    raise InvalidRecord(str(e)) from None
             case _:
                 raise InvalidRecord(f"not a record: {type(record).__name__}")
         self._count += 1
@@ -552,6 +564,7 @@ class MetadataDelta:
             groups=self._groups if self._groups is not None else self._base.groups,
             voters=self._voters if self._voters is not None else self._base.voters,
             metadata_version=self._metadata_version,
+            gateways=self._gateways if self._gateways is not None else self._base.gateways,  # gateway: issue 26
         )
 
 
@@ -682,6 +695,7 @@ def _snapshot_rows(image: MetadataImage) -> Iterator[tuple[type[Record], tuple[A
             yield GroupGenerationStarted, (g.group, g.generation, g.members)
     for v in sorted(image.voters.values(), key=lambda v: v.voter_id):
         yield QuorumVoterChanged, (v.voter_id, v.raft, v.http, v.voter)
+    yield from gateway_snapshot_rows(image.gateways)  # gateway: issue 26
 
 
 def image_to_records(image: MetadataImage) -> list[Record]:

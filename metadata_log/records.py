@@ -156,6 +156,28 @@ class MetadataVersionChanged:  # v0: initial. The quorum's nodes all read this v
     version: int
 
 
+# -- gateway instances (kfed gateway; appended for issue 26) -------------------------------------------
+@dataclass(frozen=True, slots=True)
+class GatewayRegistered:  # v0: initial. A gateway process serving the Kafka protocol as broker gateway_id.
+    """``instance`` is new in every process, so a restart is a new registration; ``incarnation`` numbers the
+    registrations of every gateway, each above all before it (a process mints ids unique to it from it)."""
+
+    TYPE: ClassVar[str] = "GatewayRegistered"
+    gateway_id: int
+    host: str
+    port: int
+    instance: str
+    incarnation: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayExpired:  # v0: initial. Its lease ran out, or another registration took its address: not live.
+    TYPE: ClassVar[str] = "GatewayExpired"
+    gateway_id: int
+    at_ms: int
+
+
 Record = (
     ClusterRegistered
     | ClusterStateChanged
@@ -171,6 +193,8 @@ Record = (
     | NoOp
     | QuorumVoterChanged
     | MetadataVersionChanged
+    | GatewayRegistered
+    | GatewayExpired
 )
 
 RECORD_TYPES: Final[tuple[type[Record], ...]] = (
@@ -188,6 +212,8 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     NoOp,
     QuorumVoterChanged,
     MetadataVersionChanged,
+    GatewayRegistered,
+    GatewayExpired,
 )
 
 
