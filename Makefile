@@ -21,7 +21,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy metadata_log controller deploy broker_agent sdk spark_pipeline
+	$(BIN)/mypy metadata_log controller deploy broker_agent sdk spark_pipeline gateway
 
 test: lint browser
 	$(BIN)/pytest -q
