@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test test-fast lint bench faults browser clean
+.PHONY: run test test-fast lint bench faults browser kcat clean
 
 # The C modules (sdk/_speedups.c, metadata_log/_columns.c) are compiled by the install (an editable install
 # builds them in place): rebuild on change.
@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy metadata_log controller deploy broker_agent sdk spark_pipeline gateway
 
-test: lint browser
+test: lint browser kcat
 	$(BIN)/pytest -q
 
 # The dashboard tests (tests/ui) drive Debian's chromium through Playwright; install it when missing.
@@ -32,6 +32,13 @@ browser:
 		echo "installing Debian's chromium for the dashboard tests (tests/ui)"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+# The gateway tests (tests/gateway) drive Debian's kcat, an unmodified librdkafka client; install it when missing.
+kcat:
+	@command -v kcat >/dev/null || { \
+		echo "installing Debian's kcat for the gateway tests (tests/gateway)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq kcat >/dev/null; }
 
 # Seeded fault injection against a real 3-node quorum: make faults SEED=7 DURATION=120
 SEED     ?= 1

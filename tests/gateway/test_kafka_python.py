@@ -1,0 +1,46 @@
+"""kafka-python (a pure-Python Kafka client), unmodified, through the gateway."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from deploy.local import LocalFederation
+
+from .conftest import TOPIC, physical_messages
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+def test_kafka_python_produces_keyed_and_keyless_messages_onto_both_clusters_and_reads_them_back(
+    gateway: str, fed: LocalFederation
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    producer = KafkaProducer(bootstrap_servers=[gateway], acks="all", linger_ms=5)
+    sent = {}
+    for i in range(300):
+        key = f"key-{i % 23}".encode() if i % 2 else None
+        value = f"{run}-{i}".encode()
+        sent[value] = producer.send(TOPIC, key=key, value=value)
+    producer.flush(30)
+    placed = {value: future.get(timeout=30) for value, future in sent.items()}
+    producer.close()
+    assert {m.partition for m in placed.values()} == set(range(8))
+    partitions_of_key: dict[bytes, set[int]] = {}
+    for i in range(1, 300, 2):
+        partitions_of_key.setdefault(f"key-{i % 23}".encode(), set()).add(placed[f"{run}-{i}".encode()].partition)
+    assert all(len(ps) == 1 for ps in partitions_of_key.values()), "a key stays in one partition"
+
+    consumer = KafkaConsumer(bootstrap_servers=[gateway], enable_auto_commit=False, consumer_timeout_ms=5000)
+    consumer.assign([TopicPartition(TOPIC, p) for p in range(8)])
+    consumer.seek_to_beginning()
+    got = [(m.partition, m.offset, m.value) for m in consumer if m.value.startswith(run.encode())]
+    consumer.close()
+    assert sorted(v for _, _, v in got) == sorted(sent), "every message read back once"
+    assert all((m.partition, m.offset) == (p, o) for p, o, v in got for m in [placed[v]]), "offsets pass through"
+
+    landed = {cluster: set(values) & set(sent) for cluster, values in physical_messages(fed).items()}
+    assert landed["c1"] and landed["c2"], "messages on both physical clusters"
+    assert landed["c1"] | landed["c2"] == set(sent)
