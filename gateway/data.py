@@ -17,7 +17,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from . import protocol as kp
-from .producers import PhysicalProducer
+from .producers import STATE_LOST, PhysicalKey, ProducerIds
 from .protocol import ErrorCode
 from .server import NO_RESPONSE, ClientConnection
 from .upstream import ClusterClient, UpstreamError
@@ -41,6 +41,16 @@ class Refused(NamedTuple):
 
     code: ErrorCode
     message: str | None
+
+
+class Routed(NamedTuple):
+    """One partition's batches on their way to a broker."""
+
+    topic: str
+    partition: int
+    placement: Placement
+    records: bytes | None
+    producer: PhysicalKey | None  # the physical producer they were rewritten for, if idempotent
 
 
 def _done(value: Any) -> asyncio.Future[Any]:
@@ -68,7 +78,7 @@ async def produce(gw: Gateway, conn: ClientConnection, request: kp.Request) -> A
     body = request.body
     view = gw.view()
     errors: dict[tuple[str, int], Refused] = {}
-    routes: dict[tuple[ClusterClient, str], list[tuple[str, int, Placement, bytes | None]]] = defaultdict(list)
+    routes: dict[tuple[ClusterClient, str], list[Routed]] = defaultdict(list)
     for topic in body.topic_data:
         for data in topic.partition_data:
             tp = (topic.name, int(data.index))
@@ -79,8 +89,8 @@ async def produce(gw: Gateway, conn: ClientConnection, request: kp.Request) -> A
             if isinstance(routed, Refused):
                 errors[tp] = routed
             else:
-                cluster, address, placement, records = routed
-                routes[(cluster, address)].append((tp[0], tp[1], placement, records))
+                cluster, address, batches = routed
+                routes[(cluster, address)].append(batches)
     acks = int(body.acks)
     timeout_ms = kp.milliseconds(body.timeout)
     sends = []
@@ -91,23 +101,24 @@ async def produce(gw: Gateway, conn: ClientConnection, request: kp.Request) -> A
             )
             version = upstream.version(kp.PRODUCE)
         except UpstreamError as e:
-            for topic_name, partition, _, _ in parts:
-                errors[(topic_name, partition)] = Refused(ErrorCode.not_leader_or_follower, str(e))
+            for r in parts:
+                errors[(r.topic, r.partition)] = Refused(ErrorCode.not_leader_or_follower, str(e))
             continue
         by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for _, _, p, records in parts:
-            by_topic[p.physical_topic].append({"index": p.physical_partition, "records": records})
+        for r in parts:
+            by_topic[r.placement.physical_topic].append({"index": r.placement.physical_partition, "records": r.records})
         physical = {"transactional_id": None, "acks": acks, "timeout": timeout_ms,
                     "topic_data": [{"name": t, "partition_data": ps} for t, ps in by_topic.items()]}  # fmt: skip
         sends.append((cluster, upstream, parts, upstream.send(kp.PRODUCE, version, physical, acks != 0)))
     if acks == 0:
         return _done(NO_RESPONSE)
-    return asyncio.ensure_future(_produce_answer(body, errors, sends, timeout_ms / 1000 + REQUEST_MARGIN_S))
+    timeout_s = timeout_ms / 1000 + REQUEST_MARGIN_S
+    return asyncio.ensure_future(_produce_answer(gw.producers, body, errors, sends, timeout_s))
 
 
 async def _route_batches(
     gw: Gateway, view: ClusterView, tp: tuple[str, int], records: bytes | None
-) -> tuple[ClusterClient, str, Placement, bytes | None] | Refused:
+) -> tuple[ClusterClient, str, Routed] | Refused:
     """Where one partition's batches go, with their producer rewritten for the cluster, or why not."""
     placement = view.placement(*tp)
     if placement is None:
@@ -117,28 +128,30 @@ async def _route_batches(
     cluster = _cluster(gw, view, placement.cluster_id)
     if cluster is None:
         return Refused(ErrorCode.not_leader_or_follower, f"cluster {placement.cluster_id} is not registered")
+    key = None
     try:
         address = await _leader(cluster, placement)
-        batch = kp.first_batch_producer(records)
+        batch = kp.batch_producer(records)
         if batch is not None and batch.producer_id >= 0:
             if batch.transactional:
                 return Refused(ErrorCode.transactional_id_authorization_failed, NO_TRANSACTIONS)
-            producer: PhysicalProducer = await gw.producers.physical(batch.producer_id, batch.producer_epoch, cluster)
-            if not producer.admits(placement.physical_topic, placement.physical_partition, batch.base_sequence):
-                return Refused(ErrorCode.unknown_producer_id, "no state for this producer here: bump the epoch")
-            assert records is not None
-            records = kp.rewrite_producer(records, producer.producer_id, producer.producer_epoch)
+            key = (batch.producer_id, batch.producer_epoch, cluster.cluster_id, placement.physical_topic,
+                   placement.physical_partition)  # fmt: skip
+            producer = await gw.producers.physical(key, cluster, batch.base_sequence, batch.last_sequence)
+            assert records is not None and producer.shift is not None
+            records = kp.rewrite_producer(records, producer.producer_id, producer.producer_epoch, producer.shift)
     except UpstreamError as e:
         return Refused(ErrorCode.not_leader_or_follower, str(e))
     except kp.ProtocolError as e:
         return Refused(ErrorCode.corrupt_message, str(e))
-    return cluster, address, placement, records
+    return cluster, address, Routed(tp[0], tp[1], placement, records, key)
 
 
 async def _produce_answer(
+    producers: ProducerIds,
     body: Any,
     errors: dict[tuple[str, int], Refused],
-    sends: list[tuple[ClusterClient, Any, list[tuple[str, int, Placement, bytes | None]], asyncio.Future[Any]]],
+    sends: list[tuple[ClusterClient, Any, list[Routed], asyncio.Future[Any]]],
     timeout_s: float,
 ) -> dict[str, Any]:
     answers: dict[tuple[str, int], dict[str, Any]] = {}
@@ -146,18 +159,20 @@ async def _produce_answer(
         try:
             response = await upstream.wait(future, timeout_s)
         except UpstreamError as e:
-            for topic_name, partition, _, _ in parts:
-                errors[(topic_name, partition)] = Refused(ErrorCode.not_leader_or_follower, str(e))
+            for r in parts:
+                errors[(r.topic, r.partition)] = Refused(ErrorCode.not_leader_or_follower, str(e))
             continue
         physical = {(t.name, int(p.index)): p for t in response.responses for p in t.partition_responses}
-        for topic_name, partition, placement, _ in parts:
-            p = physical.get((placement.physical_topic, placement.physical_partition))
+        for r in parts:
+            p = physical.get((r.placement.physical_topic, r.placement.physical_partition))
             if p is None:
-                errors[(topic_name, partition)] = Refused(ErrorCode.unknown_server_error, "no answer from the broker")
+                errors[(r.topic, r.partition)] = Refused(ErrorCode.unknown_server_error, "no answer from the broker")
                 continue
             if p.error_code in STALE:
-                cluster.forget_leaders(placement.physical_topic)
-            answers[(topic_name, partition)] = kp.fields_of(p, index=partition)
+                cluster.forget_leaders(r.placement.physical_topic)
+            if p.error_code in STATE_LOST and r.producer is not None:
+                producers.forget(r.producer)
+            answers[(r.topic, r.partition)] = kp.fields_of(p, index=r.partition)
     topics = []
     for topic in body.topic_data:
         partitions = []
@@ -166,9 +181,8 @@ async def _produce_answer(
             answer = answers.get(tp)
             if answer is None:
                 code, message = errors.get(tp, Refused(ErrorCode.unknown_server_error, None))
-                # log_start_offset >= 0: Java retries an UNKNOWN_PRODUCER_ID without one as is, forever
                 answer = {"index": tp[1], "error_code": code, "base_offset": -1, "log_append_time": -1,
-                          "log_start_offset": 0, "record_errors": (), "error_message": message}  # fmt: skip
+                          "log_start_offset": -1, "record_errors": (), "error_message": message}  # fmt: skip
             partitions.append(answer)
         topics.append({"name": topic.name, "partition_responses": partitions})
     return {"responses": topics, "throttle_time": 0}

@@ -421,31 +421,43 @@ last offset delta, base timestamp, max timestamp, producer id, producer epoch, b
 class BatchProducer(NamedTuple):
     producer_id: int
     producer_epoch: int
-    base_sequence: int
+    base_sequence: int  # of the first batch
+    last_sequence: int  # of the last record of the last batch
     transactional: bool
 
 
-def first_batch_producer(records: bytes | None) -> BatchProducer | None:
-    """The producer fields of the first batch of ``records`` (all batches of one produce request share
-    them), or None when there is no v2 batch header to read."""
+def batch_producer(records: bytes | None) -> BatchProducer | None:
+    """The producer fields of the v2 batches of ``records`` (one produce request's batches for a partition
+    share them), or None when there is no v2 batch header to read. ``ProtocolError`` for lengths that do not
+    add up."""
     if not records or len(records) < BATCH_HEADER.size:
         return None
-    fields = BATCH_HEADER.unpack_from(records)
-    if fields[3] != 2:
+    first = BATCH_HEADER.unpack_from(records)
+    if first[3] != 2:
         return None
-    return BatchProducer(fields[9], fields[10], fields[11], bool(fields[5] & 0x10))
+    last, at = first, 0
+    while True:
+        end = at + 12 + last[1]
+        if last[1] < BATCH_HEADER.size - 12 or end > len(records):
+            raise ProtocolError(f"a record batch at byte {at} says it is {last[1]} bytes long")
+        if end == len(records):
+            break
+        if len(records) - end < BATCH_HEADER.size:
+            raise ProtocolError(f"a record batch header at byte {end} is cut short")
+        at, last = end, BATCH_HEADER.unpack_from(records, end)
+    return BatchProducer(first[9], first[10], first[11], last[11] + last[6], bool(first[5] & 0x10))
 
 
-_PRODUCER_AT: Final = 43  # offset of producer id, epoch in a v2 batch header (see BATCH_HEADER)
-_PRODUCER: Final = struct.Struct(">qh")
+_PRODUCER_AT: Final = 43  # offset of producer id, epoch and base sequence in a v2 batch header (BATCH_HEADER)
+_PRODUCER: Final = struct.Struct(">qhi")
 _CRC_AT: Final = 17
 _CRC_FROM: Final = 21  # the CRC-32C covers the batch from its attributes on
 
 
-def rewrite_producer(records: bytes, producer_id: int, producer_epoch: int) -> bytes:
-    """``records`` with the producer id and epoch of every v2 batch replaced, each batch's CRC-32C
-    recomputed (it covers them; the partition leader epoch before it, which is not rewritten, is outside).
-    ``ProtocolError`` for batches whose lengths do not add up."""
+def rewrite_producer(records: bytes, producer_id: int, producer_epoch: int, sequence_shift: int = 0) -> bytes:
+    """``records`` with the producer id and epoch of every v2 batch replaced and its base sequence lowered by
+    ``sequence_shift``, each batch's CRC-32C recomputed (it covers them; the partition leader epoch before
+    it, which is not rewritten, is outside). ``ProtocolError`` for batches whose lengths do not add up."""
     out = bytearray(records)
     at = 0
     while at < len(out):
@@ -456,7 +468,8 @@ def rewrite_producer(records: bytes, producer_id: int, producer_epoch: int) -> b
         if length < BATCH_HEADER.size - 12 or end > len(out):
             raise ProtocolError(f"a record batch at byte {at} says it is {length} bytes long")
         if out[at + 16] == 2:
-            _PRODUCER.pack_into(out, at + _PRODUCER_AT, producer_id, producer_epoch)
+            (sequence,) = SIZE.unpack_from(out, at + _PRODUCER_AT + 10)
+            _PRODUCER.pack_into(out, at + _PRODUCER_AT, producer_id, producer_epoch, sequence - sequence_shift)
             struct.pack_into(">I", out, at + _CRC_AT, crc32c.crc32c(memoryview(out)[at + _CRC_FROM : end]))
         at = end
     return bytes(out)

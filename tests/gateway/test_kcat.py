@@ -11,7 +11,9 @@ import pytest
 
 from deploy.local import LocalFederation
 
+from .clients import KcatMember, kcat_produce
 from .conftest import TOPIC, Gateways, physical_messages
+from .scenario import group_scenario
 
 pytestmark = [
     pytest.mark.slow,
@@ -62,3 +64,9 @@ def test_kcat_produces_keyed_and_keyless_messages_onto_both_clusters_and_reads_t
     landed = {cluster: {v.decode() for v in values} & expected for cluster, values in physical_messages(fed).items()}
     assert landed["c1"] and landed["c2"], "messages on both physical clusters"
     assert landed["c1"] | landed["c2"] == expected and not landed["c1"] & landed["c2"]
+
+
+def test_kcat_consumes_in_a_group_of_two_exactly_once_and_survives_a_gateway_killed_mid_stream(
+    fed: LocalFederation, gateways: Gateways
+) -> None:
+    group_scenario(fed, gateways, kcat_produce, KcatMember)

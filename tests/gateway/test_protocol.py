@@ -13,6 +13,7 @@ from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_batch
 
 from gateway import protocol as kp
+from gateway.producers import PhysicalProducer
 
 
 def test_one_metadata_description_encodes_in_every_served_version() -> None:
@@ -78,13 +79,26 @@ def batch(producer_id: int, epoch: int, sequence: int, count: int = 3) -> bytes:
 
 def test_rewriting_the_producer_keeps_every_batch_valid_and_its_records_unchanged() -> None:
     two = batch(2**62 + 5, 3, 10) + batch(2**62 + 5, 3, 13, count=2)
-    rewritten = kp.rewrite_producer(two, 1001, 0)
+    rewritten = kp.rewrite_producer(two, 1001, 0, sequence_shift=10)
     assert len(rewritten) == len(two)
     first, size = read_batch(rewritten, 0)  # kio checks each batch's CRC-32C
     second, _ = read_batch(rewritten, size)
-    for got, sequence, count in ((first, 10, 3), (second, 13, 2)):
+    for got, sequence, count in ((first, 0, 3), (second, 3, 2)):
         assert (got.producer_id, got.producer_epoch, got.base_sequence) == (1001, 0, sequence)
         assert [r.value for r in got.records] == [b"v%d" % i for i in range(count)]
-    assert kp.first_batch_producer(rewritten) == kp.BatchProducer(1001, 0, 10, False)
+    assert kp.batch_producer(two) == kp.BatchProducer(2**62 + 5, 3, 10, 14, False)
+    assert kp.batch_producer(rewritten) == kp.BatchProducer(1001, 0, 0, 4, False)
     with pytest.raises(kp.ProtocolError):
         kp.rewrite_producer(two[:-5], 1, 0)
+
+
+def test_a_physical_producer_takes_its_first_batch_the_next_one_or_a_recent_resend_and_nothing_else() -> None:
+    p = PhysicalProducer(7, 0)
+    assert p.follows(5, 9) and p.shift == 5, "the client's first sequence here is the broker's 0"
+    assert p.follows(10, 10) and p.follows(11, 14)
+    assert p.follows(5, 9), "a resend of a recent batch goes through (the broker deduplicates it)"
+    assert not p.follows(16, 17), "a gap: the client went on elsewhere"
+    assert not p.follows(6, 9), "an old sequence that was never a batch of this producer"
+    for start in range(15, 15 + 5):
+        assert p.follows(start, start)
+    assert not p.follows(5, 9), "a batch older than the last five is not a resend"
