@@ -147,7 +147,8 @@ def test_a_client_that_never_reads_gets_backpressure_and_memory_stays_bounded(ta
     request = kp.encode_request(kp.FETCH, 12, 1, "flood", {
         "replica_id": -1, "max_wait": 10_000, "min_bytes": 1, "max_bytes": 1024, "isolation_level": 0,
         "session_id": 0, "session_epoch": -1,
-        "topics": [{"topic": TOPIC, "partitions": [{"partition": 0, "fetch_offset": 10**12, "partition_max_bytes": 1024}]}],
+        "topics": [{"topic": TOPIC,
+                    "partitions": [{"partition": 0, "fetch_offset": 10**12, "partition_max_bytes": 1024}]}],
     })  # fmt: skip
     sockets = [connect(address) for _ in range(5)]
     for s in sockets:
