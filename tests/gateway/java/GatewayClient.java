@@ -1,6 +1,7 @@
 // An unmodified Java Kafka client (org.apache.kafka:kafka-clients, default settings unless said) for the
 // gateway tests. Prints one line per event on stdout, flushed, for the test to read:
-//   produce BOOTSTRAP TOPIC RUN N  -> "acked VALUE PARTITION OFFSET" / "failed VALUE ERROR", then "done"
+//   produce BOOTSTRAP TOPIC RUN N [PROPERTY=VALUE ...] -> "acked VALUE PARTITION OFFSET" / "failed VALUE ERROR",
+//                                                       then "done"
 //   consume BOOTSTRAP TOPIC GROUP RUN -> "got VALUE PARTITION OFFSET", "assigned P,P", "revoked P,P";
 //                                        stops (commits and leaves) when stdin closes.
 import java.io.PrintStream;
@@ -26,14 +27,16 @@ public final class GatewayClient {
 
     public static void main(String[] args) throws Exception {
         switch (args[0]) {
-            case "produce" -> produce(args[1], args[2], args[3], Integer.parseInt(args[4]));
+            case "produce" -> produce(args[1], args[2], args[3], Integer.parseInt(args[4]),
+                                      java.util.Arrays.copyOfRange(args, 5, args.length));
             case "consume" -> consume(args[1], args[2], args[3], args[4]);
             default -> throw new IllegalArgumentException("produce or consume, not " + args[0]);
         }
     }
 
-    static void produce(String bootstrap, String topic, String run, int n) throws Exception {
+    static void produce(String bootstrap, String topic, String run, int n, String[] extra) throws Exception {
         Properties p = new Properties();
+        for (String kv : extra) p.put(kv.substring(0, kv.indexOf('=')), kv.substring(kv.indexOf('=') + 1));
         p.put("bootstrap.servers", bootstrap);
         p.put("key.serializer", StringSerializer.class.getName());
         p.put("value.serializer", StringSerializer.class.getName());

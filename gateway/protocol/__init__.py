@@ -44,6 +44,8 @@ from kio.serial.readers import tz_aware_from_i64
 from kio.static.constants import EntityType
 from kio.static.primitive import i64
 
+from .writer import compiled
+
 __all__ = ["ErrorCode"]
 
 # -- API keys the gateway knows by name ------------------------------------------------------------
@@ -156,29 +158,28 @@ def decode_request(frame: bytes, prefix: RequestPrefix) -> Request:
 def encode_response(api_key: int, api_version: int, correlation_id: int, data: Any) -> bytes:
     """A size-prefixed response frame; ``data`` as ``build`` takes it."""
     cls = response_class(api_key, api_version)
-    out = io.BytesIO()
-    out.write(b"\0\0\0\0")
-    _writer(cls.__header_schema__)(out, cls.__header_schema__(correlation_id=correlation_id))
-    _writer(cls)(out, data if type(data) is cls else build(cls, data))
-    frame = out.getbuffer()
-    SIZE.pack_into(frame, 0, len(frame) - 4)
-    del frame
-    return out.getvalue()
+    out = bytearray(4)
+    _compiled(cls.__header_schema__)(out, {"correlation_id": correlation_id})
+    _compiled(cls)(out, data)
+    SIZE.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str, data: Any) -> bytes:
     """A size-prefixed request frame, for a broker."""
     cls = request_class(api_key, api_version)
-    out = io.BytesIO()
-    out.write(b"\0\0\0\0")
-    header = cls.__header_schema__
-    _writer(header)(out, header(request_api_key=api_key, request_api_version=api_version,
-                                correlation_id=correlation_id, client_id=client_id))  # fmt: skip
-    _writer(cls)(out, data if type(data) is cls else build(cls, data))
-    frame = out.getbuffer()
-    SIZE.pack_into(frame, 0, len(frame) - 4)
-    del frame
-    return out.getvalue()
+    header = io.BytesIO()  # kio's writer: the header's client id is a legacy string even in flexible versions
+    _writer(cls.__header_schema__)(
+        header,
+        cls.__header_schema__(
+            request_api_key=api_key, request_api_version=api_version, correlation_id=correlation_id, client_id=client_id
+        ),
+    )
+    out = bytearray(4)
+    out += header.getvalue()
+    _compiled(cls)(out, data)
+    SIZE.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
@@ -218,6 +219,10 @@ def _writer(cls: Any) -> Callable[[io.BytesIO, Any], None]:
     return entity_writer(cls)
 
 
+def _compiled(cls: Any) -> Callable[[bytearray, Any], None]:
+    return compiled(cls, _ZERO_ITEMS)
+
+
 # -- building entities from plain values ------------------------------------------------------------
 _MISSING: Final = object()
 _EPOCH: Final = tz_aware_from_i64(i64(0))
@@ -251,7 +256,7 @@ _CONVERTERS: Final[Mapping[str, Callable[[Any], Any]]] = {
     "datetime_i64": _timestamp,
     "uuid": _uuid,
 }
-_ZERO: Final[Mapping[str, Any]] = {
+_ZERO: Final[Mapping[str, Any]] = {  # what a required field not given takes, per Kafka type
     "error_code": ErrorCode.none,
     "timedelta_i32": datetime.timedelta(0),
     "timedelta_i64": datetime.timedelta(0),
@@ -263,6 +268,9 @@ _ZERO: Final[Mapping[str, Any]] = {
     "uuid": uuid.UUID(int=0),
     "float64": 0.0,
 }
+
+
+_ZERO_ITEMS: Final = tuple(_ZERO.items())
 
 
 class _FieldPlan(NamedTuple):
