@@ -97,7 +97,11 @@ class BrokerConnection:
         except (OSError, TimeoutError, ValueError) as e:
             raise UpstreamError(f"cannot connect to broker {self.address}: {type(e).__name__}: {e}") from None
         self._task = asyncio.get_running_loop().create_task(self._read_loop(), name=f"upstream {self.address}")
-        await self._negotiate()
+        try:
+            await self._negotiate()
+        except BaseException:
+            self.close()
+            raise
         return self
 
     async def _negotiate(self) -> None:

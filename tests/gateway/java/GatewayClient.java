@@ -2,6 +2,8 @@
 // gateway tests. Prints one line per event on stdout, flushed, for the test to read:
 //   produce BOOTSTRAP TOPIC RUN N [PROPERTY=VALUE ...] -> "acked VALUE PARTITION OFFSET" / "failed VALUE ERROR",
 //                                                       then "done"
+//   stream BOOTSTRAP TOPIC RUN [PROPERTY=VALUE ...] -> as produce, about 2,000 messages a second until stdin
+//                                                      closes
 //   consume BOOTSTRAP TOPIC GROUP RUN -> "got VALUE PARTITION OFFSET", "assigned P,P", "revoked P,P";
 //                                        stops (commits and leaves) when stdin closes.
 import java.io.PrintStream;
@@ -29,12 +31,16 @@ public final class GatewayClient {
         switch (args[0]) {
             case "produce" -> produce(args[1], args[2], args[3], Integer.parseInt(args[4]),
                                       java.util.Arrays.copyOfRange(args, 5, args.length));
+            case "stream" -> produce(args[1], args[2], args[3], -1, java.util.Arrays.copyOfRange(args, 4, args.length));
             case "consume" -> consume(args[1], args[2], args[3], args[4]);
             default -> throw new IllegalArgumentException("produce or consume, not " + args[0]);
         }
     }
 
+    /** n messages, or (n < 0) until stdin closes. */
     static void produce(String bootstrap, String topic, String run, int n, String[] extra) throws Exception {
+        AtomicBoolean stop = new AtomicBoolean();
+        if (n < 0) stopOnStdinClose(stop, null);
         Properties p = new Properties();
         for (String kv : extra) p.put(kv.substring(0, kv.indexOf('=')), kv.substring(kv.indexOf('=') + 1));
         p.put("bootstrap.servers", bootstrap);
@@ -42,7 +48,7 @@ public final class GatewayClient {
         p.put("value.serializer", StringSerializer.class.getName());
         p.put("linger.ms", "5");
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
-            for (int i = 0; i < n; i++) {
+            for (int i = 0; n < 0 ? !stop.get() : i < n; i++) {
                 String key = i % 2 == 1 ? "key-" + (i % 23) : null;
                 String value = run + "-" + i;
                 producer.send(new ProducerRecord<>(topic, key, value), (md, e) -> {
@@ -77,15 +83,7 @@ public final class GatewayClient {
         p.put("heartbeat.interval.ms", "500");
         KafkaConsumer<String, String> consumer = new KafkaConsumer<>(p);
         AtomicBoolean stop = new AtomicBoolean();
-        Thread watcher = new Thread(() -> {
-            try {
-                while (System.in.read() >= 0) { }
-            } catch (Exception ignored) { }
-            stop.set(true);
-            consumer.wakeup();
-        });
-        watcher.setDaemon(true);
-        watcher.start();
+        stopOnStdinClose(stop, consumer::wakeup);
         consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
             public void onPartitionsRevoked(Collection<TopicPartition> ps) { line("revoked " + partitions(ps)); }
             public void onPartitionsAssigned(Collection<TopicPartition> ps) { line("assigned " + partitions(ps)); }
@@ -105,6 +103,18 @@ public final class GatewayClient {
             consumer.close();
             line("closed");
         }
+    }
+
+    static void stopOnStdinClose(AtomicBoolean stop, Runnable then) {
+        Thread watcher = new Thread(() -> {
+            try {
+                while (System.in.read() >= 0) { }
+            } catch (Exception ignored) { }
+            stop.set(true);
+            if (then != null) then.run();
+        });
+        watcher.setDaemon(true);
+        watcher.start();
     }
 
     static void line(String s) {
