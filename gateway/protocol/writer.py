@@ -36,6 +36,7 @@ from kio.serial._introspect import (
 )
 from kio.serial._serialize import get_field_writer
 from kio.serial.writers import write_tagged_field
+from kio.static.primitive import uvarint as uvarint_value
 
 Write = Callable[[bytearray, Any], None]
 
@@ -262,5 +263,5 @@ def _write_tags(
     uvarint(out, len(present))
     buffer = io.BytesIO()
     for tag, kio_writer, value in present:
-        write_tagged_field(buffer, tag, kio_writer, value)
+        write_tagged_field(buffer, uvarint_value(tag), kio_writer, value)
     out += buffer.getvalue()
