@@ -88,6 +88,7 @@ class GatewayLeases:
                     "host": g.host,
                     "port": g.port,
                     "rack": g.rack,
+                    "listener": g.listener,
                     "live": g.live,
                     "incarnation": g.incarnation,
                     "last_heartbeat_ms": lease.last_beat_ms if lease else None,
@@ -115,7 +116,9 @@ class GatewayRegistry:
         service._require_leader()
 
         def register(image: MetadataImage) -> commands.Result:
-            return commands.register_gateway(image, body.gateway_id, body.host, body.port, body.instance, body.rack)
+            return commands.register_gateway(
+                image, body.gateway_id, body.host, body.port, body.instance, body.rack, body.listener
+            )
 
         result = await service.write(register, lambda image: {}, None, "")
         gateway_id = result.body["gateway_id"]
@@ -153,6 +156,8 @@ class GatewayHeartbeat(BaseModel):
     port: int = Field(ge=1, le=65535, description="The port Kafka clients reach this gateway at.")
     instance: str = Field(min_length=1, max_length=64, description="New in every process (a restart registers anew).")
     rack: str | None = Field(None, max_length=249, description="Its rack, shown to rack-aware clients.")
+    listener: str = Field("PLAINTEXT", max_length=249, description="Its listener's security; clients are told "
+                          "only of gateways with the same (e.g. SASL_SSL).")  # fmt: skip
     connections: int = Field(0, ge=0, le=2**31 - 1, description="Kafka client connections open now (for display).")
     requests: int = Field(0, ge=0, le=2**63 - 1, description="Kafka requests served since it started (for display).")
 

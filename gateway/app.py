@@ -50,6 +50,11 @@ class GatewayConfig:
     cluster_name: str = "kfed"  # the cluster id clients see
 
     @property
+    def listener(self) -> str:
+        """Kafka's name for this listener's security: the gateways a client is told of all share it."""
+        return ("SASL_" if self.sasl else "") + ("SSL" if self.tls else "PLAINTEXT")
+
+    @property
     def admin_token(self) -> str | None:
         return self.access.token
 
@@ -103,7 +108,7 @@ class Gateway:
         image = self.follower.image
         view = self._view
         if view is None or view.image is not image or view.self_broker != self.self_broker:
-            view = self._view = ClusterView(image, self.self_broker)
+            view = self._view = ClusterView(image, self.self_broker, self.config.listener)
             self._topic_metadata = {}
         return view
 
@@ -148,7 +153,7 @@ class Gateway:
     async def _register(self) -> bool:
         broker = self.self_broker
         body = {"gateway_id": self.gateway_id, "host": broker.host, "port": broker.port, "instance": self.instance,
-                "rack": self.config.rack, "connections": self.server.connections,
+                "rack": self.config.rack, "listener": self.config.listener, "connections": self.server.connections,
                 "requests": self.server.requests}  # fmt: skip
         try:
             reply = await self.quorum.post("/v1/gateways/heartbeat", body)

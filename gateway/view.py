@@ -2,8 +2,9 @@
 
 Pure: the same image gives every instance the same answers, so a client may ask any of them.
 
-- **Brokers** are the live gateway instances (``image.gateways``), plus the answering one when the image
-  does not hold it live yet (a client connected to it knows it is alive).
+- **Brokers** are the live gateway instances (``image.gateways``) whose listener has the same security as
+  the answering one's (like a Kafka broker's listeners: a TLS client is never sent to a plaintext port), plus
+  the answering one when the image does not hold it live yet (a client connected to it knows it is alive).
 - **Partition ids**: a logical topic's Kafka partition ids *are* kfed's logical partition ids. kfed hands
   them out densely per topic and never reuses one, so ids 0..n-1 all exist; a removed partition keeps its
   slot forever, leaderless. Clients that assume dense ids (``hash % count``) therefore see a count that
@@ -76,13 +77,18 @@ class ClusterView:
 
     image: MetadataImage
     self_broker: Broker
+    listener: str = "PLAINTEXT"  # the answering gateway's: clients are told only of gateways they can connect to
     brokers: tuple[Broker, ...] = field(init=False)
     _topics: dict[str, TopicView | None] = field(init=False, default_factory=dict)
     _by_uuid: dict[uuid.UUID, str] | None = field(init=False, default=None)
     _by_physical: dict[tuple[str, str, int], tuple[str, int]] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        live = [Broker(g.gateway_id, g.host, g.port, g.rack) for g in live_gateways(self.image.gateways)]
+        live = [
+            Broker(g.gateway_id, g.host, g.port, g.rack)
+            for g in live_gateways(self.image.gateways)
+            if g.listener == self.listener
+        ]
         if not any(b.node_id == self.self_broker.node_id for b in live):
             live.append(self.self_broker)
             live.sort()

@@ -442,7 +442,13 @@ MAX_INSTANCE_CHARS: Final = 64
 
 
 def register_gateway(
-    image: MetadataImage, gateway_id: int | None, host: str, port: int, instance: str, rack: str | None = None
+    image: MetadataImage,
+    gateway_id: int | None,
+    host: str,
+    port: int,
+    instance: str,
+    rack: str | None = None,
+    listener: str = "PLAINTEXT",
 ) -> Result:
     """Register a gateway process live at ``host:port`` (``instance``: new per process). Without an id it
     gets the one its address had, else the lowest no live gateway holds. A registration that changes nothing
@@ -457,6 +463,7 @@ def register_gateway(
         raise InvalidRequest("instance", f"instance must be 1-{MAX_INSTANCE_CHARS} printable characters")
     if rack is not None:
         check_name(rack, "rack")
+    check_name(listener, "listener")
     live = {g.gateway_id: g for g in image.gateways.values() if g.live}
     if gateway_id is None:
         own = [
@@ -470,8 +477,11 @@ def register_gateway(
         raise Conflict(
             f"gateway {gateway_id} is live at {current.address}; give this one another --id", field="gateway_id"
         )
-    unchanged = (host, port, instance, rack)
-    if current is not None and (current.host, current.port, current.instance, current.rack) == unchanged:
+    unchanged = (host, port, instance, rack, listener)
+    if (
+        current is not None
+        and (current.host, current.port, current.instance, current.rack, current.listener) == unchanged
+    ):
         return Result((), {"gateway_id": gateway_id, "registered": False, "incarnation": current.incarnation})
     records: list[Record] = [
         GatewayExpired(g.gateway_id, 0)
@@ -479,7 +489,7 @@ def register_gateway(
         if (g.host, g.port) == (host, port) and g.gateway_id != gateway_id
     ]
     incarnation = next_incarnation(image.gateways)
-    records.append(GatewayRegistered(gateway_id, host, port, instance, incarnation, rack))
+    records.append(GatewayRegistered(gateway_id, host, port, instance, incarnation, rack, listener))
     _apply_checked(image, records)
     return Result(tuple(records), {"gateway_id": gateway_id, "registered": True, "incarnation": incarnation})
 

@@ -29,6 +29,7 @@ class GatewayImage:
     instance: str
     incarnation: int
     rack: str | None
+    listener: str = "PLAINTEXT"
     live: bool = True
 
     @property
@@ -63,7 +64,13 @@ def replay_gateway(gateways: dict[int, GatewayImage], record: GatewayRegistered 
         if record.incarnation <= max((g.incarnation for g in gateways.values()), default=0):
             raise GatewayRecordError(f"incarnation {record.incarnation} is not above every earlier registration's")
         gateways[record.gateway_id] = GatewayImage(
-            record.gateway_id, record.host, record.port, record.instance, record.incarnation, record.rack
+            record.gateway_id,
+            record.host,
+            record.port,
+            record.instance,
+            record.incarnation,
+            record.rack,
+            record.listener,
         )
         return
     current = gateways.get(record.gateway_id)
@@ -78,7 +85,7 @@ def gateway_snapshot_rows(
     """The gateways as (record type, field values) that replay to them from an empty map: in the order of
     their incarnations, as they were registered (expired ones at time 0: the time is not kept)."""
     for g in sorted(gateways.values(), key=lambda g: g.incarnation):
-        yield GatewayRegistered, (g.gateway_id, g.host, g.port, g.instance, g.incarnation, g.rack)
+        yield GatewayRegistered, (g.gateway_id, g.host, g.port, g.instance, g.incarnation, g.rack, g.listener)
         if not g.live:
             yield GatewayExpired, (g.gateway_id, 0)
 

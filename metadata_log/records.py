@@ -169,6 +169,7 @@ class GatewayRegistered:  # v0: initial. A gateway process serving the Kafka pro
     instance: str
     incarnation: int
     rack: str | None = None
+    listener: str = "PLAINTEXT"  # the security of its Kafka listener: clients are told of gateways like it
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,7 +87,6 @@ def test_bad_frames_close_the_connection_and_the_gateway_serves_on(target: tuple
         struct.pack(">i", 12) + struct.pack(">hhi", kp.PRODUCE, 99, 1) + b"\0\0\0\0",  # a version not served
         struct.pack(">i", 12) + struct.pack(">hhi", 71, 0, 1) + b"\0\0\0\0",  # GetTelemetrySubscriptions: not served
         METADATA_V12[:4] + METADATA_V12[4:-3] + b"\xff\xff\xff",  # a body that does not parse
-        struct.pack(">i", len(METADATA_V12) - 4 + 10) + METADATA_V12[4:] + b"\0" * 10,  # bytes left over
     ]
     for frame in bad_frames:
         with connect(address) as s:

@@ -106,3 +106,12 @@ def test_topic_ids_are_kfed_ids_and_physical_partitions_map_back() -> None:
     assert view.logical_of("c2", "U_TopicA", 1) == ("U_TopicA", 5)
     assert topic_uuid("not-a-uuid") == topic_uuid("not-a-uuid") != topic_uuid("other")
     assert topic_uuid(str(uuid.UUID(int=0))).int > 1, "Kafka's reserved ids are never handed out"
+
+
+def test_clients_are_told_only_of_gateways_whose_listener_has_the_same_security() -> None:
+    image = federation(GatewayRegistered(7, "10.0.0.7", 9093, "tls", 9, None, "SASL_SSL"))
+    plain = ClusterView(image, SELF)
+    secured = ClusterView(image, Broker(7, "10.0.0.7", 9093, None), "SASL_SSL")
+    assert [b.node_id for b in plain.brokers] == [0, 1, 2]
+    assert [b.node_id for b in secured.brokers] == [7]
+    assert set(leaders(secured, producer=True)) == {7}
