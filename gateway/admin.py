@@ -53,6 +53,7 @@ async def metadata(gw: Gateway, conn: ClientConnection, request: kp.Request) -> 
                            "topic_authorized_operations": AUTHORIZED_OPERATIONS_UNKNOWN})  # fmt: skip
         else:
             topics.append(gw.topic_metadata(view, topic, producer))
+            conn.memory.told(conn.client_key, topic.name, len(topic.placements))
     brokers = [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in view.brokers]
     return {"throttle_time": 0, "brokers": brokers, "cluster_id": gw.config.cluster_name,
             "controller_id": view.controller_id, "topics": topics}  # fmt: skip

@@ -80,8 +80,13 @@ async def produce(gw: Gateway, conn: ClientConnection, request: kp.Request) -> A
     errors: dict[tuple[str, int], Refused] = {}
     routes: dict[tuple[ClusterClient, str], list[Routed]] = defaultdict(list)
     for topic in body.topic_data:
+        grown = _grown(view, conn, topic.name)
         for data in topic.partition_data:
             tp = (topic.name, int(data.index))
+            if grown:  # one partition refused, so that the client refreshes and sees the new ones
+                errors[tp] = Refused(ErrorCode.not_leader_or_follower, f"{topic.name} has more partitions now")
+                grown = False
+                continue
             if body.transactional_id is not None:
                 errors[tp] = Refused(ErrorCode.transactional_id_authorization_failed, NO_TRANSACTIONS)
                 continue
@@ -114,6 +119,11 @@ async def produce(gw: Gateway, conn: ClientConnection, request: kp.Request) -> A
         return _done(NO_RESPONSE)
     timeout_s = timeout_ms / 1000 + REQUEST_MARGIN_S
     return asyncio.ensure_future(_produce_answer(gw.producers, body, errors, sends, timeout_s))
+
+
+def _grown(view: ClusterView, conn: ClientConnection, name: str) -> bool:
+    topic = view.topic(name)
+    return topic is not None and conn.memory.grown(conn.client_key, name, len(topic.placements))
 
 
 async def _route_batches(

@@ -46,7 +46,9 @@ Handler = Callable[["Gateway", "ClientConnection", kp.Request], Awaitable[Any]]
 NO_RESPONSE: Final[object] = object()
 """A handler's result when the protocol sends no answer (Produce with acks=0)."""
 MAX_REMEMBERED_CLIENTS: Final = 10_000
-"""(host, client id) pairs whose role is remembered (least recently seen forgotten)."""
+"""(host, client id) pairs remembered (least recently seen forgotten)."""
+MAX_TOPICS_TOLD: Final = 1_000
+"""Topics whose partition count is remembered per client."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,21 +66,53 @@ class Limits:
     """A connection with no request for this long is closed (Kafka's connections.max.idle.ms)."""
 
 
-class RoleMemory:
-    """Which roles connections from (host, client id) showed, for connections that have not shown one."""
+@dataclass(slots=True)
+class _Client:
+    roles: set[Role]
+    told: dict[str, int]  # topic -> partition count this client was last told (in Metadata)
+
+
+class ClientMemory:
+    """What connections from (host, client id) showed and were told, across their connections: the roles
+    they showed (for a connection that has not shown one) and the partition counts they were given (so a
+    producer whose topic has grown since is asked to refresh: a scale-up reaches it at once, not after its
+    metadata.max.age.ms)."""
 
     def __init__(self) -> None:
-        self._seen: OrderedDict[tuple[str, str | None], set[Role]] = OrderedDict()
+        self._clients: OrderedDict[tuple[str, str | None], _Client] = OrderedDict()
+
+    def _client(self, key: tuple[str, str | None]) -> _Client:
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = _Client(set(), {})
+            while len(self._clients) > MAX_REMEMBERED_CLIENTS:
+                self._clients.popitem(last=False)
+        else:
+            self._clients.move_to_end(key)
+        return client
 
     def note(self, key: tuple[str, str | None], role: Role) -> None:
-        roles = self._seen.setdefault(key, set())
-        roles.add(role)
-        self._seen.move_to_end(key)
-        while len(self._seen) > MAX_REMEMBERED_CLIENTS:
-            self._seen.popitem(last=False)
+        self._client(key).roles.add(role)
 
     def roles(self, key: tuple[str, str | None]) -> set[Role]:
-        return self._seen.get(key, set())
+        client = self._clients.get(key)
+        return client.roles if client is not None else set()
+
+    def told(self, key: tuple[str, str | None], topic: str, partitions: int) -> None:
+        told = self._client(key).told
+        if topic in told or len(told) < MAX_TOPICS_TOLD:
+            told[topic] = partitions
+
+    def grown(self, key: tuple[str, str | None], topic: str, partitions: int) -> bool:
+        """Whether ``topic`` has more partitions than this client was told: True once per growth."""
+        client = self._clients.get(key)
+        if client is None:
+            return False
+        told = client.told.get(topic)
+        if told is None or told >= partitions:
+            return False
+        client.told[topic] = partitions
+        return True
 
 
 class ClientConnection:
@@ -86,12 +120,12 @@ class ClientConnection:
 
     _keys = itertools.count()
 
-    def __init__(self, peer_host: str, memory: RoleMemory) -> None:
+    def __init__(self, peer_host: str, memory: ClientMemory) -> None:
         self.key = next(self._keys)
         self.peer_host = peer_host
         self.client_id: str | None = None
         self.role: Role | None = None
-        self._memory = memory
+        self.memory = memory
         self.sasl_mechanism: str | None = None
         self.authenticated = False
         self.admin = False
@@ -101,12 +135,16 @@ class ClientConnection:
     def saw(self, role: Role) -> None:
         if self.role != role:
             self.role = role
-            self._memory.note((self.peer_host, self.client_id), role)
+            self.memory.note((self.peer_host, self.client_id), role)
 
     def producer_view(self) -> bool:
         if self.role is not None:
             return self.role == "producer"
-        return self._memory.roles((self.peer_host, self.client_id)) != {"consumer"}
+        return self.memory.roles((self.peer_host, self.client_id)) != {"consumer"}
+
+    @property
+    def client_key(self) -> tuple[str, str | None]:
+        return (self.peer_host, self.client_id)
 
 
 @dataclass(slots=True)
@@ -133,7 +171,7 @@ class KafkaServer:
         self.limits = limits
         self.ssl_context = ssl_context
         self.sasl = sasl
-        self.roles = RoleMemory()
+        self.clients = ClientMemory()
         self.connections = 0
         self.requests = 0
         self._server: asyncio.Server | None = None
@@ -168,7 +206,7 @@ class KafkaServer:
         self._tasks.add(task)
         self.connections += 1
         peer = writer.get_extra_info("peername")
-        conn = ClientConnection(str(peer[0]) if peer else "?", self.roles)
+        conn = ClientConnection(str(peer[0]) if peer else "?", self.clients)
         try:
             await self._serve(conn, reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -51,3 +52,26 @@ def test_kafka_python_consumes_in_a_group_of_two_exactly_once_and_survives_a_gat
     fed: LocalFederation, gateways: Gateways
 ) -> None:
     group_scenario(fed, gateways, kafka_python_produce, KafkaPythonMember)
+
+
+def test_a_producer_uses_partitions_added_by_a_scale_up_without_waiting_for_its_metadata_max_age(
+    gateway: str, fed: LocalFederation
+) -> None:
+    """The gateway refuses one batch of a producer that was told fewer partitions than the topic has now
+    (NOT_LEADER_OR_FOLLOWER): the client refreshes its metadata and spreads over the new ones. The batch is
+    retried, not lost."""
+    run = uuid.uuid4().hex[:8]
+    producer = KafkaProducer(bootstrap_servers=[gateway], acks="all", metadata_max_age_ms=600_000)
+    producer.send(TOPIC, value=f"{run}-first".encode()).get(30)
+    with fed.quorum.controller_client() as client:
+        client.post(f"/v1/topics/{TOPIC}/partitions", {"cluster_id": "c1", "count": 2, "physical_topic": "U_TopicA_b"})
+    fed.wait_writable(TOPIC)
+    count = len(fed.metadata(topic=TOPIC)["topics"][0]["partitions"])
+    time.sleep(1)  # the gateway follows the log
+    futures = []
+    for i in range(200):
+        futures.append(producer.send(TOPIC, value=f"{run}-{i}".encode()))
+        time.sleep(0.01)
+    partitions = {f.get(30).partition for f in futures}
+    producer.close()
+    assert partitions & set(range(count - 2, count)), "the new partitions took messages"
