@@ -234,6 +234,8 @@ async def fetch(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any
             groups[(cluster, address)].append((tp[0], tp[1], placement, p))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_s
+    if not groups and not answers:  # nothing asked: a broker waits out max_wait, so that clients do not spin
+        await asyncio.sleep(min(max_wait_s, 30.0))
     tasks = {
         asyncio.ensure_future(_fetch_from(cluster, address, parts, max_wait_s, min_bytes, max_bytes, isolation))
         for (cluster, address), parts in groups.items()
