@@ -169,3 +169,8 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout_s} s: {what}")
         time.sleep(0.1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # kafka-python 3.0 reads its schemas with importlib.resources calls Python 3.11 deprecates
+    config.addinivalue_line("filterwarnings", "ignore:.*is deprecated. Use files\\(\\) instead:DeprecationWarning")

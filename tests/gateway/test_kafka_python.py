@@ -14,7 +14,7 @@ from .clients import KafkaPythonMember, kafka_python_produce
 from .conftest import TOPIC, Gateways, physical_messages
 from .scenario import group_scenario
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = pytest.mark.slow
 
 
 def test_kafka_python_produces_keyed_and_keyless_messages_onto_both_clusters_and_reads_them_back(
