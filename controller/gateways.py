@@ -43,6 +43,8 @@ class GatewayLease:
     last_beat_ms: int  # wall clock, for display
     connections: int
     requests: int
+    beat_at_s: float  # monotonic
+    requests_per_s: float | None  # since the previous beat of the same instance
 
 
 class GatewayLeases:
@@ -60,7 +62,12 @@ class GatewayLeases:
 
     def beat(self, gateway_id: int, instance: str, now_s: float, now_ms: int, connections: int = 0,
              requests: int = 0) -> GatewayLease:  # fmt: skip
-        lease = GatewayLease(gateway_id, instance, now_s + self.lease_ms / 1000, now_ms, connections, requests)
+        previous = self._leases.get(gateway_id)
+        rate = None
+        if previous is not None and previous.instance == instance and now_s > previous.beat_at_s:
+            rate = max(0, requests - previous.requests) / (now_s - previous.beat_at_s)
+        lease = GatewayLease(gateway_id, instance, now_s + self.lease_ms / 1000, now_ms, connections, requests,
+                             now_s, rate)  # fmt: skip
         self._leases[gateway_id] = lease
         return lease
 
@@ -95,6 +102,9 @@ class GatewayLeases:
                     "lease_remaining_ms": max(0, int((lease.expires_at_s - now_s) * 1000)) if lease else None,
                     "connections": lease.connections if lease else None,
                     "requests": lease.requests if lease else None,
+                    "requests_per_s": round(lease.requests_per_s, 1)
+                    if lease and lease.requests_per_s is not None
+                    else None,
                 }
             )
         return rows
@@ -177,8 +187,11 @@ def router(service: Any, forward_to_leader: Forward, respond: Respond) -> APIRou
             return forwarded
         return respond(request, await service.gateways.heartbeat(body))
 
-    @routes.get("", summary="Gateway instances: live or not, and on the leader their lease and load")
+    @routes.get("", summary="Gateway instances: live or not, their lease and load (the leader's view)")
     async def gateways(request: Request) -> Response:
+        forwarded = await forward_to_leader(request)  # leases are the leader's soft state
+        if forwarded is not None:
+            return forwarded
         image = service.state.image
         rows = service.gateways.leases.view(image, time.monotonic())
         return respond(request, {"gateways": rows, "lease_ms": service.gateways.leases.lease_ms,

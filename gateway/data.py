@@ -200,8 +200,8 @@ async def _produce_answer(
 
 # -- Fetch -----------------------------------------------------------------------------------------
 async def fetch(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
-    """Scatter to each broker holding a requested partition, gather, and answer once ``min_bytes`` arrived
-    or ``max_wait`` passed (or a partition has an error to report)."""
+    """Scatter to each broker holding a requested partition, gather, and answer once ``min_bytes`` arrived,
+    every broker answered, or ``max_wait`` passed."""
     conn.saw("consumer")
     body = request.body
     if int(getattr(body, "session_id", 0)) != 0:  # this gateway never opens fetch sessions
@@ -240,18 +240,19 @@ async def fetch(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any
         asyncio.ensure_future(_fetch_from(cluster, address, parts, max_wait_s, min_bytes, max_bytes, isolation))
         for (cluster, address), parts in groups.items()
     }
-    gathered, news = 0, False
+    gathered = 0
     while tasks:
         timeout_s = max(0.0, deadline - loop.time()) + REQUEST_MARGIN_S
         done, tasks = await asyncio.wait(tasks, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         if not done:
             break
         for task in done:
-            got, size, has_error = task.result()
+            got, size = task.result()
             answers.update(got)
             gathered += size
-            news = news or has_error  # an error is news: answered at once
-        if news or (gathered > 0 and gathered >= min_bytes):
+        # Only data ends the wait early: a broker that fails at once must not cut short a wait on the others
+        # (their data would be dropped, fetch after fetch). Its errors go out with their answers.
+        if gathered > 0 and gathered >= min_bytes:
             break
     for task in tasks:  # still waiting on a broker: it finishes on its own, its answer unused
         task.add_done_callback(_ignore_result)
@@ -282,8 +283,8 @@ async def _fetch_from(
     min_bytes: int,
     max_bytes: int,
     isolation: int,
-) -> tuple[dict[tuple[str, int], dict[str, Any]], int, bool]:
-    """One broker's part of a fetch: (answers by logical partition, record bytes, whether any is an error)."""
+) -> tuple[dict[tuple[str, int], dict[str, Any]], int]:
+    """One broker's part of a fetch: (answers by logical partition, record bytes)."""
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for _, _, placement, p in parts:
         by_topic[placement.physical_topic].append({
@@ -302,28 +303,26 @@ async def _fetch_from(
     except UpstreamError:
         for topic_name, partition, _, _ in parts:
             answers[(topic_name, partition)] = _fetch_error(partition, ErrorCode.not_leader_or_follower)
-        return answers, 0, True
+        return answers, 0
     if response.error_code != ErrorCode.none:
         for topic_name, partition, _, _ in parts:
             answers[(topic_name, partition)] = _fetch_error(partition, response.error_code)
-        return answers, 0, True
+        return answers, 0
     got = {(t.topic, int(p.partition_index)): p for t in response.responses for p in t.partitions}
-    size, has_error = 0, False
+    size = 0
     for topic_name, partition, placement, _ in parts:
         p = got.get((placement.physical_topic, placement.physical_partition))
         if p is None:
             answers[(topic_name, partition)] = _fetch_error(partition, ErrorCode.none, empty=True)
             continue
-        if p.error_code != ErrorCode.none:
-            has_error = True
-            if p.error_code in STALE:
-                cluster.forget_leaders(placement.physical_topic)
+        if p.error_code in STALE:
+            cluster.forget_leaders(placement.physical_topic)
         size += len(p.records or b"")
         # records null (Tansu sends it for none) is refused by librdkafka: empty, as Kafka sends
         answers[(topic_name, partition)] = kp.fields_of(
             p, partition_index=partition, preferred_read_replica=-1, records=p.records or b""
         )
-    return answers, size, has_error
+    return answers, size
 
 
 # -- ListOffsets -----------------------------------------------------------------------------------
