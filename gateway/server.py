@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 Role = Literal["producer", "consumer"]
 Handler = Callable[["Gateway", "ClientConnection", kp.Request], Awaitable[Any]]
 
+STREAM_LIMIT: Final = 2**20
+"""Bytes a connection's reader buffers before pausing its socket: above a typical produce request, so one is
+read without pause/resume cycles (asyncio resumes a paused socket to complete a longer frame)."""
 NO_RESPONSE: Final[object] = object()
 """A handler's result when the protocol sends no answer (Produce with acks=0)."""
 MAX_REMEMBERED_CLIENTS: Final = 10_000
@@ -152,7 +155,7 @@ class _InFlight:
     request: kp.Request | None  # None: an answer already encoded (``frame``)
     answer: Awaitable[Any] | None
     size: int
-    frame: bytes | None = None
+    frame: bytes | bytearray | None = None
 
 
 class KafkaServer:
@@ -180,7 +183,7 @@ class KafkaServer:
     async def bind(self, host: str, port: int) -> int:
         """Bind without accepting yet (the gateway registers first); returns the port (useful with port 0)."""
         self._server = await asyncio.start_server(
-            self._accept, host, port, ssl=self.ssl_context, limit=2**16, reuse_address=True, start_serving=False
+            self._accept, host, port, ssl=self.ssl_context, limit=STREAM_LIMIT, reuse_address=True, start_serving=False
         )
         return int(self._server.sockets[0].getsockname()[1])
 

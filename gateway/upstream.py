@@ -53,6 +53,8 @@ CONNECT_TIMEOUT_S: Final = 5.0
 REQUEST_TIMEOUT_S: Final = 30.0
 MAX_RESPONSE_BYTES: Final = 256 * 1024 * 1024
 """Largest response frame read from a broker (fetches are bounded by their max_bytes well below this)."""
+STREAM_LIMIT: Final = 4 * 2**20
+"""Bytes buffered from a broker before pausing the socket: fetch answers run to megabytes."""
 METADATA_MAX_AGE_S: Final = 30.0
 """How long partition leaders learnt from a broker are trusted without an error saying they moved."""
 
@@ -92,7 +94,8 @@ class BrokerConnection:
         host, _, port = self.address.rpartition(":")
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(host.strip("[]"), int(port), ssl=self._ssl, limit=2**20), CONNECT_TIMEOUT_S
+                asyncio.open_connection(host.strip("[]"), int(port), ssl=self._ssl, limit=STREAM_LIMIT),
+                CONNECT_TIMEOUT_S,
             )
         except (OSError, TimeoutError, ValueError) as e:
             raise UpstreamError(f"cannot connect to broker {self.address}: {type(e).__name__}: {e}") from None

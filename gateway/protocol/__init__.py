@@ -153,17 +153,17 @@ def decode_request(frame: bytes, prefix: RequestPrefix) -> Request:
     return Request(prefix.api_key, prefix.api_version, prefix.correlation_id, header.client_id, body)
 
 
-def encode_response(api_key: int, api_version: int, correlation_id: int, data: Any) -> bytes:
+def encode_response(api_key: int, api_version: int, correlation_id: int, data: Any) -> bytearray:
     """A size-prefixed response frame; ``data`` as ``build`` takes it."""
     cls = response_class(api_key, api_version)
     out = bytearray(4)
     _compiled(cls.__header_schema__)(out, {"correlation_id": correlation_id})
     _compiled(cls)(out, data)
     SIZE.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
+    return out  # not copied: the frame is written as it is, and never changed after
 
 
-def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str, data: Any) -> bytes:
+def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str, data: Any) -> bytearray:
     """A size-prefixed request frame, for a broker."""
     cls = request_class(api_key, api_version)
     header = io.BytesIO()  # kio's writer: the header's client id is a legacy string even in flexible versions
@@ -177,7 +177,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
     out += header.getvalue()
     _compiled(cls)(out, data)
     SIZE.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
+    return out  # not copied: the frame is written as it is, and never changed after
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
@@ -357,7 +357,7 @@ def api_versions_body(versions: Mapping[int, tuple[int, int]], error: int = 0) -
     }
 
 
-def encode_unsupported_api_versions(correlation_id: int, versions: Mapping[int, tuple[int, int]]) -> bytes:
+def encode_unsupported_api_versions(correlation_id: int, versions: Mapping[int, tuple[int, int]]) -> bytearray:
     """The answer to an ApiVersions request of a version the gateway does not speak: v0, UNSUPPORTED_VERSION
     and the versions it does (KIP-511: the client retries with the highest it shares)."""
     return encode_response(API_VERSIONS, 0, correlation_id, api_versions_body(versions, ErrorCode.unsupported_version))

@@ -20,7 +20,9 @@ from .conftest import TOPIC, Gateways
 
 pytestmark = pytest.mark.slow
 
-METADATA_V12 = kp.encode_request(kp.METADATA, 12, 1, "fuzz", {"topics": None, "allow_auto_topic_creation": False})
+METADATA_V12 = bytes(
+    kp.encode_request(kp.METADATA, 12, 1, "fuzz", {"topics": None, "allow_auto_topic_creation": False})
+)
 
 
 def connect(address: str) -> socket.socket:

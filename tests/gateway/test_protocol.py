@@ -34,7 +34,7 @@ def test_one_metadata_description_encodes_in_every_served_version() -> None:
     for version in range(low, high + 1):
         frame = kp.encode_response(kp.METADATA, version, 42, body)
         assert kp.SIZE.unpack_from(frame)[0] == len(frame) - 4
-        correlation_id, decoded = kp.decode_response(kp.METADATA, version, frame[4:])
+        correlation_id, decoded = kp.decode_response(kp.METADATA, version, bytes(frame[4:]))
         assert correlation_id == 42
         assert decoded.topics[0].partitions[0].partition_index == 3
         assert decoded.brokers[0].port == 9092
@@ -45,7 +45,8 @@ def test_a_request_round_trips_and_a_truncated_one_is_refused() -> None:
         "replica_id": -1, "max_wait": 500, "min_bytes": 1, "max_bytes": 1024, "isolation_level": 0,
         "session_id": 0, "session_epoch": -1,
         "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 5, "partition_max_bytes": 100}]}],
-    })[4:]  # fmt: skip
+    })  # fmt: skip
+    frame = bytes(frame[4:])
     prefix = kp.request_prefix(frame)
     assert prefix == kp.RequestPrefix(kp.FETCH, 12, 7)
     request = kp.decode_request(frame, prefix)
@@ -62,7 +63,7 @@ def test_a_request_round_trips_and_a_truncated_one_is_refused() -> None:
 
 def test_an_unsupported_api_versions_request_is_answered_in_v0_with_the_versions_served() -> None:
     frame = kp.encode_unsupported_api_versions(9, {kp.PRODUCE: (3, 11)})
-    _, body = kp.decode_response(kp.API_VERSIONS, 0, frame[4:])
+    _, body = kp.decode_response(kp.API_VERSIONS, 0, bytes(frame[4:]))
     assert body.error_code == kp.ErrorCode.unsupported_version
     assert [(k.api_key, k.min_version, k.max_version) for k in body.api_keys] == [(0, 3, 11)]
 
