@@ -194,6 +194,7 @@ class _ProcessMember:
         self.args = args
         self.values: list[str] = []
         self.partitions: set[int] = set()
+        self.revoked: set[int] = set()
         self.proc: subprocess.Popen[str] | None = None
         self._readers: list[threading.Thread] = []
 
@@ -285,9 +286,9 @@ def java_produce(classpath: str) -> Producer:
 
 
 class JavaMember(_ProcessMember):
-    def __init__(self, classpath: str, name: str, bootstrap: str, group: str, run: str) -> None:
+    def __init__(self, classpath: str, name: str, bootstrap: str, group: str, run: str, *properties: str) -> None:
         super().__init__(name, run, ["java", "-cp", classpath, "GatewayClient", "consume", bootstrap, TOPIC, group,
-                                     run])  # fmt: skip
+                                     run, *properties])  # fmt: skip
 
     def parse(self, line: str) -> None:
         kind, _, rest = line.partition(" ")
@@ -295,6 +296,8 @@ class JavaMember(_ProcessMember):
             self.values.append(rest.split()[0])
         elif kind == "assigned" and rest:
             self.partitions.update(int(p) for p in rest.split(","))
+        elif kind == "revoked" and rest:
+            self.revoked.update(int(p) for p in rest.split(","))
 
     def stop(self) -> None:
         if self.proc is None:
@@ -304,8 +307,8 @@ class JavaMember(_ProcessMember):
         self._wait()
 
 
-def java_member(classpath: str) -> MemberFactory:
-    return lambda name, bootstrap, group, run: JavaMember(classpath, name, bootstrap, group, run)
+def java_member(classpath: str, *properties: str) -> MemberFactory:
+    return lambda name, bootstrap, group, run: JavaMember(classpath, name, bootstrap, group, run, *properties)
 
 
 class JavaStream:

@@ -4,7 +4,8 @@
 //                                                       then "done"
 //   stream BOOTSTRAP TOPIC RUN [PROPERTY=VALUE ...] -> as produce, about 2,000 messages a second until stdin
 //                                                      closes
-//   consume BOOTSTRAP TOPIC GROUP RUN -> "got VALUE PARTITION OFFSET", "assigned P,P", "revoked P,P";
+//   consume BOOTSTRAP TOPIC GROUP RUN [PROPERTY=VALUE ...] -> "got VALUE PARTITION OFFSET", "assigned P,P",
+//                                                            "revoked P,P";
 //                                        stops (commits and leaves) when stdin closes.
 import java.io.PrintStream;
 import java.time.Duration;
@@ -32,7 +33,8 @@ public final class GatewayClient {
             case "produce" -> produce(args[1], args[2], args[3], Integer.parseInt(args[4]),
                                       java.util.Arrays.copyOfRange(args, 5, args.length));
             case "stream" -> produce(args[1], args[2], args[3], -1, java.util.Arrays.copyOfRange(args, 4, args.length));
-            case "consume" -> consume(args[1], args[2], args[3], args[4]);
+            case "consume" -> consume(args[1], args[2], args[3], args[4],
+                                      java.util.Arrays.copyOfRange(args, 5, args.length));
             default -> throw new IllegalArgumentException("produce or consume, not " + args[0]);
         }
     }
@@ -72,7 +74,7 @@ public final class GatewayClient {
         return ps.stream().map(tp -> Integer.toString(tp.partition())).sorted().collect(Collectors.joining(","));
     }
 
-    static void consume(String bootstrap, String topic, String group, String run) throws Exception {
+    static void consume(String bootstrap, String topic, String group, String run, String[] extra) throws Exception {
         Properties p = new Properties();
         p.put("bootstrap.servers", bootstrap);
         p.put("group.id", group);
@@ -81,6 +83,7 @@ public final class GatewayClient {
         p.put("auto.offset.reset", "earliest");
         p.put("session.timeout.ms", "6000");
         p.put("heartbeat.interval.ms", "500");
+        for (String kv : extra) p.put(kv.substring(0, kv.indexOf('=')), kv.substring(kv.indexOf('=') + 1));
         KafkaConsumer<String, String> consumer = new KafkaConsumer<>(p);
         AtomicBoolean stop = new AtomicBoolean();
         stopOnStdinClose(stop, consumer::wakeup);
