@@ -51,7 +51,12 @@ def produce(bootstrap: str, n: int, partitions: int) -> float:
     p = Producer({**PRODUCER_CONFIG, "bootstrap.servers": bootstrap, "on_delivery": count})
     started = time.perf_counter()
     for i in range(n):
-        p.produce(TOPIC, VALUE, None, i % partitions)
+        while True:
+            try:
+                p.produce(TOPIC, VALUE, None, i % partitions)
+                break
+            except BufferError:  # librdkafka's queue is full (100,000 messages): wait for deliveries
+                p.poll(0.001)
         if i % 5000 == 0:
             p.poll(0)
     p.flush(120)
