@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -95,6 +96,7 @@ class Gateway:
         self._topic_metadata: dict[tuple[str, bool], dict[str, Any]] = {}
         self._heartbeat: asyncio.Task[None] | None = None
         self.registered = asyncio.Event()
+        self._closing = threading.Event()  # stops the first poll of the log, which runs in a thread
 
     # -- the federation as clients see it ----------------------------------------------------------------
     @property
@@ -140,15 +142,13 @@ class Gateway:
         return self.port
 
     def _first_image(self) -> None:
-        while True:
+        while not self._closing.is_set():
             try:
                 self.follower.poll(0)
                 return
             except Exception as e:  # keep trying: the quorum may start after the gateway
                 log.warning("no metadata from the controllers yet (%s); retrying", e)
-                import time
-
-                time.sleep(REGISTER_RETRY_S)
+                self._closing.wait(REGISTER_RETRY_S)
 
     async def _register(self) -> bool:
         broker = self.self_broker
@@ -177,6 +177,7 @@ class Gateway:
                 log.exception("gateway heartbeat failed")
 
     async def stop(self) -> None:
+        self._closing.set()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         await self.server.stop()

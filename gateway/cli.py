@@ -46,6 +46,13 @@ def _endpoint(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _broker_id(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 2**31 - 1:
+        raise argparse.ArgumentTypeError("a Kafka broker id is an integer in 0..2147483647")
+    return value
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -59,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="HOST:PORT to listen on (default 127.0.0.1:9092; port 0 picks a free one)")  # fmt: skip
     parser.add_argument("--advertise", type=_endpoint,
                         help="HOST:PORT clients reach this instance at (default: --listen)")  # fmt: skip
-    parser.add_argument("--id", type=int, dest="gateway_id",
+    parser.add_argument("--id", type=_broker_id, dest="gateway_id",
                         help="its Kafka broker id (default: assigned by the quorum, kept per address)")  # fmt: skip
     parser.add_argument("--rack", help="its rack, shown to rack-aware clients")
     parser.add_argument("--region", help="region CreateTopics puts topics in (default: the only one)")
