@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test test-fast lint mutants bench faults browser clean kafka
+.PHONY: run test test-fast lint mutants bench faults browser kcat clean kafka
 
 # The C modules (sdk/_speedups.c, metadata_log/_columns.c) are compiled by the install (an editable install
 # builds them in place): rebuild on change.
@@ -39,9 +39,9 @@ run: $(STAMP) $(KAFKA_STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy metadata_log controller deploy broker_agent sdk spark_pipeline kfed
+	$(BIN)/mypy metadata_log controller deploy broker_agent sdk spark_pipeline gateway kfed
 
-test: lint browser kafka mutants
+test: lint browser kcat kafka mutants
 	$(BIN)/pytest -q
 
 # Every branch of the fault checker deleted or negated in turn must fail one of its tests (about 25 s of CPU).
@@ -54,6 +54,13 @@ browser:
 		echo "installing Debian's chromium for the dashboard tests (tests/ui)"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+# The gateway tests (tests/gateway) drive Debian's kcat, an unmodified librdkafka client; install it when missing.
+kcat:
+	@command -v kcat >/dev/null || { \
+		echo "installing Debian's kcat for the gateway tests (tests/gateway)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq kcat >/dev/null; }
 
 # Seeded fault injection against a real 3-node quorum: make faults SEED=7 DURATION=120
 SEED     ?= 1

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from . import failover, federation, image, latency, operations, raft_layer, sdk, spark, spark_cluster, throughput
+from . import failover, federation, gateway, image, latency, operations, raft_layer, sdk, spark, spark_cluster, throughput
 from .common import (
     RESULTS_DIR,
     BenchResult,
@@ -55,6 +55,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "operations", "#5", "Scale-up visible to producers; failure -> routed around; decommission", operations.run
     ),
+    Benchmark("gateway", "#26", "librdkafka through the Kafka gateway vs straight to a sub-cluster", gateway.run),
     # pyspark is imported only when it runs
     Benchmark(
         "spark", "#6, #25", "kfed Spark source vs Spark's Kafka source and confluent-kafka, same partitions", spark.run

@@ -39,7 +39,7 @@ from metadata_log.raft import STALL_GUARD_MS
 from metadata_log.records import LATEST_METADATA_VERSION
 from metadata_log.views import cluster_view, metadata_view, topic_view
 
-from . import auth, dashboard, metrics, problems
+from . import auth, dashboard, gateways, metrics, problems
 from .drain import PartitionDrain
 from .groups import SESSION_TIMEOUT_MS_DEFAULT, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN
 from .hotpath import MSGPACK, HotRoute, HotWrites, LeaderForwarder, WritePlan, commit, encode, write_response
@@ -657,6 +657,7 @@ def build_app(
                                  "members": members, "offset": image.offset})  # fmt: skip
 
     app.include_router(v1)
+    app.include_router(gateways.router(service, forward_to_leader, respond))  # gateway: issue 26
 
     # -- operations --------------------------------------------------------------------------------
     @app.get("/healthz", summary="The process and its Raft thread are alive")

@@ -156,6 +156,29 @@ class MetadataVersionChanged:  # v0: initial. The quorum's nodes all read this v
     version: int
 
 
+# -- gateway instances (kfed gateway; appended for issue 26) -------------------------------------------
+@dataclass(frozen=True, slots=True)
+class GatewayRegistered:  # v0: initial. A gateway process serving the Kafka protocol as broker gateway_id.
+    """``instance`` is new in every process, so a restart is a new registration; ``incarnation`` numbers the
+    registrations of every gateway, each above all before it (a process mints ids unique to it from it)."""
+
+    TYPE: ClassVar[str] = "GatewayRegistered"
+    gateway_id: int
+    host: str
+    port: int
+    instance: str
+    incarnation: int
+    rack: str | None = None
+    listener: str = "PLAINTEXT"  # the security of its Kafka listener: clients are told of gateways like it
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayExpired:  # v0: initial. Its lease ran out, or another registration took its address: not live.
+    TYPE: ClassVar[str] = "GatewayExpired"
+    gateway_id: int
+    at_ms: int
+
+
 Record = (
     ClusterRegistered
     | ClusterStateChanged
@@ -171,6 +194,8 @@ Record = (
     | NoOp
     | QuorumVoterChanged
     | MetadataVersionChanged
+    | GatewayRegistered
+    | GatewayExpired
 )
 
 RECORD_TYPES: Final[tuple[type[Record], ...]] = (
@@ -188,6 +213,8 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     NoOp,
     QuorumVoterChanged,
     MetadataVersionChanged,
+    GatewayRegistered,
+    GatewayExpired,
 )
 
 

@@ -40,6 +40,8 @@ from .records import (
     ClusterRegistered,
     ClusterState,
     ClusterStateChanged,
+    GatewayExpired,
+    GatewayRegistered,
     GroupCoordinatorAssigned,
     GroupGenerationStarted,
     MetadataVersionChanged,
@@ -117,6 +119,10 @@ def _fields(image: MetadataImage) -> Iterator[RecordFields]:
             yield GroupGenerationStarted, (g.group, g.generation, g.members)
     for v in sorted(image.voters.values(), key=lambda v: v.voter_id):
         yield QuorumVoterChanged, (v.voter_id, v.raft, v.http, v.voter)
+    for gw in sorted(image.gateways.values(), key=lambda gw: gw.incarnation):  # in the order they registered
+        yield GatewayRegistered, (gw.gateway_id, gw.host, gw.port, gw.instance, gw.incarnation, gw.rack, gw.listener)
+        if not gw.live:
+            yield GatewayExpired, (gw.gateway_id, 0)  # the time of the expiry is not kept
 
 
 # -- records ----------------------------------------------------------------------------------------------

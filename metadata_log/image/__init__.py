@@ -4,7 +4,7 @@
   ``EMPTY_IMAGE`` is the image of the empty log.
 - One module per part, each with its image values and its delta: ``cluster.py`` (``ClusterImage``,
   ``ClusterDelta``), ``topics.py`` (``TopicImage``, ``PartitionImage``, ``TopicsDelta``), ``groups.py``,
-  ``quorum.py`` (voters and the metadata version).
+  ``quorum.py`` (voters and the metadata version), ``gateways.py`` (``kfed gateway`` instances).
 - ``MetadataDelta`` (``delta.py``) dispatches each record to the part it changes; ``apply(image, records)``
   replays a batch and freezes it into the next image. No clock, no randomness, no I/O.
 
@@ -13,6 +13,7 @@ The image written as records, and read back, is ``metadata_log.snapshot``.
 
 from .cluster import CLUSTER_TRANSITIONS, ClusterDelta, ClusterImage
 from .common import InvalidRecord
+from .gateways import GatewayImage, GatewaysDelta
 from .delta import BULK_TYPES, MetadataDelta, apply, apply_runs
 from .groups import GroupImage, GroupsDelta
 from .metadata import EMPTY_IMAGE, MetadataImage, is_writable
@@ -26,6 +27,8 @@ __all__ = [
     "PARTITION_TRANSITIONS",
     "ClusterDelta",
     "ClusterImage",
+    "GatewayImage",
+    "GatewaysDelta",
     "GroupImage",
     "GroupsDelta",
     "InvalidRecord",

@@ -2,8 +2,8 @@
 
 ``apply(image, records)`` replays records into a ``MetadataDelta`` and freezes it once per batch. The delta
 is a dispatcher: each record type goes to the part of the image it changes (``ClusterDelta``,
-``TopicsDelta``, ``GroupsDelta``, ``QuorumDelta``), created on first use as a copy-on-write view of the
-image's map. A part replays a record at a time, or a whole run of records of one type given as columns
+``TopicsDelta``, ``GroupsDelta``, ``QuorumDelta``, ``GatewaysDelta``), created on first use as a copy-on-write
+view of the image's map. A part replays a record at a time, or a whole run of records of one type given as columns
 (``_RUN_ROUTES``: a topic's partitions, an agent's leader reports, a group commit of registrations), with the
 same checks and the same first error.
 
@@ -25,6 +25,8 @@ from ..records import (
     ClusterRegistered,
     ClusterStateChanged,
     ClusterUnfenced,
+    GatewayExpired,
+    GatewayRegistered,
     GroupCoordinatorAssigned,
     GroupGenerationStarted,
     MetadataVersionChanged,
@@ -39,6 +41,7 @@ from ..records import (
 )
 from .cluster import ClusterDelta, LastRegistrations
 from .common import InvalidRecord
+from .gateways import GatewaysDelta
 from .groups import GroupsDelta
 from .metadata import MetadataImage
 from .quorum import QuorumDelta
@@ -49,7 +52,7 @@ class MetadataDelta:
     """Changes of one batch over a base image: ``replay`` records (or ``replay_run`` columns), then ``apply``
     once. Counts the records replayed: the image after them is at ``base.offset`` + that many."""
 
-    __slots__ = ("_base", "_clusters", "_count", "_groups", "_memo", "_quorum", "_topics")
+    __slots__ = ("_base", "_clusters", "_count", "_gateways", "_groups", "_memo", "_quorum", "_topics")
 
     def __init__(self, base: MetadataImage) -> None:
         self._base = base
@@ -57,6 +60,7 @@ class MetadataDelta:
         self._topics: TopicsDelta | None = None
         self._groups: GroupsDelta | None = None
         self._quorum: QuorumDelta | None = None
+        self._gateways: GatewaysDelta | None = None
         self._memo = base.replay_memo
         self._count = 0
 
@@ -92,6 +96,12 @@ class MetadataDelta:
         part = self._quorum
         if part is None:
             part = self._quorum = QuorumDelta(self._base.voters, self._base.metadata_version)
+        return part
+
+    def gateways_delta(self) -> GatewaysDelta:
+        part = self._gateways
+        if part is None:
+            part = self._gateways = GatewaysDelta(self._base.gateways)
         return part
 
     # -- replay --------------------------------------------------------------------------------------
@@ -141,6 +151,7 @@ class MetadataDelta:
         """The image after every replayed record; unchanged parts are the base image's own maps."""
         base = self._base
         clusters, topics, groups, quorum = self._clusters, self._topics, self._groups, self._quorum
+        gateways = self._gateways
         return MetadataImage(  # by position: the fields in order (offset, clusters, topics, groups, voters, ...)
             base.offset + self._count,
             clusters.apply() if clusters is not None else base.clusters,
@@ -148,6 +159,7 @@ class MetadataDelta:
             groups.apply() if groups is not None else base.groups,
             quorum.voters() if quorum is not None else base.voters,
             quorum.metadata_version if quorum is not None else base.metadata_version,
+            gateways.apply() if gateways is not None else base.gateways,
             self._memo,
         )
 
@@ -180,6 +192,8 @@ _ROUTES: Final[Mapping[type[Record], _Route]] = {
     GroupGenerationStarted: (MetadataDelta.groups_delta, GroupsDelta.replay_generation),
     QuorumVoterChanged: (MetadataDelta.quorum_delta, QuorumDelta.replay_voter),
     MetadataVersionChanged: (MetadataDelta.quorum_delta, QuorumDelta.replay_metadata_version),
+    GatewayRegistered: (MetadataDelta.gateways_delta, GatewaysDelta.replay_registered),
+    GatewayExpired: (MetadataDelta.gateways_delta, GatewaysDelta.replay_expired),
     NoOp: (_no_part, _nothing),
 }
 """Per record type: the part of the image it changes, and the part's method that replays it."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from .cluster import ClusterImage, LastRegistrations
+from .gateways import GatewayImage
 from .groups import GroupImage
 from .quorum import VoterImage
 from .topics import PartitionImage, TopicImage
@@ -26,6 +27,7 @@ class MetadataImage:
     groups: Mapping[str, GroupImage]
     voters: Mapping[int, VoterImage] = field(default_factory=dict)
     metadata_version: int = 1  # see ``MetadataVersionChanged``
+    gateways: Mapping[int, GatewayImage] = field(default_factory=dict)  # ``kfed gateway`` instances, by broker id
     replay_memo: LastRegistrations | None = field(default=None, compare=False, repr=False)
 
     def partition_count(self) -> int:

@@ -7,6 +7,8 @@ from metadata_log.records import (
     ClusterRegistered,
     ClusterStateChanged,
     ClusterUnfenced,
+    GatewayExpired,
+    GatewayRegistered,
     GroupCoordinatorAssigned,
     GroupGenerationStarted,
     GroupMember,
@@ -46,5 +48,8 @@ ONE_OF_EACH: list[Record] = [
     QuorumVoterChanged(4, "127.0.0.1:9104", "http://127.0.0.1:8004", True),
     QuorumVoterChanged(1, "127.0.0.1:9101", "http://127.0.0.1:8001", False),
     MetadataVersionChanged(2),
+    GatewayRegistered(0, "127.0.0.1", 9092, "instance-a", 1),
+    GatewayRegistered(1, "127.0.0.1", 9093, "instance-b", 2, "rack-1"),
+    GatewayExpired(1, 1_700_000_003_000),
 ]
 """A log that uses every record type and every kind of change; it applies cleanly from the empty image."""

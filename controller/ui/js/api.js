@@ -77,6 +77,7 @@ export const api = {
   metadata: (minOffset) => request(minOffset >= 0 ? `/v1/metadata?min_offset=${minOffset}` : "/v1/metadata"),
   agents: () => request("/v1/agents"),
   drain: () => request("/v1/drain"),
+  gateways: () => request("/v1/gateways"),
   setPartitionState: (topic, partition, state) =>
     request(`/v1/topics/${encodeURIComponent(topic)}/partitions/${partition}/state`, {
       method: "PUT",

@@ -9,7 +9,7 @@
 
 import { api, ApiError, token } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
-import { drainView, logEntry, quorumView, regionsView, topicsView } from "./render.js";
+import { drainView, gatewaysView, logEntry, quorumView, regionsView, topicsView } from "./render.js";
 import { LogStream } from "./sse.js";
 
 const POLL_MS = 1000;
@@ -24,6 +24,7 @@ const state = {
   metadata: null,
   quorum: null,
   agents: { agents: [] },
+  gateways: { gateways: [] },
   drain: { partitions: [] },
   lastOffset: -1, // last record shown in the log
   knownOffset: -1, // highest offset known committed (records seen, write replies): metadata waits for it
@@ -92,7 +93,12 @@ async function refreshMetadata() {
 // -- polling -----------------------------------------------------------------------------------------
 async function poll() {
   if (state.selfId === null) await identifyNode();
-  const [quorum, agents, drain] = await Promise.allSettled([api.quorum(), api.agents(), api.drain()]);
+  const [quorum, agents, drain, gateways] = await Promise.allSettled([
+    api.quorum(),
+    api.agents(),
+    api.drain(),
+    api.gateways(),
+  ]);
   if (quorum.status === "fulfilled") {
     state.quorum = quorum.value;
     setStale("quorum", null);
@@ -102,6 +108,7 @@ async function poll() {
   // leader they are unknown, which the panels say rather than showing old numbers.
   state.agents = agents.status === "fulfilled" ? agents.value : { error: describe(agents.reason) };
   state.drain = drain.status === "fulfilled" ? drain.value : { error: describe(drain.reason) };
+  state.gateways = gateways.status === "fulfilled" ? gateways.value : { error: describe(gateways.reason) };
   renderPolled();
 }
 
@@ -146,6 +153,7 @@ function renderPolled() {
   renderClusters();
   renderTopics();
   replaceChildren($("drain-body"), drainView(state.drain));
+  replaceChildren($("gateways-body"), gatewaysView(state.gateways));
 }
 
 function renderClusters() {

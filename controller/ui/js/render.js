@@ -256,6 +256,36 @@ function drainNote(drain, state) {
   return drain.lag === null || drain.lag === undefined ? "draining" : `draining · lag ${drain.lag}`;
 }
 
+// -- Kafka gateways ------------------------------------------------------------------------------------
+/** The gateway instances (kfed gateway): live or not, their clients and their load, as the leader sees them. */
+export function gatewaysView(gateways, now = Date.now()) {
+  if (gateways.error) return [h("p", { class: "dim" }, `Gateways unavailable: ${gateways.error}`)];
+  if (!gateways.gateways.length) return [h("p", { class: "empty" }, "No Kafka gateway has registered.")];
+  const rows = gateways.gateways.map((g) =>
+    h(
+      "tr",
+      { "data-testid": "gateway-row", "data-gateway": g.gateway_id, "data-live": String(g.live) },
+      h("th", { scope: "row" }, `broker ${g.gateway_id}`),
+      h("td", { class: "mono" }, `${g.host}:${g.port}`),
+      h("td", {}, g.listener || "PLAINTEXT"),
+      h("td", {}, h("span", { class: g.live ? "ok-text" : "warn" }, g.live ? "live" : "gone")),
+      h("td", { class: "mono" }, g.connections === null ? "—" : String(g.connections)),
+      h("td", { class: "mono" }, g.requests_per_s === null ? "—" : g.requests_per_s.toFixed(1)),
+      h("td", { class: "dim" }, g.last_heartbeat_ms ? ago(g.last_heartbeat_ms, now) : "no heartbeat this term"),
+    ),
+  );
+  const columns = ["Gateway", "Address", "Listener", "State", "Connections", "Requests/s", "Last heartbeat"];
+  return [
+    h(
+      "table",
+      { class: "grid" },
+      h("caption", { class: "sr-only" }, "Kafka gateway instances"),
+      h("thead", {}, h("tr", {}, ...columns.map((c) => h("th", { scope: "col" }, c)))),
+      h("tbody", {}, rows),
+    ),
+  ];
+}
+
 // -- drain progress ----------------------------------------------------------------------------------
 export function drainView(drain) {
   if (drain.error) return [h("p", { class: "dim" }, `Drain progress unavailable: ${drain.error}`)];

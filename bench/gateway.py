@@ -1,0 +1,166 @@
+"""Issue 26 benchmarks: librdkafka through the gateway vs straight to one sub-cluster, in one run.
+
+producer: N 100-byte key-less messages, ``linger.ms=5``, acks=all. Straight: a confluent-kafka Producer on
+c1's broker, over its 4 partitions. Through the gateway: the same client on one gateway instance, over the
+8 logical partitions (both sub-clusters). The clock stops when every message is delivered.
+
+consumer: N messages read back with ``assign()`` from the beginning: c1's 4 partitions straight, the 8
+logical ones through the gateway; timed from the first message.
+
+latency: one 100-byte message at a time (produce, then flush), straight and through the gateway in
+alternation; the gateway adds the difference of the p99s (and of the medians).
+
+CPU: the gateway process's user+system CPU seconds over the produce and consume runs, per MB/s moved:
+``cpu_s * 1000 / MB`` millicores per MB/s (Kroxylicious sizes its proxy at ~25).
+
+Rounds alternate which side goes first; each summary is the median of the per-round ratios.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from deploy.local import DEMO_TOPIC as TOPIC
+from deploy.local import LocalFederation, _wait_port, free_ports
+from gateway.cli import spawn
+
+from .common import BenchResult, Goal, Row, Sizes, fmt, median, percentile, start_demo_federation
+
+VALUE = b"x" * 100
+PRODUCER_CONFIG = {"linger.ms": 5, "acks": "all", "enable.metrics.push": False}
+CONSUMER_CONFIG = {"enable.metrics.push": False, "fetch.queue.backoff.ms": 10, "queued.min.messages": 200_000,
+                   "enable.auto.commit": False, "auto.offset.reset": "earliest"}  # fmt: skip
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def produce(bootstrap: str, n: int, partitions: int) -> float:
+    delivered = [0]
+
+    def count(err: Any, msg: Any) -> None:
+        delivered[0] += err is None
+
+    p = Producer({**PRODUCER_CONFIG, "bootstrap.servers": bootstrap, "on_delivery": count})
+    started = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                p.produce(TOPIC, VALUE, None, i % partitions)
+                break
+            except BufferError:  # librdkafka's queue is full (100,000 messages): wait for deliveries
+                p.poll(0.001)
+        if i % 5000 == 0:
+            p.poll(0)
+    p.flush(120)
+    elapsed = time.perf_counter() - started
+    assert delivered[0] == n, f"{n - delivered[0]} not delivered"
+    return n / elapsed
+
+
+def consume(bootstrap: str, n: int, partitions: int) -> float:
+    c = Consumer({**CONSUMER_CONFIG, "bootstrap.servers": bootstrap, "group.id": f"bench-{time.time()}"})
+    c.assign([TopicPartition(TOPIC, p, 0) for p in range(partitions)])
+    read, first = 0, None
+    deadline = time.monotonic() + 180
+    while read < n and time.monotonic() < deadline:
+        batch = c.consume(1000, 0.05)
+        if batch and first is None:
+            first = time.perf_counter()
+        read += sum(1 for m in batch if m.error() is None)
+    elapsed = time.perf_counter() - (first or time.perf_counter())
+    c.close()
+    assert read >= n, f"read {read} of {n}"
+    return read / elapsed if elapsed > 0 else 0.0
+
+
+def latencies(bootstrap: str, n: int) -> list[float]:
+    """Seconds from produce() to delivery of one message at a time."""
+    p = Producer({**PRODUCER_CONFIG, "linger.ms": 0, "bootstrap.servers": bootstrap})
+    p.produce(TOPIC, VALUE, None, 0)  # connections and metadata before the clock
+    p.flush(30)
+    out = []
+    for i in range(n):
+        started = time.perf_counter()
+        p.produce(TOPIC, VALUE, None, i % 4)
+        p.flush(30)
+        out.append(time.perf_counter() - started)
+    return out
+
+
+def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
+    quick = sizes.quick
+    n = 100_000 if quick else 400_000
+    rounds = 2 if quick else 5
+    samples = 300 if quick else 2000
+    fed = LocalFederation(workdir / "gateway")
+    gateway = None
+    try:
+        start_demo_federation(fed)
+        port = free_ports(1)[0]
+        token = ["--token-file", str(fed.quorum.token_file)] if fed.quorum.token_file else []
+        with open(workdir / "gateway.log", "ab") as log:
+            gateway = spawn(fed.quorum.urls, f"127.0.0.1:{port}", log, *token)
+        _wait_port(port, 60)
+        through, straight = f"127.0.0.1:{port}", fed.clusters["c1"].bootstrap
+        produce(through, 1000, 8)  # the gateway's upstream connections before the clock
+        raw_ps, gw_ps, raw_cs, gw_cs, cpu_p, cpu_c = [], [], [], [], [], []
+        for r in range(rounds):
+            for via_gateway in (False, True) if r % 2 == 0 else (True, False):
+                if via_gateway:
+                    before = cpu_seconds(gateway.pid)
+                    gw_ps.append(produce(through, n, 8))
+                    cpu_p.append((cpu_seconds(gateway.pid) - before) * 1000 / (n * len(VALUE) / 1e6))
+                else:
+                    raw_ps.append(produce(straight, n, 4))
+            for via_gateway in (False, True) if r % 2 == 0 else (True, False):
+                if via_gateway:
+                    before = cpu_seconds(gateway.pid)
+                    gw_cs.append(consume(through, n, 8))
+                    cpu_c.append((cpu_seconds(gateway.pid) - before) * 1000 / (n * len(VALUE) / 1e6))
+                else:
+                    raw_cs.append(consume(straight, n, 4))
+        raw_l: list[float] = []
+        gw_l: list[float] = []
+        for _ in range(4):  # alternating blocks: the machine's load drifts
+            raw_l += latencies(straight, samples // 4)
+            gw_l += latencies(through, samples // 4)
+    finally:
+        if gateway is not None:
+            gateway.terminate()
+            gateway.wait(10)
+        fed.stop()
+    produce_ratios = [g / r for g, r in zip(gw_ps, raw_ps, strict=True)]
+    consume_ratios = [g / r for g, r in zip(gw_cs, raw_cs, strict=True)]
+    p99_added = (percentile(gw_l, 99) - percentile(raw_l, 99)) * 1000
+    p50_added = (percentile(gw_l, 50) - percentile(raw_l, 50)) * 1000
+    result.rows += [
+        Row("librdkafka producer through the gateway: ratio to straight", median(produce_ratios), "x straight",
+            f"{fmt(median(gw_ps))} vs {fmt(median(raw_ps))} msg/s straight to one sub-cluster (medians); per round "
+            f"{', '.join(f'{x:.2f}' for x in produce_ratios)}",
+            Goal(">=", 0.9, "x straight"), f"{n:,} x 100 B, key-less, linger.ms=5, acks=all, {rounds} rounds"),
+        Row("librdkafka consumer through the gateway: ratio to straight", median(consume_ratios), "x straight",
+            f"{fmt(median(gw_cs))} vs {fmt(median(raw_cs))} msg/s (medians); per round "
+            f"{', '.join(f'{x:.2f}' for x in consume_ratios)}",
+            Goal(">=", 0.9, "x straight"), f"{n:,} messages, assign() from the beginning"),
+        Row("produce latency the gateway adds, p99", p99_added, "ms",
+            f"p99 {percentile(gw_l, 99) * 1000:.2f} vs {percentile(raw_l, 99) * 1000:.2f} ms straight; median adds "
+            f"{p50_added:.2f} ms", Goal("<=", 1.0, "ms"), f"{len(gw_l)} one-message produce+flush each"),
+        Row("gateway CPU per MB/s produced", median(cpu_p), "millicores per MB/s", "Kroxylicious: ~25",
+            Goal("<=", 25.0, "millicores per MB/s"), "user+system CPU of the gateway process"),
+        Row("gateway CPU per MB/s consumed", median(cpu_c), "millicores per MB/s", "Kroxylicious: ~25",
+            Goal("<=", 25.0, "millicores per MB/s")),
+    ]  # fmt: skip
+    result.details["gateway"] = {
+        "messages": n, "straight_produce": raw_ps, "gateway_produce": gw_ps, "straight_consume": raw_cs,
+        "gateway_consume": gw_cs, "cpu_millicores_per_mb_s_produce": cpu_p, "cpu_millicores_per_mb_s_consume": cpu_c,
+        "latency_ms": {"straight_p50": percentile(raw_l, 50) * 1000, "straight_p99": percentile(raw_l, 99) * 1000,
+                       "gateway_p50": percentile(gw_l, 50) * 1000, "gateway_p99": percentile(gw_l, 99) * 1000},
+    }  # fmt: skip

@@ -1,0 +1,229 @@
+"""The cluster-level APIs: ApiVersions, Metadata, FindCoordinator, InitProducerId, CreateTopics,
+DeleteTopics, and SASL/PLAIN authentication.
+
+Topic admin maps to kfed's topic commands through the quorum, and only for a client that authenticated
+with kfed's admin token (SASL/PLAIN, the token as password). kfed places a topic's partitions itself, the
+same number on each active cluster of the region, so CreateTopics takes a partition count that is a
+multiple of those clusters (or -1: one each) and no replica assignments.
+"""
+
+from __future__ import annotations
+
+import hmac
+import uuid
+from typing import TYPE_CHECKING, Any, Final
+
+from . import protocol as kp
+from .producers import MAX_EPOCH, ProducerIdsExhausted
+from .protocol import ErrorCode
+from .quorum import QuorumError
+from .view import NO_LEADER, ClusterView, TopicView, topic_uuid
+
+if TYPE_CHECKING:
+    from .app import Gateway
+    from .server import ClientConnection
+
+ZERO_UUID: Final = uuid.UUID(int=0)
+ADMIN_ONLY: Final = "topic admin through the gateway needs SASL/PLAIN with the kfed admin token"
+AUTHORIZED_OPERATIONS_UNKNOWN: Final = -(2**31)
+
+
+# -- ApiVersions, Metadata ---------------------------------------------------------------------------
+async def api_versions(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+    return kp.api_versions_body(gw.served_versions())
+
+
+async def metadata(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+    """The federation as a cluster of gateways. Producers and consumers see different leaders (see
+    ``view.py``): which one this connection is, ``ClientConnection.producer_view`` says."""
+    view = gw.view()
+    requested = request.body.topics
+    if requested is None or (request.api_version == 0 and not requested):
+        names: list[str | None] = list(view.topic_names())
+    else:
+        names = [t.name if t.name is not None else view.topic_name_of(getattr(t, "topic_id", ZERO_UUID))
+                 for t in requested]  # fmt: skip
+    producer = conn.producer_view()
+    topics = []
+    for name in names:
+        topic = view.topic(name) if name is not None else None
+        if topic is None:
+            topics.append({"error_code": ErrorCode.unknown_topic_or_partition, "name": name, "topic_id": ZERO_UUID,
+                           "is_internal": False, "partitions": (),
+                           "topic_authorized_operations": AUTHORIZED_OPERATIONS_UNKNOWN})  # fmt: skip
+        else:
+            topics.append(gw.topic_metadata(view, topic, producer))
+            conn.memory.told(conn.client_key, topic.name, len(topic.placements))
+    brokers = [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in view.brokers]
+    return {"throttle_time": 0, "brokers": brokers, "cluster_id": gw.config.cluster_name,
+            "controller_id": view.controller_id, "topics": topics}  # fmt: skip
+
+
+def topic_metadata(view: ClusterView, topic: TopicView, producer: bool) -> dict[str, Any]:
+    """One topic's Metadata entry (built once per image and view kind, see ``Gateway.topic_metadata``)."""
+    partitions = []
+    for p in topic.placements:
+        leader = view.leader(topic, p.partition, producer)
+        replicas = (leader,) if leader != NO_LEADER else ()
+        partitions.append({
+            "error_code": ErrorCode.none if leader != NO_LEADER else ErrorCode.leader_not_available,
+            "partition_index": p.partition, "leader_id": leader,
+            # -1: clients skip leader-epoch validation (OffsetForLeaderEpoch), which the gateway does not serve
+            "leader_epoch": -1, "replica_nodes": replicas, "isr_nodes": replicas, "offline_replicas": (),
+        })  # fmt: skip
+    return {"error_code": ErrorCode.none, "name": topic.name, "topic_id": topic.topic_id, "is_internal": False,
+            "partitions": partitions, "topic_authorized_operations": AUTHORIZED_OPERATIONS_UNKNOWN}  # fmt: skip
+
+
+# -- FindCoordinator, InitProducerId ------------------------------------------------------------------
+async def find_coordinator(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+    key_type = int(getattr(request.body, "key_type", 0))
+    if key_type != 0:
+        return {"error_code": ErrorCode.coordinator_not_available, "node_id": -1, "host": "", "port": -1,
+                "error_message": "the kfed gateway serves no transactions"}  # fmt: skip
+    conn.saw("consumer")
+    broker = gw.view().coordinator(request.body.key)
+    return {"error_code": 0, "error_message": None, "node_id": broker.node_id, "host": broker.host,
+            "port": broker.port}  # fmt: skip
+
+
+async def init_producer_id(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+    """An id for an idempotent producer; a client that already has one (v3+) gets its epoch bumped."""
+    conn.saw("producer")
+    body = request.body
+    if body.transactional_id is not None:
+        return {"error_code": ErrorCode.transactional_id_authorization_failed, "producer_id": -1, "producer_epoch": -1}
+    producer_id, epoch = int(getattr(body, "producer_id", -1)), int(getattr(body, "producer_epoch", -1))
+    if producer_id >= 0 and 0 <= epoch < MAX_EPOCH:
+        return {"error_code": 0, "producer_id": producer_id, "producer_epoch": epoch + 1}
+    try:
+        return {"error_code": 0, "producer_id": gw.producers.mint(), "producer_epoch": 0}
+    except ProducerIdsExhausted:
+        return {"error_code": ErrorCode.coordinator_not_available, "producer_id": -1, "producer_epoch": -1}
+
+
+# -- CreateTopics, DeleteTopics -----------------------------------------------------------------------
+async def create_topics(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+    body = request.body
+    view = gw.view()
+    results = []
+    for topic in body.topics:
+        code, message, created = await _create_topic(gw, conn, view, topic, bool(getattr(body, "validate_only", False)))
+        results.append({"name": topic.name, "topic_id": created[0] if created else ZERO_UUID, "error_code": code,
+                        "error_message": message, "num_partitions": created[1] if created else -1,
+                        "replication_factor": 1 if created else -1, "configs": None})  # fmt: skip
+    return {"throttle_time": 0, "topics": results}
+
+
+async def _create_topic(
+    gw: Gateway, conn: ClientConnection, view: ClusterView, topic: Any, validate_only: bool
+) -> tuple[ErrorCode, str | None, tuple[uuid.UUID, int] | None]:
+    if not conn.admin:
+        return ErrorCode.topic_authorization_failed, ADMIN_ONLY, None
+    if topic.assignments:
+        return ErrorCode.invalid_replica_assignment, "kfed places partitions itself: give num_partitions only", None
+    region = gw.config.region or (view.regions()[0] if len(view.regions()) == 1 else None)
+    if region is None:
+        return ErrorCode.invalid_request, "the federation has several regions: start the gateway with --region", None
+    clusters = view.active_clusters(region)
+    if not clusters:
+        return ErrorCode.invalid_request, f"region {region!r} has no active cluster", None
+    count = int(topic.num_partitions)
+    if count == -1:
+        count = len(clusters)
+    if count < 1 or count % len(clusters):
+        return (
+            ErrorCode.invalid_partitions,
+            (
+                f"num_partitions must be a multiple of the {len(clusters)} active clusters of region {region!r} "
+                "(kfed puts the same number on each), or -1"
+            ),
+            None,
+        )
+    retention_ms = None
+    for config in topic.configs:
+        if config.name != "retention.ms":
+            return ErrorCode.invalid_config, f"config {config.name!r} is not set through the gateway", None
+        try:
+            retention_ms = int(config.value) if config.value is not None else None
+        except ValueError:
+            return ErrorCode.invalid_config, f"retention.ms {config.value!r} is not an integer", None
+    if view.topic(topic.name) is not None:
+        return ErrorCode.topic_already_exists, f"topic {topic.name!r} exists", None
+    if validate_only:
+        return ErrorCode.none, None, (ZERO_UUID, count)
+    try:
+        reply = await gw.quorum.post("/v1/topics", {"name": topic.name, "region": region,
+                                                     "partitions_per_cluster": count // len(clusters),
+                                                     "retention_ms": retention_ms})  # fmt: skip
+    except QuorumError as e:
+        if e.status == 409:
+            return ErrorCode.topic_already_exists, e.detail, None
+        if e.status in (400, 422):
+            return ErrorCode.invalid_topic_exception, e.detail, None
+        return (
+            ErrorCode.request_timed_out if e.status in (0, 502, 503, 504) else ErrorCode.unknown_server_error,
+            (e.detail),
+            None,
+        )
+    return ErrorCode.none, None, (topic_uuid(str(reply.get("topic_id", topic.name))), len(reply.get("partitions", ())))
+
+
+async def delete_topics(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+    body = request.body
+    view = gw.view()
+    if hasattr(body, "topic_names"):
+        wanted: list[tuple[str | None, uuid.UUID]] = [(name, ZERO_UUID) for name in body.topic_names]
+    else:
+        wanted = [(t.name, t.topic_id) for t in body.topics]
+    results = []
+    for name, topic_id in wanted:
+        if name is None:
+            name = view.topic_name_of(topic_id)
+        code, message = await _delete_topic(gw, conn, name)
+        results.append({"name": name, "topic_id": topic_id, "error_code": code, "error_message": message})
+    return {"throttle_time": 0, "responses": results}
+
+
+async def _delete_topic(gw: Gateway, conn: ClientConnection, name: str | None) -> tuple[ErrorCode, str | None]:
+    if not conn.admin:
+        return ErrorCode.topic_authorization_failed, ADMIN_ONLY
+    if name is None:
+        return ErrorCode.unknown_topic_id, "no topic has this id"
+    try:
+        await gw.quorum.delete(f"/v1/topics/{name}")
+    except QuorumError as e:
+        if e.status == 404:
+            return ErrorCode.unknown_topic_or_partition, e.detail
+        return ErrorCode.request_timed_out if e.status in (0, 502, 503, 504) else ErrorCode.unknown_server_error, (
+            e.detail
+        )
+    return ErrorCode.none, None
+
+
+# -- SASL/PLAIN ------------------------------------------------------------------------------------
+async def sasl_handshake(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+    if request.body.mechanism != "PLAIN":
+        return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": ["PLAIN"]}
+    conn.sasl_mechanism = "PLAIN"
+    return {"error_code": 0, "mechanisms": ["PLAIN"]}
+
+
+async def sasl_authenticate(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+    """SASL/PLAIN (RFC 4616): ``[authzid] NUL user NUL password``; the password is a kfed token. A failure
+    closes the connection after its answer, as Kafka brokers do."""
+    fields = bytes(request.body.auth_bytes).split(b"\0")
+    password = fields[2] if conn.sasl_mechanism == "PLAIN" and len(fields) == 3 else None
+    admin = password is not None and _same(password, gw.config.admin_token)
+    client = password is not None and any(_same(password, t) for t in gw.config.client_tokens)
+    if not (admin or client):
+        conn.close_after_response = True
+        return {"error_code": ErrorCode.sasl_authentication_failed, "error_message": "unknown user or token",
+                "auth_bytes": b"", "session_lifetime": 0}  # fmt: skip
+    conn.authenticated, conn.admin = True, admin
+    conn.principal = fields[1].decode("utf-8", "replace")
+    return {"error_code": 0, "error_message": None, "auth_bytes": b"", "session_lifetime": 0}
+
+
+def _same(given: bytes, expected: str | None) -> bool:
+    return expected is not None and hmac.compare_digest(given, expected.encode())

@@ -1,0 +1,195 @@
+"""One gateway process: it follows the metadata log, registers and heartbeats, and serves Kafka clients.
+
+It keeps no state another instance could not rebuild: the federation's shape comes from the followed log,
+groups live in the quorum, committed offsets in the sub-clusters; what it holds in memory (connections,
+partition leaders learnt from brokers, physical producer ids) is rebuilt on demand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from metadata_log.access import NO_ACCESS, Access
+from metadata_log.follower import LogFollower
+
+from . import admin, data, groups
+from . import protocol as kp
+from .producers import ProducerIds
+from .quorum import QuorumClient, QuorumError
+from .server import Handler, KafkaServer, Limits
+from .upstream import Upstream
+from .view import Broker, ClusterView, TopicView
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S: Final = 1.0
+REGISTER_RETRY_S: Final = 1.0
+FOLLOW_WAIT_MS: Final = 2_000
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    controllers: list[str]
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 9092
+    advertise_host: str | None = None  # None: the listen host
+    advertise_port: int | None = None  # None: the port listened on
+    gateway_id: int | None = None  # None: assigned by the quorum (the one this address had, if any)
+    rack: str | None = None
+    region: str | None = None  # where CreateTopics puts topics; None: the federation's only region
+    access: Access = NO_ACCESS  # the token this gateway calls the controllers with
+    sasl: bool = False  # SASL/PLAIN on the listener, kfed tokens as passwords
+    client_tokens: tuple[str, ...] = ()  # passwords of clients that may produce and consume (not admin)
+    tls: tuple[str, str] | None = None  # (certificate, key) PEM files: TLS on the listener
+    limits: Limits = field(default_factory=Limits)
+    cluster_name: str = "kfed"  # the cluster id clients see
+
+    @property
+    def listener(self) -> str:
+        """Kafka's name for this listener's security: the gateways a client is told of all share it."""
+        return ("SASL_" if self.sasl else "") + ("SSL" if self.tls else "PLAINTEXT")
+
+    @property
+    def admin_token(self) -> str | None:
+        return self.access.token
+
+
+def handlers() -> dict[int, tuple[Handler, bool]]:
+    """What serves each API key, and whether it is ordered (see ``KafkaServer``)."""
+    return {
+        kp.API_VERSIONS: (admin.api_versions, False),
+        kp.METADATA: (admin.metadata, False),
+        kp.PRODUCE: (data.produce, True),
+        kp.FETCH: (data.fetch, False),
+        kp.LIST_OFFSETS: (data.list_offsets, False),
+        kp.FIND_COORDINATOR: (admin.find_coordinator, False),
+        kp.INIT_PRODUCER_ID: (admin.init_producer_id, False),
+        kp.CREATE_TOPICS: (admin.create_topics, False),
+        kp.DELETE_TOPICS: (admin.delete_topics, False),
+        kp.SASL_HANDSHAKE: (admin.sasl_handshake, True),
+        kp.SASL_AUTHENTICATE: (admin.sasl_authenticate, True),
+        **groups.handlers(),
+    }
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.limits = config.limits
+        self.instance = uuid.uuid4().hex
+        self.producers = ProducerIds()
+        self.upstream = Upstream(client_id="kfed-gateway")
+        self.quorum = QuorumClient(config.controllers, config.access)
+        self.follower = LogFollower(config.controllers, wait_ms=FOLLOW_WAIT_MS, access=config.access)
+        self.groups = groups.GroupBridge(self)
+        self.gateway_id: int | None = config.gateway_id
+        self.port = config.listen_port
+        self._handlers = handlers()
+        self.server = KafkaServer(self, self._handlers, config.limits, _tls(config.tls), config.sasl)
+        self._view: ClusterView | None = None
+        self._topic_metadata: dict[tuple[str, bool], dict[str, Any]] = {}
+        self._heartbeat: asyncio.Task[None] | None = None
+        self.registered = asyncio.Event()
+        self._closing = threading.Event()  # stops the first poll of the log, which runs in a thread
+
+    # -- the federation as clients see it ----------------------------------------------------------------
+    @property
+    def self_broker(self) -> Broker:
+        host = self.config.advertise_host or self.config.listen_host
+        port = self.config.advertise_port or self.port
+        return Broker(self.gateway_id if self.gateway_id is not None else 0, host, port, self.config.rack)
+
+    def view(self) -> ClusterView:
+        """The cluster view of the followed image (rebuilt when the image or this gateway's id changes)."""
+        image = self.follower.image
+        view = self._view
+        if view is None or view.image is not image or view.self_broker != self.self_broker:
+            view = self._view = ClusterView(image, self.self_broker, self.config.listener)
+            self._topic_metadata = {}
+        return view
+
+    def topic_metadata(self, view: ClusterView, topic: TopicView, producer: bool) -> dict[str, Any]:
+        key = (topic.name, producer)
+        entry = self._topic_metadata.get(key) if view is self._view else None
+        if entry is None:
+            entry = self._topic_metadata[key] = admin.topic_metadata(view, topic, producer)
+        return entry
+
+    def served_versions(self) -> dict[int, tuple[int, int]]:
+        versions = {k: v for k, v in kp.SERVED_VERSIONS.items() if k in self._handlers}
+        if self.config.sasl:
+            versions.update(kp.SASL_VERSIONS)
+        return versions
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    async def start(self) -> int:
+        """Follow the log, bind, register with the quorum, then accept clients; returns the port."""
+        await asyncio.to_thread(self._first_image)
+        self.follower.start()
+        self.port = await self.server.bind(self.config.listen_host, self.config.listen_port)
+        while not await self._register():
+            await asyncio.sleep(REGISTER_RETRY_S)
+        await self.server.serve()
+        self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeat_loop(), name="gateway heartbeat")
+        log.info("kfed gateway %s serving Kafka clients on %s:%d (advertised %s:%d)", self.gateway_id,
+                 self.config.listen_host, self.port, self.self_broker.host, self.self_broker.port)  # fmt: skip
+        return self.port
+
+    def _first_image(self) -> None:
+        while not self._closing.is_set():
+            try:
+                self.follower.poll(0)
+                return
+            except Exception as e:  # keep trying: the quorum may start after the gateway
+                log.warning("no metadata from the controllers yet (%s); retrying", e)
+                self._closing.wait(REGISTER_RETRY_S)
+
+    async def _register(self) -> bool:
+        broker = self.self_broker
+        body = {"gateway_id": self.gateway_id, "host": broker.host, "port": broker.port, "instance": self.instance,
+                "rack": self.config.rack, "listener": self.config.listener, "connections": self.server.connections,
+                "requests": self.server.requests}  # fmt: skip
+        try:
+            reply = await self.quorum.post("/v1/gateways/heartbeat", body)
+        except QuorumError as e:
+            if e.status == 409 and self.config.gateway_id is None:
+                self.gateway_id = None  # the id this gateway had went to another: take a free one
+            log.warning("gateway heartbeat failed: %s", e.detail)
+            return False
+        self.gateway_id = int(reply["gateway_id"])
+        if self.producers.incarnation is None:
+            self.producers.incarnation = int(reply["incarnation"])
+        self.registered.set()
+        return True
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            try:
+                await self._register()
+            except Exception:  # never let the loop die: the gateway would silently drop out
+                log.exception("gateway heartbeat failed")
+
+    async def stop(self) -> None:
+        self._closing.set()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        await self.server.stop()
+        await self.groups.stop()
+        self.upstream.close()
+        await self.quorum.close()
+        await asyncio.to_thread(self.follower.stop)
+
+
+def _tls(files: tuple[str, str] | None) -> ssl.SSLContext | None:
+    if files is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(files[0], files[1])
+    return context

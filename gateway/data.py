@@ -1,0 +1,396 @@
+"""Produce, Fetch and ListOffsets: logical partitions translated to physical ones, batches passed through.
+
+A logical partition is exactly one physical partition, so offsets, high watermarks and batches pass
+unchanged; only the envelopes are rewritten (topic names and partition ids), and for idempotent producers
+the producer id in batch headers (``producers.py``).
+
+Errors that mean "your metadata is stale" (a partition that stopped taking writes, a leader that moved, a
+broker that cannot be reached) come back as NOT_LEADER_OR_FOLLOWER: every client then refreshes its
+metadata, and sees the partition's new state there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+
+from . import protocol as kp
+from .producers import STATE_LOST, PhysicalKey, ProducerIds
+from .protocol import ErrorCode
+from .server import NO_RESPONSE, ClientConnection
+from .upstream import ClusterClient, UpstreamError
+from .view import ClusterView, Placement
+
+if TYPE_CHECKING:
+    from .app import Gateway
+
+NO_TRANSACTIONS: Final = "the kfed gateway serves no transactions"
+REQUEST_MARGIN_S: Final = 5.0
+"""Added to a request's own timeout for the broker's answer to reach the gateway."""
+STALE: Final = frozenset(
+    {ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition, ErrorCode.leader_not_available,
+     ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch}
+)  # fmt: skip
+"""Broker errors after which the gateway asks the sub-cluster again where its partitions are."""
+
+
+class Refused(NamedTuple):
+    """Why a partition's part of a request is not sent on: the error code for the client, and a message."""
+
+    code: ErrorCode
+    message: str | None
+
+
+class Routed(NamedTuple):
+    """One partition's batches on their way to a broker."""
+
+    topic: str
+    partition: int
+    placement: Placement
+    records: bytes | None
+    producer: PhysicalKey | None  # the physical producer they were rewritten for, if idempotent
+
+
+def _done(value: Any) -> asyncio.Future[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
+
+
+async def _leader(cluster: ClusterClient, p: Placement) -> str:
+    return cluster.known_leader(p.physical_topic, p.physical_partition, asyncio.get_running_loop().time()) or (
+        await cluster.leader(p.physical_topic, p.physical_partition)
+    )
+
+
+def _cluster(gw: Gateway, view: ClusterView, cluster_id: str) -> ClusterClient | None:
+    bootstrap = view.bootstrap_of(cluster_id)
+    return gw.upstream.cluster(cluster_id, bootstrap) if bootstrap else None
+
+
+# -- Produce ---------------------------------------------------------------------------------------
+async def produce(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Awaitable[Any]:
+    """The ordered part of a produce: each partition's batches are written to their broker before the next
+    request of this connection is read (clients rely on that order). Returns what completes the answer."""
+    conn.saw("producer")
+    body = request.body
+    view = gw.view()
+    errors: dict[tuple[str, int], Refused] = {}
+    routes: dict[tuple[ClusterClient, str], list[Routed]] = defaultdict(list)
+    for topic in body.topic_data:
+        grown = _grown(view, conn, topic.name)
+        for data in topic.partition_data:
+            tp = (topic.name, int(data.index))
+            if grown:  # one partition refused, so that the client refreshes and sees the new ones
+                errors[tp] = Refused(ErrorCode.not_leader_or_follower, f"{topic.name} has more partitions now")
+                grown = False
+                continue
+            if body.transactional_id is not None:
+                errors[tp] = Refused(ErrorCode.transactional_id_authorization_failed, NO_TRANSACTIONS)
+                continue
+            routed = await _route_batches(gw, view, tp, data.records)
+            if isinstance(routed, Refused):
+                errors[tp] = routed
+            else:
+                cluster, address, batches = routed
+                routes[(cluster, address)].append(batches)
+    acks = int(body.acks)
+    timeout_ms = kp.milliseconds(body.timeout)
+    sends = []
+    for (cluster, address), parts in routes.items():
+        try:
+            upstream = cluster.produce_connection_ready(address, conn.key) or await cluster.produce_connection(
+                address, conn.key
+            )
+            version = upstream.version(kp.PRODUCE)
+        except UpstreamError as e:
+            for r in parts:
+                errors[(r.topic, r.partition)] = Refused(ErrorCode.not_leader_or_follower, str(e))
+            continue
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in parts:
+            by_topic[r.placement.physical_topic].append({"index": r.placement.physical_partition, "records": r.records})
+        physical = {"transactional_id": None, "acks": acks, "timeout": timeout_ms,
+                    "topic_data": [{"name": t, "partition_data": ps} for t, ps in by_topic.items()]}  # fmt: skip
+        sends.append((cluster, upstream, parts, upstream.send(kp.PRODUCE, version, physical, acks != 0)))
+    if acks == 0:
+        return _done(NO_RESPONSE)
+    timeout_s = timeout_ms / 1000 + REQUEST_MARGIN_S
+    return asyncio.ensure_future(_produce_answer(gw.producers, body, errors, sends, timeout_s))
+
+
+def _grown(view: ClusterView, conn: ClientConnection, name: str) -> bool:
+    topic = view.topic(name)
+    return topic is not None and conn.memory.grown(conn.client_key, name, len(topic.placements))
+
+
+async def _route_batches(
+    gw: Gateway, view: ClusterView, tp: tuple[str, int], records: bytes | None
+) -> tuple[ClusterClient, str, Routed] | Refused:
+    """Where one partition's batches go, with their producer rewritten for the cluster, or why not."""
+    placement = view.placement(*tp)
+    if placement is None:
+        return Refused(ErrorCode.unknown_topic_or_partition, f"no logical partition {tp[0]}/{tp[1]}")
+    if not placement.writable:
+        return Refused(ErrorCode.not_leader_or_follower, f"{tp[0]}/{tp[1]} takes no writes now (read-only or fenced)")
+    cluster = _cluster(gw, view, placement.cluster_id)
+    if cluster is None:
+        return Refused(ErrorCode.not_leader_or_follower, f"cluster {placement.cluster_id} is not registered")
+    key = None
+    try:
+        address = await _leader(cluster, placement)
+        batch = kp.batch_producer(records)
+        if batch is not None and batch.producer_id >= 0:
+            if batch.transactional:
+                return Refused(ErrorCode.transactional_id_authorization_failed, NO_TRANSACTIONS)
+            key = (batch.producer_id, batch.producer_epoch, cluster.cluster_id, placement.physical_topic,
+                   placement.physical_partition)  # fmt: skip
+            producer = await gw.producers.physical(key, cluster, batch.base_sequence, batch.last_sequence)
+            assert records is not None and producer.shift is not None
+            records = kp.rewrite_producer(records, producer.producer_id, producer.producer_epoch, producer.shift)
+    except UpstreamError as e:
+        return Refused(ErrorCode.not_leader_or_follower, str(e))
+    except kp.ProtocolError as e:
+        return Refused(ErrorCode.corrupt_message, str(e))
+    return cluster, address, Routed(tp[0], tp[1], placement, records, key)
+
+
+async def _produce_answer(
+    producers: ProducerIds,
+    body: Any,
+    errors: dict[tuple[str, int], Refused],
+    sends: list[tuple[ClusterClient, Any, list[Routed], asyncio.Future[Any]]],
+    timeout_s: float,
+) -> dict[str, Any]:
+    answers: dict[tuple[str, int], dict[str, Any]] = {}
+    for cluster, upstream, parts, future in sends:
+        try:
+            response = await upstream.wait(future, timeout_s)
+        except UpstreamError as e:
+            for r in parts:
+                errors[(r.topic, r.partition)] = Refused(ErrorCode.not_leader_or_follower, str(e))
+            continue
+        physical = {(t.name, int(p.index)): p for t in response.responses for p in t.partition_responses}
+        for r in parts:
+            p = physical.get((r.placement.physical_topic, r.placement.physical_partition))
+            if p is None:
+                errors[(r.topic, r.partition)] = Refused(ErrorCode.unknown_server_error, "no answer from the broker")
+                continue
+            if p.error_code in STALE:
+                cluster.forget_leaders(r.placement.physical_topic)
+            if p.error_code in STATE_LOST and r.producer is not None:
+                producers.forget(r.producer)
+            answers[(r.topic, r.partition)] = kp.fields_of(p, index=r.partition)
+    topics = []
+    for topic in body.topic_data:
+        partitions = []
+        for data in topic.partition_data:
+            tp = (topic.name, int(data.index))
+            answer = answers.get(tp)
+            if answer is None:
+                code, message = errors.get(tp, Refused(ErrorCode.unknown_server_error, None))
+                answer = {"index": tp[1], "error_code": code, "base_offset": -1, "log_append_time": -1,
+                          "log_start_offset": -1, "record_errors": (), "error_message": message}  # fmt: skip
+            partitions.append(answer)
+        topics.append({"name": topic.name, "partition_responses": partitions})
+    return {"responses": topics, "throttle_time": 0}
+
+
+# -- Fetch -----------------------------------------------------------------------------------------
+async def fetch(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+    """Scatter to each broker holding a requested partition, gather, and answer once ``min_bytes`` arrived,
+    every broker answered, or ``max_wait`` passed."""
+    conn.saw("consumer")
+    body = request.body
+    if int(getattr(body, "session_id", 0)) != 0:  # this gateway never opens fetch sessions
+        return {"error_code": ErrorCode.fetch_session_id_not_found, "session_id": 0, "responses": ()}
+    view = gw.view()
+    max_wait_s = max(0, kp.milliseconds(body.max_wait)) / 1000
+    min_bytes = max(0, int(body.min_bytes))
+    max_bytes = min(int(getattr(body, "max_bytes", gw.limits.max_fetch_bytes)), gw.limits.max_fetch_bytes)
+    isolation = int(getattr(body, "isolation_level", 0))
+    answers: dict[tuple[str, int], dict[str, Any]] = {}
+    groups: dict[tuple[ClusterClient, str], list[tuple[str, int, Placement, Any]]] = defaultdict(list)
+    order: list[tuple[str, list[int]]] = []
+    for topic in body.topics:
+        order.append((topic.topic, [int(p.partition) for p in topic.partitions]))
+        for p in topic.partitions:
+            tp = (topic.topic, int(p.partition))
+            placement = view.placement(*tp)
+            if placement is None or not placement.readable:
+                code = ErrorCode.unknown_topic_or_partition if placement is None else ErrorCode.not_leader_or_follower
+                answers[tp] = _fetch_error(tp[1], code)
+                continue
+            cluster = _cluster(gw, view, placement.cluster_id)
+            try:
+                if cluster is None:
+                    raise UpstreamError(f"cluster {placement.cluster_id} is not registered")
+                address = await _leader(cluster, placement)
+            except UpstreamError:
+                answers[tp] = _fetch_error(tp[1], ErrorCode.not_leader_or_follower)
+                continue
+            groups[(cluster, address)].append((tp[0], tp[1], placement, p))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_s
+    if not groups and not answers:  # nothing asked: a broker waits out max_wait, so that clients do not spin
+        await asyncio.sleep(min(max_wait_s, 30.0))
+    tasks = {
+        asyncio.ensure_future(_fetch_from(cluster, address, parts, max_wait_s, min_bytes, max_bytes, isolation))
+        for (cluster, address), parts in groups.items()
+    }
+    gathered = 0
+    while tasks:
+        timeout_s = max(0.0, deadline - loop.time()) + REQUEST_MARGIN_S
+        done, tasks = await asyncio.wait(tasks, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if not done:
+            break
+        for task in done:
+            got, size = task.result()
+            answers.update(got)
+            gathered += size
+        # Only data ends the wait early: a broker that fails at once must not cut short a wait on the others
+        # (their data would be dropped, fetch after fetch). Its errors go out with their answers.
+        if gathered > 0 and gathered >= min_bytes:
+            break
+    for task in tasks:  # still waiting on a broker: it finishes on its own, its answer unused
+        task.add_done_callback(_ignore_result)
+    responses = []
+    for topic_name, partitions in order:
+        parts = [answers.get((topic_name, p)) or _fetch_error(p, ErrorCode.none, empty=True) for p in partitions]
+        responses.append({"topic": topic_name, "partitions": parts})
+    return {"error_code": 0, "session_id": 0, "responses": responses, "throttle_time": 0}
+
+
+def _fetch_error(partition: int, code: ErrorCode, empty: bool = False) -> dict[str, Any]:
+    """A partition's answer without data: an error, or (``empty``) nothing yet."""
+    return {"partition_index": partition, "error_code": code, "high_watermark": -1, "last_stable_offset": -1,
+            "log_start_offset": -1, "aborted_transactions": None if not empty else (), "preferred_read_replica": -1,
+            "records": b""}  # fmt: skip
+
+
+def _ignore_result(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def _fetch_from(
+    cluster: ClusterClient,
+    address: str,
+    parts: list[tuple[str, int, Placement, Any]],
+    max_wait_s: float,
+    min_bytes: int,
+    max_bytes: int,
+    isolation: int,
+) -> tuple[dict[tuple[str, int], dict[str, Any]], int]:
+    """One broker's part of a fetch: (answers by logical partition, record bytes)."""
+    by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for _, _, placement, p in parts:
+        by_topic[placement.physical_topic].append({
+            "partition": placement.physical_partition, "current_leader_epoch": -1, "fetch_offset": p.fetch_offset,
+            "last_fetched_epoch": -1, "log_start_offset": getattr(p, "log_start_offset", -1),
+            "partition_max_bytes": p.partition_max_bytes,
+        })  # fmt: skip
+    physical = {"replica_id": -1, "max_wait": round(max_wait_s * 1000), "min_bytes": min_bytes, "max_bytes": max_bytes,
+                "isolation_level": isolation, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}  # fmt: skip
+    answers: dict[tuple[str, int], dict[str, Any]] = {}
+    try:
+        async with cluster.fetch_connection(address) as upstream:
+            response = await upstream.call(kp.FETCH, upstream.version(kp.FETCH), physical,
+                                           max_wait_s + REQUEST_MARGIN_S)  # fmt: skip
+    except UpstreamError:
+        for topic_name, partition, _, _ in parts:
+            answers[(topic_name, partition)] = _fetch_error(partition, ErrorCode.not_leader_or_follower)
+        return answers, 0
+    if response.error_code != ErrorCode.none:
+        for topic_name, partition, _, _ in parts:
+            answers[(topic_name, partition)] = _fetch_error(partition, response.error_code)
+        return answers, 0
+    got = {(t.topic, int(p.partition_index)): p for t in response.responses for p in t.partitions}
+    size = 0
+    for topic_name, partition, placement, _ in parts:
+        p = got.get((placement.physical_topic, placement.physical_partition))
+        if p is None:
+            answers[(topic_name, partition)] = _fetch_error(partition, ErrorCode.none, empty=True)
+            continue
+        if p.error_code in STALE:
+            cluster.forget_leaders(placement.physical_topic)
+        size += len(p.records or b"")
+        # records null (Tansu sends it for none) is refused by librdkafka: empty, as Kafka sends
+        answers[(topic_name, partition)] = kp.fields_of(
+            p, partition_index=partition, preferred_read_replica=-1, records=p.records or b""
+        )
+    return answers, size
+
+
+# -- ListOffsets -----------------------------------------------------------------------------------
+async def list_offsets(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+    conn.saw("consumer")
+    body = request.body
+    view = gw.view()
+    isolation = int(getattr(body, "isolation_level", 0))
+    answers: dict[tuple[str, int], dict[str, Any]] = {}
+    groups: dict[tuple[ClusterClient, str], list[tuple[str, int, Placement, int]]] = defaultdict(list)
+    for topic in body.topics:
+        for p in topic.partitions:
+            tp = (topic.name, int(p.partition_index))
+            placement = view.placement(*tp)
+            cluster = _cluster(gw, view, placement.cluster_id) if placement is not None else None
+            if placement is None or cluster is None or not (placement.readable or placement.writable):
+                code = ErrorCode.unknown_topic_or_partition if placement is None else ErrorCode.not_leader_or_follower
+                answers[tp] = {"partition_index": tp[1], "error_code": code}
+                continue
+            try:
+                address = await _leader(cluster, placement)
+            except UpstreamError:
+                answers[tp] = {"partition_index": tp[1], "error_code": ErrorCode.not_leader_or_follower}
+                continue
+            groups[(cluster, address)].append((tp[0], tp[1], placement, int(p.timestamp)))
+    results = await asyncio.gather(
+        *(_list_from(cluster, address, parts, isolation) for (cluster, address), parts in groups.items())
+    )
+    for got in results:
+        answers.update(got)
+    topics = [
+        {"name": t.name, "partitions": [answers[(t.name, int(p.partition_index))] for p in t.partitions]}
+        for t in body.topics
+    ]
+    return {"topics": topics, "throttle_time": 0}
+
+
+async def _list_from(
+    cluster: ClusterClient, address: str, parts: list[tuple[str, int, Placement, int]], isolation: int
+) -> dict[tuple[str, int], dict[str, Any]]:
+    by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for _, _, placement, timestamp in parts:
+        by_topic[placement.physical_topic].append(
+            {"partition_index": placement.physical_partition, "current_leader_epoch": -1, "timestamp": timestamp}
+        )
+    physical = {"replica_id": -1, "isolation_level": isolation,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}  # fmt: skip
+    answers = {}
+    try:
+        upstream = await cluster.control(address)
+        response = await upstream.call(kp.LIST_OFFSETS, upstream.version(kp.LIST_OFFSETS), physical)
+    except UpstreamError:
+        for topic_name, partition, _, _ in parts:
+            answers[(topic_name, partition)] = {
+                "partition_index": partition,
+                "error_code": ErrorCode.not_leader_or_follower,
+            }
+        return answers
+    got = {(t.name, int(p.partition_index)): p for t in response.topics for p in t.partitions}
+    for topic_name, partition, placement, _ in parts:
+        p = got.get((placement.physical_topic, placement.physical_partition))
+        if p is None:
+            answers[(topic_name, partition)] = {
+                "partition_index": partition,
+                "error_code": ErrorCode.unknown_server_error,
+            }
+            continue
+        if p.error_code in STALE:
+            cluster.forget_leaders(placement.physical_topic)
+        answers[(topic_name, partition)] = kp.fields_of(p, partition_index=partition, leader_epoch=-1)
+    return answers

@@ -1,0 +1,124 @@
+"""Idempotent producers through the gateway: client producer ids, and the physical ones they stand for.
+
+A client's producer id is minted here (InitProducerId): ``2**62 | incarnation << 24 | counter``, where the
+incarnation is this process's registration in the log (above every earlier one), so no two gateway
+processes ever hand out the same id, and none collides with the low ids brokers allocate.
+
+Brokers only take producer ids they allocated, and a new one's first batch only at sequence 0 (Tansu
+answers UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER otherwise). So the client's (id, epoch) stands,
+on each physical partition it writes through this instance, for a *physical producer*: an id from that
+partition's cluster (its InitProducerId), and a shift that makes the client's first sequence there 0.
+Batch headers are rewritten (``protocol.rewrite_producer``); a retried batch is rewritten the same way, so
+the broker still deduplicates it.
+
+Physical producers are disposable, one per partition: a partition moves between instances (one dies, one
+joins) while the client's sequences go on. A batch that does not follow its physical producer (a gap, or an
+old sequence that is not a resend of one of the last batches) starts a new one, at that batch: the broker
+cannot deduplicate across the change (at least once), and no batch is ever mistaken for a duplicate of
+another. A broker that lost a producer's state (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER) has its
+physical producer dropped too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Final
+
+from . import protocol as kp
+from .protocol import ErrorCode
+from .upstream import ClusterClient, UpstreamError
+
+CLIENT_ID_BASE: Final = 1 << 62
+COUNTER_BITS: Final = 24
+MAX_INCARNATION: Final = (1 << (62 - COUNTER_BITS)) - 1
+MAX_EPOCH: Final = 32_767
+MAX_PHYSICAL: Final = 100_000
+"""Physical producers remembered (least recently used forgotten: their clients start that partition over)."""
+RECENT_BATCHES: Final = 5
+"""Base sequences remembered per physical producer: a retry resends one of these (brokers keep 5 as well,
+and clients send at most 5 batches per partition before an answer)."""
+STATE_LOST: Final = frozenset(
+    {ErrorCode.unknown_producer_id, ErrorCode.out_of_order_sequence_number, ErrorCode.invalid_producer_epoch}
+)
+"""Broker answers after which a physical producer is not used again."""
+
+PhysicalKey = tuple[int, int, str, str, int]  # client id, client epoch, cluster, physical topic, partition
+
+
+class ProducerIdsExhausted(Exception):
+    """This process minted every id of its incarnation (16M): it must restart to register anew."""
+
+
+@dataclass(slots=True)
+class PhysicalProducer:
+    producer_id: int
+    producer_epoch: int
+    shift: int | None = None  # client sequence - broker sequence; None until a first batch
+    next_sequence: int = 0  # the client sequence the next batch starts at
+    recent: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=RECENT_BATCHES))
+
+    def follows(self, base_sequence: int, last_sequence: int) -> bool:
+        """Whether a batch of these client sequences goes on through this producer (noted if so): its
+        first batch, the next one in order, or a resend of a recent one."""
+        if self.shift is None:
+            self.shift = base_sequence
+        elif (base_sequence, last_sequence) in self.recent:
+            return True
+        elif base_sequence != self.next_sequence:
+            return False
+        self.recent.append((base_sequence, last_sequence))
+        self.next_sequence = last_sequence + 1
+        return True
+
+
+class ProducerIds:
+    def __init__(self) -> None:
+        self.incarnation: int | None = None
+        self._counter = 0
+        self._physical: OrderedDict[PhysicalKey, asyncio.Future[PhysicalProducer]] = OrderedDict()
+
+    def mint(self) -> int:
+        if self.incarnation is None:
+            raise ProducerIdsExhausted("this gateway has not registered yet")
+        if self._counter >= 1 << COUNTER_BITS:
+            raise ProducerIdsExhausted(f"this gateway process minted {1 << COUNTER_BITS} producer ids")
+        self._counter += 1
+        return CLIENT_ID_BASE | (self.incarnation & MAX_INCARNATION) << COUNTER_BITS | self._counter
+
+    async def physical(self, key: PhysicalKey, cluster: ClusterClient, base_sequence: int,
+                       last_sequence: int) -> PhysicalProducer:  # fmt: skip
+        """The physical producer a batch of these client sequences goes through on one physical partition:
+        the partition's current one when the batch follows it, else a new one allocated on its cluster
+        (concurrent callers share one allocation)."""
+        future = self._physical.get(key)
+        if future is not None and future.done() and future.exception() is None:
+            self._physical.move_to_end(key)
+            producer = future.result()
+            if producer.follows(base_sequence, last_sequence):
+                return producer
+            future = None
+        if future is None or (future.done() and future.exception() is not None):
+            future = asyncio.ensure_future(_allocate(cluster))
+            self._physical[key] = future
+            while len(self._physical) > MAX_PHYSICAL:
+                self._physical.popitem(last=False)
+        producer = await asyncio.shield(future)
+        if not producer.follows(base_sequence, last_sequence):  # another batch started it meanwhile
+            self.forget(key)
+            return await self.physical(key, cluster, base_sequence, last_sequence)
+        return producer
+
+    def forget(self, key: PhysicalKey) -> None:
+        """The broker lost this producer's state: the next batch starts a new one."""
+        self._physical.pop(key, None)
+
+
+async def _allocate(cluster: ClusterClient) -> PhysicalProducer:
+    conn = await cluster.any_connection()
+    response = await conn.call(kp.INIT_PRODUCER_ID, conn.version(kp.INIT_PRODUCER_ID),
+                               {"transactional_id": None, "transaction_timeout": -1})  # fmt: skip
+    if response.error_code != ErrorCode.none:
+        raise UpstreamError(f"cluster {cluster.cluster_id} refused a producer id: {response.error_code.name}")
+    return PhysicalProducer(int(response.producer_id), int(response.producer_epoch))

@@ -1,0 +1,344 @@
+"""The Kafka listener: connections, frames, bounds, and the order of answers.
+
+Per connection:
+
+- a frame is a 4-byte size then the request; a size below a request header or above ``max_frame_bytes``
+  closes the connection, as does a frame that does not parse, an API key or version the gateway does not
+  translate (ApiVersions excepted: it is answered with the versions served, KIP-511), or a request before
+  SASL authentication when SASL is on. Kafka brokers do the same; nothing a client sends raises further;
+- requests are read while fewer than ``max_in_flight`` and ``max_buffered_bytes`` of them await their
+  answers; past that the connection is not read, and the client's TCP window closes (backpressure). A slow
+  reader of answers stalls the same way, since answers leave in request order (the protocol's rule) and each
+  write waits for the socket to drain;
+- requests are served concurrently, except Produce and SASL: those run their first part before the next
+  frame is read, so batches reach brokers in the order the client sent them.
+
+Each connection also says whether its client produces or consumes (Tencent's pproxy/cproxy, without two
+proxies): a connection is a producer's from its first Produce or InitProducerId, a consumer's from its
+first Fetch, ListOffsets, FindCoordinator or group request. A connection that has not shown it yet takes
+what other connections from the same host with the same client id showed, and otherwise the producer's
+metadata: a producer must never pick a partition that takes no writes, while a consumer shown a leaderless
+read-only partition asks again at once (on a connection that by then is known as a consumer's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import ssl
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from . import protocol as kp
+
+if TYPE_CHECKING:
+    from .app import Gateway
+
+log = logging.getLogger(__name__)
+
+Role = Literal["producer", "consumer"]
+Handler = Callable[["Gateway", "ClientConnection", kp.Request], Awaitable[Any]]
+
+STREAM_LIMIT: Final = 2**20
+"""Bytes a connection's reader buffers before pausing its socket: above a typical produce request, so one is
+read without pause/resume cycles (asyncio resumes a paused socket to complete a longer frame)."""
+NO_RESPONSE: Final[object] = object()
+"""A handler's result when the protocol sends no answer (Produce with acks=0)."""
+MAX_REMEMBERED_CLIENTS: Final = 10_000
+"""(host, client id) pairs remembered (least recently seen forgotten)."""
+MAX_TOPICS_TOLD: Final = 1_000
+"""Topics whose partition count is remembered per client."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_frame_bytes: int = 16 * 1024 * 1024
+    """Largest request frame (Kafka's socket.request.max.bytes is 100 MB; clients send 1 MB by default)."""
+    max_in_flight: int = 64
+    """Requests of one connection read and not yet answered."""
+    max_buffered_bytes: int = 64 * 1024 * 1024
+    """Bytes of request frames of one connection read and not yet answered."""
+    max_connections: int = 10_000
+    max_fetch_bytes: int = 64 * 1024 * 1024
+    """Most record bytes one Fetch answer carries per broker asked (a client's max_bytes above is lowered)."""
+    idle_s: float = 600.0
+    """A connection with no request for this long is closed (Kafka's connections.max.idle.ms)."""
+
+
+@dataclass(slots=True)
+class _Client:
+    roles: set[Role]
+    told: dict[str, int]  # topic -> partition count this client was last told (in Metadata)
+
+
+class ClientMemory:
+    """What connections from (host, client id) showed and were told, across their connections: the roles
+    they showed (for a connection that has not shown one) and the partition counts they were given (so a
+    producer whose topic has grown since is asked to refresh: a scale-up reaches it at once, not after its
+    metadata.max.age.ms)."""
+
+    def __init__(self) -> None:
+        self._clients: OrderedDict[tuple[str, str | None], _Client] = OrderedDict()
+
+    def _client(self, key: tuple[str, str | None]) -> _Client:
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = _Client(set(), {})
+            while len(self._clients) > MAX_REMEMBERED_CLIENTS:
+                self._clients.popitem(last=False)
+        else:
+            self._clients.move_to_end(key)
+        return client
+
+    def note(self, key: tuple[str, str | None], role: Role) -> None:
+        self._client(key).roles.add(role)
+
+    def roles(self, key: tuple[str, str | None]) -> set[Role]:
+        client = self._clients.get(key)
+        return client.roles if client is not None else set()
+
+    def told(self, key: tuple[str, str | None], topic: str, partitions: int) -> None:
+        told = self._client(key).told
+        if topic in told or len(told) < MAX_TOPICS_TOLD:
+            told[topic] = partitions
+
+    def grown(self, key: tuple[str, str | None], topic: str, partitions: int) -> bool:
+        """Whether ``topic`` has more partitions than this client was told: True once per growth."""
+        client = self._clients.get(key)
+        if client is None:
+            return False
+        told = client.told.get(topic)
+        if told is None or told >= partitions:
+            return False
+        client.told[topic] = partitions
+        return True
+
+
+class ClientConnection:
+    """What the gateway knows of one client connection."""
+
+    _keys = itertools.count()
+
+    def __init__(self, peer_host: str, memory: ClientMemory) -> None:
+        self.key = next(self._keys)
+        self.peer_host = peer_host
+        self.client_id: str | None = None
+        self.role: Role | None = None
+        self.memory = memory
+        self.sasl_mechanism: str | None = None
+        self.authenticated = False
+        self.admin = False
+        self.principal: str | None = None
+        self.close_after_response = False
+
+    def saw(self, role: Role) -> None:
+        if self.role != role:
+            self.role = role
+            self.memory.note((self.peer_host, self.client_id), role)
+
+    def producer_view(self) -> bool:
+        if self.role is not None:
+            return self.role == "producer"
+        return self.memory.roles((self.peer_host, self.client_id)) != {"consumer"}
+
+    @property
+    def client_key(self) -> tuple[str, str | None]:
+        return (self.peer_host, self.client_id)
+
+
+@dataclass(slots=True)
+class _InFlight:
+    request: kp.Request | None  # None: an answer already encoded (``frame``)
+    answer: Awaitable[Any] | None
+    size: int
+    frame: bytes | bytearray | None = None
+
+
+class KafkaServer:
+    def __init__(
+        self,
+        gateway: Gateway,
+        handlers: dict[int, tuple[Handler, bool]],
+        limits: Limits,
+        ssl_context: ssl.SSLContext | None = None,
+        sasl: bool = False,
+    ) -> None:
+        """``handlers``: per API key, the handler and whether it is *ordered* (its result is awaited before
+        the next frame is read, and is itself what completes the answer)."""
+        self.gateway = gateway
+        self.handlers = handlers
+        self.limits = limits
+        self.ssl_context = ssl_context
+        self.sasl = sasl
+        self.clients = ClientMemory()
+        self.connections = 0
+        self.requests = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def bind(self, host: str, port: int) -> int:
+        """Bind without accepting yet (the gateway registers first); returns the port (useful with port 0)."""
+        self._server = await asyncio.start_server(
+            self._accept, host, port, ssl=self.ssl_context, limit=STREAM_LIMIT, reuse_address=True, start_serving=False
+        )
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def serve(self) -> None:
+        assert self._server is not None
+        await self._server.start_serving()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if self.connections >= self.limits.max_connections:
+            log.warning("refusing a connection: %d open already", self.connections)
+            writer.close()
+            return
+        self._tasks.add(task)
+        self.connections += 1
+        peer = writer.get_extra_info("peername")
+        conn = ClientConnection(str(peer[0]) if peer else "?", self.clients)
+        try:
+            await self._serve(conn, reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self.connections -= 1
+            self._tasks.discard(task)
+            writer.close()
+
+    def served_versions(self, conn: ClientConnection) -> dict[int, tuple[int, int]]:
+        return self.gateway.served_versions()
+
+    async def _serve(self, conn: ClientConnection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        limits = self.limits
+        pending: deque[_InFlight] = deque()
+        room = asyncio.Condition()
+        buffered = 0
+        ready = asyncio.Event()
+        closing = False
+
+        async def answer() -> None:
+            try:
+                await answer_in_order()
+            except BaseException:
+                writer.close()  # the reading side then ends too
+                raise
+
+        async def answer_in_order() -> None:
+            nonlocal buffered
+            while True:
+                while not pending:
+                    if closing:
+                        return
+                    ready.clear()
+                    await ready.wait()
+                item = pending[0]
+                frame = item.frame
+                if item.answer is not None:
+                    result = await item.answer
+                    request = item.request
+                    assert request is not None
+                    if result is not NO_RESPONSE:
+                        frame = kp.encode_response(request.api_key, request.api_version, request.correlation_id, result)
+                if frame is not None:
+                    writer.write(frame)
+                    await writer.drain()
+                pending.popleft()
+                async with room:
+                    buffered -= item.size
+                    room.notify()
+                if conn.close_after_response:
+                    raise ConnectionResetError("closing after a failed authentication")
+
+        answering = asyncio.ensure_future(answer())
+        try:
+            while True:
+                head = await asyncio.wait_for(reader.readexactly(4), limits.idle_s)
+                size = kp.SIZE.unpack(head)[0]
+                if not kp.REQUEST_PREFIX.size <= size <= limits.max_frame_bytes:
+                    log.info("%s: closing: a frame of %d bytes (allowed %d to %d)", conn.peer_host, size,
+                             kp.REQUEST_PREFIX.size, limits.max_frame_bytes)  # fmt: skip
+                    return
+                async with room:
+                    while pending and (
+                        len(pending) >= limits.max_in_flight or buffered + size > limits.max_buffered_bytes
+                    ):
+                        await room.wait()
+                    buffered += size
+                if answering.done():
+                    return
+                frame = await reader.readexactly(size)
+                item = await self._request(conn, frame, size)
+                if item is None:
+                    return
+                pending.append(item)
+                ready.set()
+                self.requests += 1
+        finally:
+            closing = True
+            ready.set()
+            if not answering.done():
+                if conn.close_after_response:
+                    answering.cancel()
+                else:  # answer what was read (a client may half-close after its last request)
+                    try:
+                        await asyncio.wait_for(answering, 5.0)
+                    except (TimeoutError, ConnectionError, asyncio.CancelledError):
+                        pass
+                    except Exception:
+                        log.exception("%s: answering failed", conn.peer_host)
+            elif not answering.cancelled() and answering.exception() is not None:
+                error = answering.exception()
+                if not isinstance(error, ConnectionError):
+                    log.error("%s: answering failed: %r", conn.peer_host, error, exc_info=error)
+
+    async def _request(self, conn: ClientConnection, frame: bytes, size: int) -> _InFlight | None:
+        """Parse and start one request; None closes the connection."""
+        prefix = kp.request_prefix(frame)
+        versions = self.served_versions(conn)
+        served = versions.get(prefix.api_key)
+        if served is None or not served[0] <= prefix.api_version <= served[1]:
+            if prefix.api_key == kp.API_VERSIONS:
+                return _InFlight(None, None, size, kp.encode_unsupported_api_versions(prefix.correlation_id, versions))
+            log.info("%s: closing: %s v%d is not served", conn.peer_host, kp.api_name(prefix.api_key),
+                     prefix.api_version)  # fmt: skip
+            return None
+        try:
+            request = kp.decode_request(frame, prefix)
+        except kp.ProtocolError as e:
+            log.info("%s: closing: %s", conn.peer_host, e)
+            return None
+        if conn.client_id is None:
+            conn.client_id = request.client_id
+        if self.sasl and not conn.authenticated and prefix.api_key not in (kp.API_VERSIONS, *kp.SASL_VERSIONS):
+            log.info("%s: closing: %s before SASL authentication", conn.peer_host, kp.api_name(prefix.api_key))
+            return None
+        handler, ordered = self.handlers[prefix.api_key]
+        if ordered:
+            answer = await handler(self.gateway, conn, request)
+            if not inspect.isawaitable(answer):
+                answer = _done(answer)
+        else:
+            answer = asyncio.ensure_future(handler(self.gateway, conn, request))
+        return _InFlight(request, answer, size)
+
+
+def _done(value: Any) -> asyncio.Future[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future

@@ -1,0 +1,176 @@
+"""The gateway on the local federation: a real quorum, real sub-clusters with their agents, real gateway
+processes, and real, unmodified Kafka clients started by the tests.
+
+``BROKER`` is the kind of sub-cluster (``KFED_TEST_BROKER``, default ``tansu``): the one parameter to turn
+when the launcher starts Apache Kafka brokers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from deploy.local import DEMO_TOPIC, LocalFederation, _wait_port, free_ports, ready_demo_topic
+from gateway.cli import spawn
+
+TOPIC = DEMO_TOPIC
+BROKER = os.environ.get("KFED_TEST_BROKER", "tansu")
+
+
+def make_federation(data_dir: Path, broker: str = BROKER) -> LocalFederation:
+    """A started federation (c1, c2 in r1) with ``U_TopicA`` writable on both, of ``broker`` sub-clusters."""
+    if broker != "tansu":
+        pytest.skip(f"the local launcher starts no {broker!r} sub-clusters yet")
+    fed = LocalFederation(data_dir)
+    fed.__enter__()
+    try:
+        ready_demo_topic(fed)
+    except BaseException:
+        fed.stop()
+        raise
+    return fed
+
+
+class Gateways:
+    """Gateway processes of one federation, started and killed by PID."""
+
+    def __init__(self, fed: LocalFederation, data_dir: Path) -> None:
+        self.fed = fed
+        self.data_dir = data_dir
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}  # port -> process
+
+    def start(self, *extra: str, port: int | None = None) -> str:
+        """Start one gateway; returns its HOST:PORT once the quorum lists it live."""
+        port = port or free_ports(1)[0]
+        token = ["--token-file", str(self.fed.quorum.token_file)] if self.fed.quorum.token_file else []
+        with open(self.data_dir / f"gateway-{port}.log", "ab") as log:
+            self.procs[port] = spawn(self.fed.quorum.urls, f"127.0.0.1:{port}", log, *token, *extra)
+        _wait_port(port, 30)
+        wait_until(lambda: port in self.live(), 30, f"gateway on port {port} listed live")
+        return f"127.0.0.1:{port}"
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p, proc in self.procs.items() if proc.poll() is None)
+
+    def live(self) -> set[int]:
+        """Ports of the gateways the quorum lists live."""
+        for url in self.fed.quorum.urls:
+            try:
+                r = self.fed.quorum.client.get(url + "/v1/gateways", timeout=2)
+            except httpx.HTTPError:
+                continue
+            if r.status_code == 200:
+                return {g["port"] for g in r.json()["gateways"] if g["live"]}
+        return set()
+
+    def wait_live(self, ports: set[int], timeout_s: float = 30.0) -> None:
+        """Until exactly ``ports`` are live (a killed one has dropped out)."""
+        deadline = time.monotonic() + timeout_s
+        while self.live() != ports:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"gateways live: {self.live()}, expected {ports}")
+            time.sleep(0.1)
+
+    def coordinator_of(self, group: str, among: list[str]) -> str:
+        """The gateway (of ``among``) that FindCoordinator names for ``group`` (``ClusterView.coordinator``)."""
+        for url in self.fed.quorum.urls:
+            r = self.fed.quorum.client.get(url + "/v1/gateways", timeout=2)
+            if r.status_code == 200:
+                live = sorted((g["gateway_id"], f"{g['host']}:{g['port']}") for g in r.json()["gateways"] if g["live"])
+                address = live[zlib.crc32(group.encode()) % len(live)][1]
+                return address if address in among else among[0]
+        raise AssertionError("no controller answered /v1/gateways")
+
+    def kill(self, address: str, sig: int = signal.SIGKILL) -> None:
+        port = int(address.rsplit(":", 1)[1])
+        proc = self.procs[port]
+        if proc.poll() is None:
+            os.kill(proc.pid, sig)
+            proc.wait(10)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFederation]:
+    federation = make_federation(tmp_path_factory.mktemp("fed"))
+    yield federation
+    federation.stop()
+
+
+@pytest.fixture(scope="module")
+def gateways(fed: LocalFederation, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
+    g = Gateways(fed, tmp_path_factory.mktemp("gateways"))
+    try:
+        yield g
+    finally:
+        g.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(gateways: Gateways) -> str:
+    """One gateway of the module's federation (tests may start more): its HOST:PORT."""
+    return gateways.start()
+
+
+def physical_messages(fed: LocalFederation, topic: str = TOPIC) -> dict[str, list[bytes]]:
+    """Every message value of ``topic`` on each physical cluster, read straight from its broker."""
+    out: dict[str, list[bytes]] = {}
+    for cluster_id, cluster in fed.clusters.items():
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "audit", "enable.partition.eof": True,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 3})  # fmt: skip
+        try:
+            md = c.list_topics(topic, timeout=10)
+            parts = sorted(md.topics[topic].partitions) if topic in md.topics else []
+            c.assign([TopicPartition(topic, p, 0) for p in parts])
+            values: list[bytes] = []
+            eof: set[int] = set()
+            deadline = time.monotonic() + 30
+            while len(eof) < len(parts) and time.monotonic() < deadline:
+                m = c.poll(1)
+                if m is None:
+                    continue
+                if m.error():
+                    eof.add(m.partition())
+                    continue
+                values.append(m.value())
+            out[cluster_id] = values
+        finally:
+            c.close()
+    return out
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # kafka-python 3.0 reads its schemas with importlib.resources calls Python 3.11 deprecates
+    config.addinivalue_line("filterwarnings", "ignore:.*is deprecated. Use files\\(\\) instead:DeprecationWarning")
