@@ -15,7 +15,19 @@ from pathlib import Path
 
 import orjson
 
-from . import failover, federation, gateway, image, latency, operations, raft_layer, sdk, spark, spark_cluster, throughput
+from . import (
+    failover,
+    federation,
+    gateway,
+    image,
+    latency,
+    operations,
+    raft_layer,
+    sdk,
+    spark,
+    spark_cluster,
+    throughput,
+)
 from .common import (
     RESULTS_DIR,
     BenchResult,

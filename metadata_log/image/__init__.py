@@ -13,8 +13,8 @@ The image written as records, and read back, is ``metadata_log.snapshot``.
 
 from .cluster import CLUSTER_TRANSITIONS, ClusterDelta, ClusterImage
 from .common import InvalidRecord
-from .gateways import GatewayImage, GatewaysDelta
 from .delta import BULK_TYPES, MetadataDelta, apply, apply_runs
+from .gateways import GatewayImage, GatewaysDelta
 from .groups import GroupImage, GroupsDelta
 from .metadata import EMPTY_IMAGE, MetadataImage, is_writable
 from .quorum import QuorumDelta, VoterImage
