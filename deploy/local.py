@@ -38,7 +38,8 @@ BrokerKind = Literal["kafka", "tansu"]
 BROKER_KINDS: tuple[BrokerKind, ...] = ("kafka", "tansu")
 
 
-def _kfed(*args: str) -> list[str]:
+def kfed_command(*args: str) -> list[str]:
+    """A ``kfed`` command line run by this Python (the installed package, wherever the venv is)."""
     return [sys.executable, "-m", "kfed", *args]
 
 
@@ -129,7 +130,7 @@ class LocalQuorum(_Processes):
             secrets += ["--tls-cert", str(self.tls[0]), "--tls-key", str(self.tls[1]), "--tls-ca", str(self.tls[2])]
         args = ["controller", "--config", str(config), "--node-id", str(node_id), *flags, *secrets,
                 "--data-dir", str(self.data_dir / f"node-{node_id}"), *self.extra_args]  # fmt: skip
-        self.procs[node_id] = _spawn(_kfed(*args), self.data_dir / f"node-{node_id}.log")
+        self.procs[node_id] = _spawn(kfed_command(*args), self.data_dir / f"node-{node_id}.log")
 
     def running(self, node_id: int) -> bool:
         proc = self.procs.get(node_id)
@@ -244,7 +245,7 @@ class SubCluster:
         rf = ["--replication-factor", str(self.brokers.replication_factor)] if self.kind == "kafka" else []
         args = ["agent", "--cluster-id", self.cluster_id, "--region", self.region, "--bootstrap", self.bootstrap,
                 "--controller", ",".join(self.controllers), *rf, *self.agent_args]  # fmt: skip
-        self.agent = _spawn(_kfed(*args), self.data_dir / f"agent-{self.cluster_id}.log")
+        self.agent = _spawn(kfed_command(*args), self.data_dir / f"agent-{self.cluster_id}.log")
 
     def kill_agent(self, sig: int = signal.SIGKILL) -> None:
         kill_process(self.agent, sig)

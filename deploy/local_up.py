@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -21,9 +22,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .kafka_cluster import installed_libs
-from .local import BROKER_KINDS, DEMO_TOPIC, BrokerKind, LocalFederation, LocalQuorum, create_demo_topic
+from .local import (
+    BROKER_KINDS,
+    DEMO_TOPIC,
+    BrokerKind,
+    LocalFederation,
+    LocalQuorum,
+    create_demo_topic,
+    kfed_command,
+)
 from .maven import JarsNotInstalled
-from .processes import ProcessExited, port_in_use
+from .processes import ProcessExited, port_in_use, spawn, stop_processes, wait_port
 from .spark import SparkCluster, SparkClusterError, start_spark_cluster
 
 
@@ -73,6 +82,7 @@ class LocalLayout:
     clusters: int = 2
     brokers_per_cluster: int = 1
     broker_base_port: int = 19092
+    gateway_port: int = 9092
     spark_workers: int = 0
     spark_master_port: int = 7077
     spark_ui_port: int = 8080
@@ -93,6 +103,7 @@ class LocalLayout:
             ("--http-base-port", self.http_base_port, 3),
             ("--raft-base-port", self.raft_base_port, 3),
             ("--broker-base-port", self.broker_base_port, self.brokers_per_cluster),
+            ("--gateway-port", self.gateway_port, 1),
         )
         for flag, base, count in bases:
             if not 1024 <= base <= 65535 - CONTROLLER_PORT_OFFSET - count:
@@ -120,6 +131,7 @@ class LocalLayout:
         """Every fixed port ``kfed local up`` listens on: (port, what, the flag that moves it)."""
         ports = [(self.http_base_port + i, f"controller {i + 1}'s HTTP API", "--http-base-port") for i in range(3)]
         ports += [(self.raft_base_port + i, f"controller {i + 1}'s Raft", "--raft-base-port") for i in range(3)]
+        ports.append((self.gateway_port, "the Kafka gateway", "--gateway-port"))
         for k in range(self.clusters):
             ports += self.cluster_ports(k)
         if self.spark_workers:
@@ -211,7 +223,21 @@ def run_federation(fed: LocalFederation, progress: Progress) -> None:
     progress.say(f"agents up: {', '.join(fed.clusters)} registered and healthy")
 
 
-def _banner(fed: LocalFederation, topic: dict[str, Any], spark: SparkCluster | None) -> str:
+GATEWAY_START_TIMEOUT_S = 60.0
+
+
+def start_gateway(quorum: LocalQuorum, port: int, progress: Progress) -> subprocess.Popen[bytes]:
+    """One ``kfed gateway`` on 127.0.0.1:``port``, serving Kafka clients once this returns."""
+    token = ["--token-file", str(quorum.token_file)] if quorum.token_file else []
+    log = quorum.data_dir / "gateway.log"
+    proc = spawn(kfed_command("gateway", "--controller", ",".join(quorum.urls), "--listen", f"127.0.0.1:{port}",
+                              *token), log)  # fmt: skip
+    progress.wait("starting the Kafka gateway", lambda: wait_port(port, GATEWAY_START_TIMEOUT_S, proc, log))
+    progress.say(f"Kafka gateway serves on 127.0.0.1:{port}")
+    return proc
+
+
+def _banner(fed: LocalFederation, topic: dict[str, Any], gateway_port: int, spark: SparkCluster | None) -> str:
     quorum = fed.quorum
     spark_lines = (
         f"  Spark master:      {spark.master_url}   UI and JSON API: {spark.ui_url}\n"
@@ -235,6 +261,7 @@ demo topic {DEMO_TOPIC}: {placement}
   quorum:            curl -s {first}/v1/quorum
   agent leases:      curl -s {first}/v1/agents
   dashboard:         {first}/ui/
+  any Kafka client:  kcat -b 127.0.0.1:{gateway_port} -L   (the gateway: logical topics, unmodified clients)
 {spark_lines}  one more cluster:  kfed local cluster add c{len(fed.clusters) + 1}
   admin writes need: -H "Authorization: Bearer $(cat {quorum.token_file})"
                      (kfed cluster/topic/quorum commands use that file by default)
@@ -255,14 +282,16 @@ def local_up(layout: LocalLayout, once: bool = False, out: TextIO | None = None)
     state = layout.data_dir / STATE_FILE
     progress.say(f"starting in {layout.data_dir}/ (logs there)")
     spark: SparkCluster | None = None
+    gateway: subprocess.Popen[bytes] | None = None
     try:
         run_federation(fed, progress)
         topic = create_demo_topic(fed)
+        gateway = start_gateway(fed.quorum, layout.gateway_port, progress)
         if layout.spark_workers:
             progress.say(f"starting a Spark master and {layout.spark_workers} worker(s)")
             spark = start_spark_cluster(layout.data_dir / "spark", layout.spark_workers,
                                         port=layout.spark_master_port, ui_port=layout.spark_ui_port)  # fmt: skip
-        print(_banner(fed, topic, spark), file=out, flush=True)
+        print(_banner(fed, topic, layout.gateway_port, spark), file=out, flush=True)
         state.write_text(json.dumps({"pid": os.getpid(), "layout": layout.to_json()}))
         if once:
             return 0
@@ -280,6 +309,7 @@ def local_up(layout: LocalLayout, once: bool = False, out: TextIO | None = None)
         state.unlink(missing_ok=True)
         if spark is not None:
             spark.stop()
+        stop_processes([gateway] if gateway is not None else [])
         fed.stop()
 
 

@@ -207,6 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_agent_parser(sub)
     ops.add_parsers(sub)
     pipeline.add_parser(sub)
+    sub.add_parser(  # listed here for `kfed --help`; `kfed gateway ...` goes to gateway.cli.main (see main)
+        "gateway",
+        help="serve the Kafka wire protocol: unmodified Kafka clients use logical topics (kfed gateway --help)",
+        add_help=False,
+    )
 
     local = sub.add_parser(
         "local",
@@ -216,15 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
     local_sub = local.add_subparsers(dest="local_command", required=True, metavar="ACTION")
     up = local_sub.add_parser(
         "up",
-        help="start 3 controllers, sub-clusters of Apache Kafka (or Tansu) brokers and their agents until Ctrl-C",
+        help="start 3 controllers, Apache Kafka (or Tansu) sub-clusters with their agents, and a Kafka gateway",
         description="Start the local federation on loopback, its data and logs under --data-dir: 3 controllers "
-        "(HTTP 8001-8003, Raft 9101-9103), --clusters sub-clusters c1, c2, ... of --brokers-per-cluster Apache "
+        "(HTTP 8001-8003, Raft 9101-9103); --clusters sub-clusters c1, c2, ... of --brokers-per-cluster Apache "
         "Kafka brokers in KRaft mode (c1 on 19092, c2 on 29092, ...; their KRaft controllers 100 above) or of one "
-        "Tansu broker each (--broker tansu: memory storage, starts in milliseconds), an agent per sub-cluster, and "
-        "the demo topic U_TopicA (4 partitions per sub-cluster); with --spark-workers N, a Spark standalone master "
-        "and N workers. Every port is checked before anything starts. "
-        "A restart on the same --data-dir keeps the quorum's log and the Kafka brokers' data. Ctrl-C stops "
-        "everything.",
+        "Tansu broker each (--broker tansu: memory storage, starts in milliseconds); an agent per sub-cluster; a "
+        "Kafka gateway on 127.0.0.1:9092 for unmodified Kafka clients; the demo topic U_TopicA (4 partitions per "
+        "sub-cluster); and with --spark-workers N, a Spark standalone master and N workers. Every port is checked "
+        "before anything starts. A restart on the same --data-dir keeps the quorum's log and the Kafka brokers' "
+        "data. Ctrl-C stops everything.",
     )
     up.add_argument("--data-dir", type=Path, default=Path("var/local"), help="default: var/local")
     up.add_argument("--http-base-port", type=ops.positive_int, default=8001, help="default 8001 (8001-8003)")
@@ -247,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=ops.positive_int,
         default=19092,
         help="c1's first broker port (default 19092); sub-cluster k listens 10000 * (k - 1) above it",
+    )
+    up.add_argument(
+        "--gateway-port", type=ops.positive_int, default=9092, help="the Kafka gateway's port (default 9092)"
     )
     up.add_argument(
         "--spark-workers",
@@ -281,6 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["gateway"]:  # the gateway parses its own flags; its modules load only when it runs
+        from gateway import cli as gateway_cli
+
+        return gateway_cli.main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pysyncobj").setLevel(logging.WARNING)
@@ -299,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             from deploy.local_up import LocalLayout, local_up
 
             layout = LocalLayout(args.data_dir, args.http_base_port, args.raft_base_port, args.broker, args.clusters,
-                                 args.brokers_per_cluster, args.broker_base_port, args.spark_workers,
+                                 args.brokers_per_cluster, args.broker_base_port, args.gateway_port, args.spark_workers,
                                  args.spark_master_port, args.spark_ui_port)  # fmt: skip
             return local_up(layout, once=args.once)
         if args.command == "local" and args.local_command == "cluster":

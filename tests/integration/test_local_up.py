@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from deploy.local import BrokerKind
 from deploy.local_up import LocalLayout, local_up
@@ -34,7 +35,8 @@ def free_layout(data_dir: Path, broker: BrokerKind = "kafka", spark_workers: int
     for _ in range(200):
         layout = LocalLayout(data_dir, http_base_port=rng.randrange(20_000, 30_000, 10),
                              raft_base_port=rng.randrange(30_000, 40_000, 10), broker=broker,
-                             broker_base_port=rng.randrange(40_000, 45_000, 10), spark_workers=spark_workers,
+                             broker_base_port=rng.randrange(40_000, 45_000, 10),
+                             gateway_port=rng.randrange(45_000, 46_000), spark_workers=spark_workers,
                              spark_master_port=rng.randrange(46_000, 47_000),
                              spark_ui_port=rng.randrange(47_000, 48_000))  # fmt: skip
         if not any(port_in_use(port) for port, _, _ in layout.needed_ports()):
@@ -45,12 +47,13 @@ def free_layout(data_dir: Path, broker: BrokerKind = "kafka", spark_workers: int
 def up_args(layout: LocalLayout) -> list[str]:
     return ["local", "up", "--data-dir", str(layout.data_dir), "--broker", layout.broker,
             "--http-base-port", str(layout.http_base_port), "--raft-base-port", str(layout.raft_base_port),
-            "--broker-base-port", str(layout.broker_base_port), "--spark-workers", str(layout.spark_workers),
+            "--broker-base-port", str(layout.broker_base_port), "--gateway-port", str(layout.gateway_port),
+            "--spark-workers", str(layout.spark_workers),
             "--spark-master-port", str(layout.spark_master_port),
             "--spark-ui-port", str(layout.spark_ui_port)]  # fmt: skip
 
 
-@pytest.mark.parametrize("held", ["http", "raft", "broker", "kraft-controller", "spark-master", "spark-ui"])
+@pytest.mark.parametrize("held", ["http", "raft", "broker", "kraft-controller", "gateway", "spark-master", "spark-ui"])
 def test_a_busy_port_is_one_line_naming_it_and_the_flag_that_moves_it_and_nothing_starts(
     tmp_path: Path, held: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -60,6 +63,7 @@ def test_a_busy_port_is_one_line_naming_it_and_the_flag_that_moves_it_and_nothin
         "raft": (layout.raft_base_port + 2, "--raft-base-port"),
         "broker": (layout.broker_base_port + 10_000, "--broker-base-port"),  # c2's broker
         "kraft-controller": (layout.broker_base_port + 100, "--broker-base-port"),  # c1's KRaft controller
+        "gateway": (layout.gateway_port, "--gateway-port"),
         "spark-master": (layout.spark_master_port, "--spark-master-port"),
         "spark-ui": (layout.spark_ui_port, "--spark-ui-port"),
     }[held]
@@ -112,6 +116,9 @@ def test_local_up_then_cluster_add_lets_the_readme_expand_onto_c3_and_ctrl_c_sto
             assert any(f"spark://127.0.0.1:{layout.spark_master_port}" in line and spark_ui in line for line in lines)
             master = httpx.get(f"{spark_ui}/json/", timeout=10).json()
             assert [w["state"] for w in master["workers"]] == ["ALIVE"], master["workers"]
+        # any Kafka client sees the federation through the gateway: the demo topic and its 8 partitions
+        gateway = AdminClient({"bootstrap.servers": f"127.0.0.1:{layout.gateway_port}"})
+        assert len(gateway.list_topics(timeout=20).topics["U_TopicA"].partitions) == 8
         controller = f"http://127.0.0.1:{layout.http_base_port}"
         token = ["--token-file", str(layout.data_dir / "admin.token")]
         assert kfed(["local", "cluster", "add", "c3", "--data-dir", str(layout.data_dir)]) == 0
