@@ -23,8 +23,10 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from metadata_log.errors import Unavailable
 
-class ClusterUnreachable(Exception):
+
+class ClusterUnreachable(Unavailable):
     """The cluster did not answer a metadata request in time."""
 
 

@@ -446,10 +446,7 @@ class ControllerService:
     ) -> dict[str, Any]:
         """Join or renew a member; rebalance when needed; answer with its assignment and what it may start."""
         self._require_leader(" (the group coordinator)")
-        try:
-            member_id = self.groups.heartbeat(group, member_id, topics, owned, session_timeout_ms, time.monotonic())
-        except ValueError as e:
-            raise Conflict(str(e)) from None
+        member_id = self.groups.heartbeat(group, member_id, topics, owned, session_timeout_ms, time.monotonic())
         await self.enforce_groups()
         return self.groups.reply(group, member_id, self.state.image)
 

@@ -21,6 +21,7 @@ from typing import Any, Final, NamedTuple
 
 import msgpack
 
+from .errors import CorruptData
 from .records import RECORD_TYPES, GroupGenerationStarted, GroupMember, PartitionsAdded, Record
 
 WIRE_VERSION: Final = 0
@@ -29,7 +30,7 @@ MAX_DECODE_BYTES: Final = 64 * 1024 * 1024
 """Largest msgpack blob decode() accepts (a 1M-partition snapshot is ~40 MB)."""
 
 
-class CodecError(ValueError):
+class CodecError(CorruptData, ValueError):
     """Bytes or values that are not a valid encoding of records."""
 
 

@@ -29,6 +29,7 @@ from .codec import (
     run_item,
     wire_groups,
 )
+from .errors import CorruptData
 from .records import (
     LATEST_METADATA_VERSION,
     ClusterFenced,
@@ -94,7 +95,7 @@ def _evolve(obj: _T, **changes: Any) -> _T:
     return cls(*[changes[n] if n in changes else getattr(obj, n) for n in names])
 
 
-class InvalidRecord(ValueError):
+class InvalidRecord(CorruptData, ValueError):
     """A record that does not apply to the image it was replayed on."""
 
 

@@ -40,6 +40,7 @@ from .codec import (
     records_to_wire,
     unpack,
 )
+from .errors import CorruptData
 from .image import (
     BULK_TYPES,
     EMPTY_IMAGE,
@@ -474,7 +475,7 @@ class _ProposedCommands:
             return proposals
 
 
-class CorruptState(Exception):
+class CorruptState(CorruptData):
     """A dump or snapshot file that is truncated or damaged; never served."""
 
 

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, TopicPartition
 
 from metadata_log.codec import gc_paused
+from metadata_log.errors import Unavailable
 
 from .plan import DataLossError, OffsetRange, Watermarks
 
@@ -72,7 +73,7 @@ def consumer_config(bootstrap: str, kafka: Mapping[str, str], fail_on_data_loss:
     }
 
 
-class ClusterUnavailable(RuntimeError):
+class ClusterUnavailable(Unavailable):
     """A physical cluster did not answer in time."""
 
 
