@@ -309,7 +309,7 @@ def test_a_write_bigger_than_64_kib_replicates_to_every_node(quorum: LocalQuorum
 
 
 def test_hot_writes_answer_as_the_fastapi_routes_do(quorum: LocalQuorum) -> None:
-    """The leader serves well-formed JSON writes on ``controller/hotpath.py``; the same request without a
+    """The leader serves well-formed JSON writes on ``controller/http/hotpath.py``; the same request without a
     Content-Type of application/json goes through FastAPI (a ``+json`` type is JSON to it too).
     Both must answer alike."""
     leader, c = quorum.url(quorum.leader()), quorum.client
