@@ -66,17 +66,21 @@ class HotPath:
             return
         path = scope["path"]
         parts = path.split("/")
-        routes = self.by_shape.get((scope["method"], len(parts)), ())
-        route = next((r for r in routes if r.routes(parts)), None)
-        if route is None:
+        for route in self.by_shape.get((scope["method"], len(parts)), ()):
+            if route.routes(parts):
+                break
+        else:
             await self.app(scope, receive, send)
             return
         if not self.service.is_leader():  # the leader validates it; a follower only passes it on
             await self._forward(route, scope, receive, send)
             return
         params = route.parameters(parts) if route.hot else None
-        headers = _first_headers(scope["headers"]) if params is not None else {}
-        if params is None or not headers.get("content-type", "").startswith("application/json"):
+        if params is None:
+            await self.app(scope, receive, send)
+            return
+        headers = _first_headers(scope["headers"])
+        if not headers.get("content-type", "").startswith("application/json"):
             await self.app(scope, receive, send)
             return
         assert route.body is not None and route.plan is not None  # route.hot

@@ -78,20 +78,27 @@ class LeaderRoute:
     int_params: frozenset[str] = frozenset()
     # the template split once: (literal segment, None) or (None, parameter name)
     segments: tuple[tuple[str | None, str | None], ...] = field(init=False)
+    hot: bool = field(init=False)
+    """Served on the leader by the hot path: a write with a (JSON) body."""
+    _literals: tuple[tuple[int, str], ...] = field(init=False, repr=False)  # (index, literal)
+    _params: tuple[tuple[int, str, bool], ...] = field(init=False, repr=False)  # (index, name, is an int)
 
     def __post_init__(self) -> None:
         split = tuple((None, s[1:-1]) if s.startswith("{") else (s, None) for s in self.template.split("/"))
-        object.__setattr__(self, "segments", split)
-
-    @property
-    def hot(self) -> bool:
-        """Served on the leader by the hot path: a write with a JSON body."""
-        return self.plan is not None and self.body is not None
+        set_field = object.__setattr__  # frozen: the derived fields are set once, here
+        set_field(self, "segments", split)
+        set_field(self, "hot", self.plan is not None and self.body is not None)
+        set_field(self, "_literals", tuple((i, lit) for i, (lit, _) in enumerate(split) if lit is not None))
+        set_field(self, "_params", tuple((i, n, n in self.int_params) for i, (_, n) in enumerate(split) if n))
 
     def routes(self, parts: list[str]) -> bool:
-        """Whether FastAPI routes a path of these segments here: literals equal, parameters not empty."""
-        for (literal, _), seg in zip(self.segments, parts, strict=True):
-            if seg != literal if literal is not None else not seg:
+        """Whether FastAPI routes a path of these segments (as many as the template's) here: the literals
+        equal, the parameters not empty."""
+        for i, literal in self._literals:
+            if parts[i] != literal:
+                return False
+        for i, _, _ in self._params:  # noqa: SIM110 - a loop: cheaper than all() of a generator, per request
+            if not parts[i]:
                 return False
         return True
 
@@ -104,13 +111,14 @@ class LeaderRoute:
         return self.parameters(parts)
 
     def parameters(self, parts: list[str]) -> dict[str, Any] | None:
+        """The path parameters of a path this route ``routes``; None when an int one is not a plain
+        non-negative integer (FastAPI's answer then: a 422, or its own reading of '+7')."""
         params: dict[str, Any] = {}
-        for (_, name), seg in zip(self.segments, parts, strict=True):
-            if name is None:
-                continue
-            if name in self.int_params:
+        for i, name, is_int in self._params:
+            seg = parts[i]
+            if is_int:
                 if not seg.isascii() or not seg.isdigit():
-                    return None  # FastAPI's answer (a 422, or its reading of '+7')
+                    return None
                 params[name] = int(seg)
             else:
                 params[name] = seg
