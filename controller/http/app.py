@@ -25,15 +25,15 @@ from .metadata import RenderedMetadata
 from .peers import Peers
 from .routing import LeaderRoute, Router
 
-ROUTERS: tuple[Router, ...] = (
+ROUTERS: tuple[Router, ...] = (  # the most requested first: FastAPI tries them in this order
     log.router,
+    quorum.router,
+    agents.router,
+    groups.router,
     metadata.router,
     clusters.router,
     topics.router,
     operations.router,
-    agents.router,
-    groups.router,
-    quorum.router,
 )
 LEADER_ROUTES: tuple[LeaderRoute, ...] = tuple(route for router in ROUTERS for route in router.leader_routes)
 """What the hot path forwards from a follower (and, for writes with a body, serves on the leader)."""
