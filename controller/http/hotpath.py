@@ -54,10 +54,11 @@ class HotPath:
         self.service = service
         self.forward = forward
         # (method, number of path segments) -> the routes of that shape: most requests need one dict lookup
-        self.by_shape: dict[tuple[str, int], list[LeaderRoute]] = defaultdict(list)
+        by_shape: dict[tuple[str, int], list[LeaderRoute]] = defaultdict(list)
         for route in routes:
-            for method in (route.method, "HEAD") if route.method == "GET" else (route.method,):
-                self.by_shape[(method, len(route.segments))].append(route)
+            for method in (route.method, "HEAD") if route.method == "GET" else (route.method,):  # as Starlette
+                by_shape[(method, len(route.segments))].append(route)
+        self.by_shape = dict(by_shape)
         self.labels = {r.template: _RouteLabel(r.template) for r in routes}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
