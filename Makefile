@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test test-fast lint bench faults browser clean
+.PHONY: run test test-fast lint mutants bench faults browser clean kafka
 
 # The C modules (sdk/_speedups.c, metadata_log/_columns.c) are compiled by the install (an editable install
 # builds them in place): rebuild on change.
@@ -15,16 +15,38 @@ $(STAMP): pyproject.toml sdk/_speedups.c metadata_log/_columns.c
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-run: $(STAMP)
+# Apache Kafka, the sub-clusters' broker, and Spark's Kafka connector (the tests' oracle): jars from Maven Central
+# (deploy/kafka/pom.xml, deploy/kafka/spark-connector/pom.xml) in a cache outside git shared by every clone
+# (~/.cache/kfed; KFED_KAFKA_HOME moves the broker's). Offline once cached; reinstalled when a pom changes; when
+# Maven fails, deploy/maven.py says what failed and how to retry.
+KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/kafka/pom.xml)
+SPARK_VERSION := $(shell sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:p' deploy/kafka/spark-connector/pom.xml)
+export KFED_KAFKA_HOME ?= $(HOME)/.cache/kfed/kafka-$(KAFKA_VERSION)
+KAFKA_STAMP := $(KFED_KAFKA_HOME)/.installed-stamp
+CONNECTOR_STAMP := $(HOME)/.cache/kfed/spark-connector-$(SPARK_VERSION)/.installed-stamp
+
+$(KAFKA_STAMP): deploy/kafka/pom.xml | $(STAMP)
+	$(BIN)/python -m deploy.maven install kafka
+
+$(CONNECTOR_STAMP): deploy/kafka/spark-connector/pom.xml | $(STAMP)
+	$(BIN)/python -m deploy.maven install spark-connector
+
+kafka: $(KAFKA_STAMP) $(CONNECTOR_STAMP)
+
+run: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/kfed local up
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy metadata_log controller deploy broker_agent sdk spark_pipeline
+	$(BIN)/mypy metadata_log controller deploy broker_agent sdk spark_pipeline kfed
 
-test: lint browser
+test: lint browser kafka mutants
 	$(BIN)/pytest -q
+
+# Every branch of the fault checker deleted or negated in turn must fail one of its tests (about 25 s of CPU).
+mutants: $(STAMP)
+	$(BIN)/python -m tests.faults.mutants
 
 # The dashboard tests (tests/ui) drive Debian's chromium through Playwright; install it when missing.
 browser:
@@ -40,10 +62,10 @@ faults: $(STAMP)
 	$(BIN)/python -m tests.faults --seed $(SEED) --duration $(DURATION)
 
 # Everything except the multi-process scenarios marked slow.
-test-fast: lint
+test-fast: lint kafka
 	$(BIN)/pytest -q -m 'not slow'
 
-bench: $(STAMP)
+bench: $(STAMP) kafka
 	$(BIN)/python -m bench
 
 clean:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from . import failover, federation, image, latency, operations, raft_layer, sdk, spark, throughput
+from . import failover, federation, image, latency, operations, raft_layer, sdk, spark, spark_cluster, throughput
 from .common import (
     RESULTS_DIR,
     BenchResult,
@@ -43,13 +43,25 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("tailers", "2", "Commit -> tailer latency, long-poll and SSE", latency.run),
     Benchmark("failover", "3", "Leader kill -9 -> next acknowledged write", failover.run),
     Benchmark("image", "4", "A ~1M-partition image: snapshot, new follower, RSS, compaction", image.run),
-    Benchmark("federation", "#3", "Sub-cluster kill -> fenced; 60 idle agents: log growth, leader CPU", federation.run),
-    Benchmark("sdk", "#4", "FederatedProducer/Consumer vs raw confluent-kafka; fence -> unrouted", sdk.run),
+    Benchmark(
+        "federation",
+        "#3, #25",
+        "Kafka/Tansu broker kill -> fenced; 60 idle agents: log growth, leader CPU; kfed local up startup",
+        federation.run,
+    ),
+    Benchmark(
+        "sdk", "#4, #25", "FederatedProducer/Consumer vs raw confluent-kafka on Kafka; fence -> unrouted", sdk.run
+    ),
     Benchmark(
         "operations", "#5", "Scale-up visible to producers; failure -> routed around; decommission", operations.run
     ),
     # pyspark is imported only when it runs
-    Benchmark("spark", "#6", "kfed Spark source vs plain confluent-kafka, same partitions", spark.run),
+    Benchmark(
+        "spark", "#6, #25", "kfed Spark source vs Spark's Kafka source and confluent-kafka, same partitions", spark.run
+    ),
+    Benchmark(
+        "spark-cluster", "#29", "kfed Spark source on a 2-worker standalone cluster vs local[2]", spark_cluster.run
+    ),
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
 

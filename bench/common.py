@@ -23,7 +23,8 @@ import httpx
 from deploy.local import LocalFederation, LocalQuorum, ready_demo_topic, stop_processes
 from metadata_log.follower import LogFollower
 from metadata_log.image import MetadataImage
-from metadata_log.records import ClusterFenced, Record
+from metadata_log.publisher import LogDelta
+from metadata_log.records import ClusterFenced
 
 from .httpconn import TRANSPORT_ERRORS, Connection
 
@@ -336,7 +337,7 @@ class FenceWatch:
         self.after: float = math.inf  # offsets above this one count
         self.seen_at: float | None = None
         self.seen = threading.Event()
-        self.follower = LogFollower(fed.quorum.urls, wait_ms=5000, listener=self._listen)
+        self.follower = LogFollower(fed.quorum.urls, wait_ms=5000, publisher=self)
         self.follower.poll(0)
         self.follower.start()
 
@@ -350,10 +351,10 @@ class FenceWatch:
             raise TimeoutError(what)
         return self.seen_at
 
-    def _listen(self, image: MetadataImage, entries: Sequence[tuple[int, Record]]) -> None:
+    def on_update(self, delta: LogDelta, image: MetadataImage) -> None:
         if self.seen_at is None and any(
             offset > self.after and isinstance(r, ClusterFenced) and r.cluster_id == self.cluster_id
-            for offset, r in entries
+            for offset, r in enumerate(delta.records, delta.first_offset)
         ):
             self.seen_at = time.monotonic()
             self.seen.set()

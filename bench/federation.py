@@ -1,20 +1,31 @@
-"""Issue 3 benchmarks: how fast a failed sub-cluster is fenced, and what idle agents cost the leader.
+"""Issue 3 and 25 benchmarks: how fast a failed sub-cluster is fenced, what idle agents cost the leader, and
+how long ``kfed local up`` takes to start.
 
-fencing: kill -9 a Tansu broker and time (a) until merged metadata says ``fenced`` (polling
-``/v1/metadata`` every 20 ms) and (b) until a ``LogFollower`` — what agents, the SDK and Spark use —
-applies the ``ClusterFenced`` record. The broker is restarted and unfenced between trials.
+fencing, on each broker (Apache Kafka, Tansu): kill -9 a sub-cluster's broker and time (a) until merged
+metadata says ``fenced`` (polling ``/v1/metadata`` every 20 ms) and (b) until a ``LogFollower`` — what
+agents, the SDK and Spark use — applies the ``ClusterFenced`` record. The broker is restarted (Kafka on its
+data) and unfenced between trials.
 
-idle: N sub-clusters (Tansu brokers) with their agents beating at the default interval, nothing else:
-the leader's CPU and the metadata log's growth per minute. Heartbeats are leases held in memory, so
-the log must not grow at all.
+idle: N sub-clusters (Tansu brokers: N JVMs would not fit the machine) with their agents beating at the
+default interval, nothing else: the leader's CPU and the metadata log's growth per minute. Heartbeats are
+leases held in memory, so the log must not grow at all.
+
+startup: ``kfed local up --once`` on fresh ports and a fresh data dir, for each broker: seconds until it
+prints that the federation is up (3 controllers, 2 sub-clusters, their agents, the demo topic); for Kafka
+also the restart on the same data dir (no storage format).
 """
 
 from __future__ import annotations
 
+import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from deploy.local import LocalFederation, LocalQuorum
+from deploy.local import BrokerKind, LocalFederation, LocalQuorum
+from deploy.local_up import LocalLayout
+from deploy.processes import port_in_use, stop_processes
 
 from .common import BenchResult, FenceWatch, Goal, Row, Sizes, fmt, median
 
@@ -27,8 +38,8 @@ def _cpu_seconds(pid: int) -> float:
     return ticks / 100.0  # USER_HZ is 100 on Linux
 
 
-def run_fencing(trials: int, workdir: Path, result: BenchResult) -> None:
-    fed = LocalFederation(workdir / "fencing")
+def run_fencing(trials: int, workdir: Path, result: BenchResult, broker: BrokerKind) -> None:
+    fed = LocalFederation(workdir / f"fencing-{broker}", broker=broker)
     fenced_s: list[float] = []
     seen_s: list[float] = []
     try:
@@ -55,18 +66,19 @@ def run_fencing(trials: int, workdir: Path, result: BenchResult) -> None:
     finally:
         fed.stop()
     goal = Goal("<=", FENCING_GOAL_S, "s")
+    name = BROKER_NAMES[broker]
     result.rows += [
-        Row("broker kill -9 -> fenced in merged metadata, median", median(fenced_s), "s",
+        Row(f"{name} broker kill -9 -> fenced in merged metadata, median", median(fenced_s), "s",
             "Tencent: < 1 min", goal, f"{trials} trials, max {fmt(max(fenced_s))} s"),
-        Row("broker kill -9 -> a LogFollower applied ClusterFenced, median", median(seen_s), "s",
+        Row(f"{name} broker kill -9 -> a LogFollower applied ClusterFenced, median", median(seen_s), "s",
             "Tencent: < 1 min", goal, f"max {fmt(max(seen_s))} s"),
     ]  # fmt: skip
-    result.details["fencing"] = {"fenced_s": fenced_s, "follower_s": seen_s}
+    result.details[f"fencing_{broker}"] = {"fenced_s": fenced_s, "follower_s": seen_s}
 
 
 def run_idle(clusters: int, measure_s: float, workdir: Path, result: BenchResult) -> None:
     quorum = LocalQuorum(workdir / "idle" / "quorum")
-    fed = LocalFederation(workdir / "idle", [(f"c{i:02d}", "r1", 0) for i in range(clusters)], quorum)
+    fed = LocalFederation(workdir / "idle", [(f"c{i:02d}", "r1", 0) for i in range(clusters)], quorum, broker="tansu")
     try:
         started = time.monotonic()
         fed.start()
@@ -107,7 +119,74 @@ def run_idle(clusters: int, measure_s: float, workdir: Path, result: BenchResult
         result.notes.append(f"only {len(agents)} of {clusters} agents held a lease at the end")
 
 
+BROKER_NAMES = {"kafka": "Apache Kafka", "tansu": "Tansu"}
+UP_LINE = "kfed local federation is up"
+STARTUP_TIMEOUT_S = 300.0
+
+
+def free_layout(data_dir: Path, broker: BrokerKind) -> LocalLayout:
+    """A ``kfed local up`` layout whose every port is free now (random bases, tried until one fits)."""
+    rng = random.Random()
+    for _ in range(200):
+        layout = LocalLayout(data_dir, http_base_port=rng.randrange(20_000, 30_000, 10),
+                             raft_base_port=rng.randrange(30_000, 40_000, 10), broker=broker,
+                             broker_base_port=rng.randrange(40_000, 45_000, 10))  # fmt: skip
+        if not any(port_in_use(port) for port, _, _ in layout.needed_ports()):
+            return layout
+    raise RuntimeError("no free set of ports for kfed local up")
+
+
+def local_up_seconds(layout: LocalLayout) -> float:
+    """Seconds from running ``kfed local up --once`` to its line saying the federation is up (its stop after
+    that line is not counted)."""
+    kfed = str(Path(sys.executable).parent / "kfed")
+    args = [kfed, "local", "up", "--once", "--data-dir", str(layout.data_dir), "--broker", layout.broker,
+            "--http-base-port", str(layout.http_base_port), "--raft-base-port", str(layout.raft_base_port),
+            "--broker-base-port", str(layout.broker_base_port)]  # fmt: skip
+    started = time.monotonic()
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    up_at = None
+    output = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            output.append(line)
+            if up_at is None and UP_LINE in line:
+                up_at = time.monotonic()
+        proc.wait(STARTUP_TIMEOUT_S)
+    finally:
+        stop_processes([proc], grace_s=60)
+    if up_at is None or proc.returncode != 0:
+        raise RuntimeError(
+            f"kfed local up --broker {layout.broker} failed ({proc.returncode}): {''.join(output)[-2000:]}"
+        )
+    return up_at - started
+
+
+def run_startup(workdir: Path, result: BenchResult) -> None:
+    figures: dict[str, float] = {}
+    for broker in ("tansu", "kafka"):
+        layout = free_layout(workdir / f"local-{broker}", broker)
+        figures[broker] = local_up_seconds(layout)
+        print(f"    kfed local up --broker {broker}: up after {figures[broker]:.1f} s", flush=True)
+        if broker == "kafka":
+            figures["kafka_restart"] = local_up_seconds(free_layout(layout.data_dir, broker))
+            print(f"    again on its data: up after {figures['kafka_restart']:.1f} s", flush=True)
+    result.rows += [
+        Row("kfed local up --broker tansu: start -> up", figures["tansu"], "s", "", None,
+            "3 controllers, 2 Tansu sub-clusters, agents, demo topic"),
+        Row("kfed local up (Apache Kafka): start -> up", figures["kafka"], "s",
+            f"{figures['kafka'] / figures['tansu']:.1f}x Tansu's", None,
+            "2 sub-clusters of 1 KRaft broker: storage formatted, JVMs started"),
+        Row("kfed local up (Apache Kafka) again on its data", figures["kafka_restart"], "s", "", None,
+            "no storage format; the brokers reopen their logs"),
+    ]  # fmt: skip
+    result.details["startup_s"] = figures
+
+
 def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
     quick = sizes.quick
-    run_fencing(2 if quick else 5, workdir, result)
+    for broker in ("kafka", "tansu"):
+        run_fencing(2 if quick else 5, workdir, result, broker)
     run_idle(6 if quick else 60, 10.0 if quick else 60.0, workdir, result)
+    run_startup(workdir, result)

@@ -40,7 +40,6 @@ import httpx
 import msgpack
 import orjson
 
-from controller.cli import build_parser
 from deploy.local import LocalQuorum, stop_processes
 from metadata_log.codec import MAX_DECODE_BYTES, CodecError, unpack
 from metadata_log.follower import MSGPACK, FollowerError, LogFollower
@@ -81,12 +80,10 @@ def raw_clock() -> float:
 
 
 def node_compaction_settings() -> tuple[int, float]:
-    """(entries, period in s) after which a ``kfed controller`` started with default flags compacts."""
-    args = build_parser().parse_args(["controller", "--config", "q.toml", "--node-id", "1", "--data-dir", "d"])
+    """(entries, period in s) after which a ``kfed controller`` started with default flags compacts (its
+    defaults are ``RaftSettings``'; tests/unit/test_kfed_cli.py holds them equal)."""
     defaults = RaftSettings()
-    entries = getattr(args, "compaction_min_entries", defaults.compaction_min_entries)
-    period = getattr(args, "compaction_period_s", defaults.compaction_min_s)
-    return int(entries), float(period)
+    return defaults.compaction_min_entries, float(defaults.compaction_min_s)
 
 
 def compaction_slot(q: LocalQuorum, node_id: int, after: float, period_s: float) -> tuple[float, float]:
@@ -549,7 +546,7 @@ def snapshot_for_tailer(q: LocalQuorum, partitions: int, result: BenchResult) ->
     body, _runs_get_s = fetch(url, "/v1/snapshot?layout=runs", MSGPACK)
     runs_size = len(body)
     del body, _
-    # What the SDK / agents do: LogFollower.load_snapshot() = GET msgpack runs + codec.unpack + image_from_runs.
+    # What the SDK / agents do: LogFollower.load_snapshot() = GET msgpack runs + codec.unpack + snapshot.read_runs.
     follower_error = None
     with httpx.Client(timeout=600) as client:
         tailer = LogFollower([url], client=client)
@@ -602,7 +599,7 @@ def snapshot_for_tailer(q: LocalQuorum, partitions: int, result: BenchResult) ->
             f"GET {fmt(mp_get_s)} s + decode {fmt(mp_decode_s)} s; first msgpack GET {fmt(first_mp_s)} s",
         ),
         Row(
-            "new tailer: LogFollower.load_snapshot() (GET msgpack runs + decode + image_from_runs)",
+            "new tailer: LogFollower.load_snapshot() (GET msgpack runs + decode + read_runs)",
             load_s,
             "s",
             f"rebuilt {rebuilt:,} partitions" + (f"; FAILED: {follower_error}" if follower_error else ""),

@@ -148,7 +148,7 @@ class _NoHooks:
 
 def raw_conf(data_dir: Path) -> Any:
     """Exactly the ``SyncObjConf`` our RaftNode uses, minus our hooks; and pysyncobj's own journal and
-    dump serializer classes back in place (importing ``metadata_log.raft`` replaces them module-wide)."""
+    dump serializer classes in place (a RaftNode's ``bridge.install`` would have replaced them process-wide)."""
     _pso.createJournal = pysyncobj.journal.createJournal
     _pso.Serializer = pysyncobj.serializer.Serializer
     return RaftSettings().conf(data_dir, cast(RaftNode, _NoHooks()))

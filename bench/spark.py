@@ -1,11 +1,15 @@
-"""Issue 6 benchmark: the ``kfed`` Spark source vs a plain confluent-kafka read of the same partitions.
+"""Issue 6 and 25 benchmarks: the ``kfed`` Spark source vs Spark's own Kafka source and a plain confluent-kafka
+read of the same partitions.
 
 N 100-byte messages are produced straight to the physical partitions of U_TopicA (4 on each of the two
-Tansu sub-clusters). Then, interleaved, median of the rounds:
+Apache Kafka sub-clusters). Then, interleaved, median of the rounds:
 
 - kfed: ``spark.read.format("kfed")`` on a local[2] session, a batch read of the whole topic with an
   aggregate over the ``value`` column (count and total length, checked against N). The clock covers the
   whole query: resolving the partitions from the log, the watermarks, planning, the tasks.
+- Spark's Kafka source (spark-sql-kafka-0-10, the JVM connector users would otherwise pick; ``make kafka``
+  installs it): the same aggregate over ``spark.read.format("kafka")`` of the same physical partitions, one
+  read per sub-cluster, unioned, in the same session.
 - plain: the same 8 physical partitions read with confluent-kafka ``assign()`` from 0 to their ends with the
   same consumer settings, in 2 processes (one per sub-cluster: the same parallelism as local[2]), touching
   every value. Also shown: the same read in one process.
@@ -34,6 +38,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from deploy.local import DEMO_TOPIC as TOPIC
 from deploy.local import LocalFederation
+from deploy.maven import SPARK_KAFKA_CONNECTOR
 
 from .common import BenchResult, Goal, Row, Sizes, fmt, median, start_demo_federation
 
@@ -86,7 +91,7 @@ def _noop(_: int) -> int:
 def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
     quick = sizes.quick
     n = int(os.environ.get("KFED_BENCH_SPARK_MESSAGES", 200_000 if quick else 2_000_000))
-    rounds = 1 if quick else 3
+    rounds = 2 if quick else 4
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import functions as F
 
@@ -106,12 +111,26 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
                 for c in clusters]  # fmt: skip
         assert sum(sum(e.values()) for e in ends) == n, ends
         list(pool.map(_noop, range(2)))  # the worker processes are up before the clock starts
-        spark = local_session("kfed-bench", "local[2]", **{"spark.driver.host": "127.0.0.1"})
+        jars = ",".join(str(jar) for jar in sorted(SPARK_KAFKA_CONNECTOR.installed().glob("*.jar")))
+        spark = local_session("kfed-bench", "local[2]", **{"spark.driver.host": "127.0.0.1", "spark.jars": jars})
         spark.sparkContext.setLogLevel("ERROR")
         controllers = ",".join(fed.quorum.urls)
 
         def kfed_read() -> float:
             df = spark.read.format("kfed").option("kfed.controllers", controllers).option("subscribe", TOPIC).load()
+            started = time.perf_counter()
+            row = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("value")).alias("bytes")).collect()[0]
+            elapsed = time.perf_counter() - started
+            assert row["n"] == n and row["bytes"] == n * len(VALUE), row
+            return n / elapsed
+
+        def spark_kafka_read() -> float:
+            reads = [
+                spark.read.format("kafka").option("kafka.bootstrap.servers", c.bootstrap).option("subscribe", TOPIC)
+                .option("startingOffsets", "earliest").option("endingOffsets", "latest").load()
+                for c in clusters
+            ]  # fmt: skip
+            df = reads[0].unionByName(reads[1])
             started = time.perf_counter()
             row = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("value")).alias("bytes")).collect()[0]
             elapsed = time.perf_counter() - started
@@ -147,14 +166,21 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
             return n / elapsed
 
         cold = kfed_read()  # the first query of a fresh session: JVM, JIT, Python workers
+        spark_kafka_cold = spark_kafka_read()
         for _ in range(1 if quick else WARMUP_READS - 1):
             kfed_read()
+            spark_kafka_read()
         for _ in range(2 if quick else WARMUP_SMALL_QUERIES):
             kfed_fixed_cost()
-        kfed_rates, plain_rates, single_rates, fixed_costs = [], [], [], []
-        for _ in range(rounds):
+        kfed_rates: list[float] = []
+        spark_kafka_rates: list[float] = []
+        plain_rates: list[float] = []
+        single_rates: list[float] = []
+        fixed_costs: list[float] = []
+        for r in range(rounds):  # who goes first alternates
+            for ours in (True, False) if r % 2 == 0 else (False, True):
+                (kfed_rates if ours else spark_kafka_rates).append(kfed_read() if ours else spark_kafka_read())
             plain_rates.append(plain_parallel())
-            kfed_rates.append(kfed_read())
             single_rates.append(plain_single())
             fixed_costs.append(kfed_fixed_cost())
     finally:
@@ -163,7 +189,13 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
         pool.shutdown()
         fed.stop()
     kfed, plain, single = median(kfed_rates), median(plain_rates), median(single_rates)
+    theirs = median(spark_kafka_rates)
+    ratios = [k / t for k, t in zip(kfed_rates, spark_kafka_rates, strict=True)]
     result.rows += [
+        Row("kfed source vs Spark's Kafka source, same partitions and session", median(ratios), "x",
+            f"kfed {fmt(kfed)} vs spark-sql-kafka {fmt(theirs)} rows/s (medians); per round "
+            f"{', '.join(f'{x:.2f}' for x in ratios)}", Goal(">=", 1.0, "x"),
+            f"{n:,} x 100 B, batch read + aggregate, local[2], Apache Kafka sub-clusters"),
         Row("kfed source rows/s (batch read, local[2])", kfed, "rows/s",
             f"plain confluent-kafka, 2 processes {fmt(plain)} rows/s ({kfed / plain:.2f}x)",
             Goal(">=", 0.8 * plain, "rows/s"), f"{n:,} x 100 B over 8 logical partitions, median of {rounds}, "
@@ -172,10 +204,12 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
             "same partitions and settings"),
         Row("kfed query reading 1 record per partition", median(fixed_costs), "s", "", None,
             "the fixed cost in every kfed query of a warm session: log, watermarks, planning worker, 8 tasks"),
-        Row("kfed source rows/s, first query of the session", cold, "rows/s", "", None,
+        Row("kfed source rows/s, first query of the session", cold, "rows/s",
+            f"Spark's Kafka source's first query {fmt(spark_kafka_cold)} rows/s", None,
             "JVM up but its JIT cold: not compared (see the module's docstring)"),
         Row("producing the data (raw Producers)", n / produce_s, "msg/s", "", None, "not part of the comparison"),
     ]  # fmt: skip
-    result.details["spark"] = {"messages": n, "kfed": kfed_rates, "plain_2_processes": plain_rates,
+    result.details["spark"] = {"messages": n, "kfed": kfed_rates, "spark_kafka": spark_kafka_rates,
+                               "spark_kafka_cold": spark_kafka_cold, "plain_2_processes": plain_rates,
                                "plain_1_process": single_rates, "kfed_fixed_cost_s": fixed_costs,
                                "kfed_cold": cold, "produce_s": produce_s}  # fmt: skip

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,11 +25,12 @@ from metadata_log.client import ControllerClient
 from metadata_log.commands import PhysicalPartition
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
 from metadata_log.follower import LogFollower
-from metadata_log.image import EMPTY_IMAGE, MetadataImage
-from metadata_log.records import Record, TopicDeleted
+from metadata_log.image import MetadataImage
+from metadata_log.publisher import LogDelta
+from metadata_log.records import TopicDeleted
 
 from . import reconcile
-from .kafka import ClusterUnreachable, PhysicalCluster, Scan
+from .kafka import CannotGrow, ClusterUnreachable, PhysicalCluster, Scan
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +70,7 @@ class Agent:
         )
         deadline_s = max(1.0, 2 * self.settings.heartbeat_ms / 1000)
         self.client = ControllerClient(controllers, deadline_s=deadline_s, access=access)
-        self.follower = LogFollower(controllers, wait_ms=5000, listener=self._on_log, access=access)
-        self._previous_image: MetadataImage = EMPTY_IMAGE
+        self.follower = LogFollower(controllers, wait_ms=5000, publisher=self, access=access)
         self._deleted_topics: set[str] = set()  # physical topics of logical topics deleted from the log
         self._seen_topics: set[str] = set()  # managed topics this agent has seen on the cluster
         self._seen_offsets: dict[tuple[str, int], int] = {}
@@ -79,7 +79,9 @@ class Agent:
         self._beats = 0
         self._placement_cache: tuple[int, reconcile.Placement] | None = None
         self._failed_probes = 0
+        self._unreachable = "cluster unreachable"
         self._retired_since: dict[str, float] = {}  # physical topic -> when first seen retired
+        self._told_cannot_grow: set[tuple[str, int]] = set()
         self._stop = threading.Event()
         self.healthy = False
         self.reason: str | None = "starting"
@@ -126,8 +128,10 @@ class Agent:
             self._failed_probes = 0
         except ClusterUnreachable as e:
             self._failed_probes += 1
+            if self._failed_probes == 1:  # one reason per outage: the log records a fence when the reason changes
+                self._unreachable = f"cluster unreachable: {e}"[:500]  # the API takes reasons of 500 characters
             if self._failed_probes >= self.settings.failures_to_fence:
-                self._heartbeat(image, healthy=False, reason=f"cluster unreachable: {e}")
+                self._heartbeat(image, healthy=False, reason=self._unreachable)
             else:
                 self._heartbeat(image, healthy=self.healthy, reason=self.reason)  # keep the lease, judge later
             return
@@ -136,7 +140,8 @@ class Agent:
             # Report the loss before repairing it: the cluster must be fenced, with the reason in the log,
             # even when the broker restarted between two probes and could be repaired at once.
             reply = self._heartbeat(image, healthy=False, reason=self._loss)
-            self._loss_fenced = bool(reply and reply.get("fenced"))
+            # fenced for this reason: a cluster already fenced as unreachable is fenced again for the loss
+            self._loss_fenced = bool(reply and reply.get("fenced") and reply.get("fenced_reason") == self._loss)
             if not self._loss_fenced:
                 return
         scan = self._reconcile(image, scan)
@@ -150,7 +155,8 @@ class Agent:
         desired = self._placement(image).desired
         vanished = sorted(t for t in self._seen_topics & set(desired) if t not in scan.topics)
         if vanished and self._loss is None:
-            self._loss = f"cluster came back empty: physical topics {', '.join(vanished)} are gone; recreating them"
+            named = ", ".join(vanished[:5]) + (f" and {len(vanished) - 5} more" if len(vanished) > 5 else "")
+            self._loss = f"cluster came back empty: physical topics {named} are gone; recreating them"
             log.error("%s: %s", self.cluster_id, self._loss)
         if self._beats % self.settings.offsets_check_every == 0 and self._loss is None:
             partitions = [(t, p) for t in desired if t in scan.topics for p in scan.topics[t]]
@@ -182,6 +188,8 @@ class Agent:
             if plan.create:
                 log.info("%s: creating physical topics %s", self.cluster_id, dict(plan.create))
                 self.cluster.create_topics(plan.create)
+            if plan.grow:
+                self._grow(plan.grow)
             if plan.delete:
                 log.info("%s: deleting physical topics %s", self.cluster_id, list(plan.delete))
                 self.cluster.delete_topics(plan.delete)
@@ -202,6 +210,19 @@ class Agent:
             self._loss_fenced = False
             self._seen_offsets.clear()
         return scan
+
+    def _grow(self, topics: Mapping[str, int]) -> None:
+        """Add the partitions an expand placed in physical topics that exist here (CreatePartitions); a broker
+        without it (Tansu) is told about once per topic and count: those partitions stay without a leader."""
+        try:
+            log.info("%s: adding partitions to physical topics %s", self.cluster_id, dict(topics))
+            self.cluster.grow_topics(topics)
+        except CannotGrow as e:
+            told = set(topics.items())
+            if not told <= self._told_cannot_grow:
+                log.error("%s: %s; place the new partitions in a new physical topic (--physical-topic)",
+                          self.cluster_id, e)  # fmt: skip
+                self._told_cannot_grow |= told
 
     def _due_for_deletion(self, retired: tuple[str, ...]) -> tuple[str, ...]:
         """The retired topics first seen retired at least ``retire_grace_ms`` ago.
@@ -281,10 +302,11 @@ class Agent:
             log.warning("%s: heartbeat failed: %s", self.cluster_id, e)
         return None
 
-    # -- log listener (on the follower's thread) ---------------------------------------------------
-    def _on_log(self, image: MetadataImage, entries: Sequence[tuple[int, Record]]) -> None:
-        previous, self._previous_image = self._previous_image, image
-        for _, record in entries:
+    # -- publisher of the followed log (on the follower's thread) -----------------------------------
+    def on_update(self, delta: LogDelta, image: MetadataImage) -> None:
+        """Remember the physical topics here of each logical topic the log deleted."""
+        previous = delta.base
+        for record in delta.records:
             if isinstance(record, TopicDeleted) and record.name in previous.topics:
                 physical = {p.physical_topic for p in previous.topics[record.name].partitions
                             if p.cluster_id == self.cluster_id}  # fmt: skip

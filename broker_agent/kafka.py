@@ -1,10 +1,10 @@
 """The agent's view of its physical Kafka cluster. The only module of the agent importing confluent_kafka.
 
-Broker quirks are kept here (see shared/TANSU.md): the latest offsets reported by Tansu are the start of
-the last batch + 1 (wrong, but they never go backwards on a healthy cluster, which is all the loss check
-uses them for); true end offsets, which drain decisions need, are the high watermark of a fetch response:
-a reader assigned at the end reports it with its end-of-partition event (on Kafka that is one empty
-fetch). Tansu has no CreatePartitions (physical topics are created with their final count).
+Apache Kafka takes the normal path; what differs on Tansu (docs/TANSU.md) is decided by ``sdk.brokers``
+(probed once per cluster) and handled here: its latest offsets (ListOffsets) are the start of the last
+batch + 1 — wrong, but they never go backwards on a healthy cluster, which is all the loss check uses them
+for — so the true end offsets that drain decisions need are read from a fetch response's high watermark
+instead; and it has no CreatePartitions, so a physical topic there keeps the count it was created with.
 """
 
 from __future__ import annotations
@@ -21,13 +21,18 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
-from metadata_log.errors import Unavailable
+from metadata_log.errors import Conflict, Unavailable
+from sdk.brokers import Broker, BrokerUnknown, probe
 
 
 class ClusterUnreachable(Unavailable):
     """The cluster did not answer a metadata request in time."""
+
+
+class CannotGrow(Conflict):
+    """The broker has no CreatePartitions (Tansu): a physical topic keeps the count it was created with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,17 @@ class PhysicalCluster:
                 "log_level": 3,  # errors only: a down broker is reported by the agent, not by librdkafka
             }
         )
+        self._broker: Broker | None = None
+
+    @property
+    def broker(self) -> Broker:
+        """The kind of broker, probed on first use (``ClusterUnreachable`` while it does not answer)."""
+        if self._broker is None:
+            try:
+                self._broker = probe(self._admin, self.timeout_s)
+            except BrokerUnknown as e:
+                raise ClusterUnreachable(str(e)) from None
+        return self._broker
 
     def scan(self) -> Scan:
         """One metadata request; ``ClusterUnreachable`` when the cluster does not answer in time."""
@@ -77,6 +93,18 @@ class PhysicalCluster:
         new = [NewTopic(name, count, self.replication_factor) for name, count in sorted(topics.items())]
         self._wait(self._admin.create_topics(new, request_timeout=self.timeout_s * 5), KafkaError.TOPIC_ALREADY_EXISTS)
 
+    def grow_topics(self, topics: Mapping[str, int]) -> None:
+        """Add partitions to existing topics, up to the given counts (CreatePartitions); ``CannotGrow`` on a
+        broker without it."""
+        if not topics:
+            return
+        if not self.broker.grows_topics:
+            raise CannotGrow(f"{self.broker.name} has no CreatePartitions: {', '.join(sorted(topics))} cannot grow")
+        new = [NewPartitions(name, count) for name, count in sorted(topics.items())]
+        self._wait(
+            self._admin.create_partitions(new, request_timeout=self.timeout_s * 5), KafkaError.INVALID_PARTITIONS
+        )
+
     def delete_topics(self, names: Iterable[str]) -> None:
         """Delete topics; one that does not exist is fine."""
         names = sorted(names)
@@ -86,34 +114,44 @@ class PhysicalCluster:
             )
 
     def latest_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """Latest offsets as the broker reports them (approximate on Tansu; monotonic on a healthy cluster)."""
-        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # untyped in confluent-kafka
-        request = {TopicPartition(t, p): latest for t, p in partitions}
+        """Latest offsets as the broker reports them (the end on Kafka, approximate on Tansu; monotonic on a
+        healthy cluster)."""
+        return self._list_offsets(partitions, OffsetSpec.latest())  # type: ignore[no-untyped-call]  # untyped
+
+    def _list_offsets(self, partitions: Iterable[tuple[str, int]], spec: OffsetSpec) -> dict[tuple[str, int], int]:
+        """The offsets the broker knows; a partition it answers with no offset (-1001: a new leader whose high
+        watermark is not settled yet, for a few seconds after a broker dies) is left out."""
+        request = {TopicPartition(t, p): spec for t, p in partitions}
         if not request:
             return {}
         try:
             futures = self._admin.list_offsets(request, request_timeout=self.timeout_s)
-            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            offsets = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
         except KafkaException as e:
             raise ClusterUnreachable(_describe(e)) from None
+        return {tp: offset for tp, offset in offsets.items() if offset >= 0}
 
     def drain_offsets(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
         """(first offset held, true end offset) per partition; partitions not measured in time are left out."""
         if not partitions:
             return {}
+        if self.broker.exact_list_offsets:
+            ends = self.latest_offsets(partitions)
+            starts = self._list_offsets(partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+            return {tp: (starts[tp], end) for tp, end in ends.items() if tp in starts}
         earliest = OffsetSpec.earliest()  # type: ignore[no-untyped-call]  # untyped in confluent-kafka
         futures = self._admin.list_offsets(
             {TopicPartition(t, p): earliest for t, p in partitions}, request_timeout=self.timeout_s
         )  # in flight while the ends are read
-        ends = self._end_offsets(partitions)
+        ends = self._tansu_end_offsets(partitions)
         try:
             starts = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
         except KafkaException as e:
             raise ClusterUnreachable(_describe(e)) from None
         return {tp: (starts[tp], end) for tp, end in ends.items() if tp in starts}
 
-    def _end_offsets(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """Assigned at the end of each partition, the end-of-partition event carries the true end: the
+    def _tansu_end_offsets(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Tansu's true ends: assigned at the end of each partition, the end-of-partition event carries the
         fetch response's high watermark (not Tansu's ListOffsets(latest), the last batch's start).
 
         A reader per measurement, closed at once: a live consumer that has known a topic crashes in

@@ -18,11 +18,12 @@ from metadata_log.image import MetadataImage
 class Plan:
     create: Mapping[str, int] = field(default_factory=dict)  # physical topic -> partition count
     recreate: Mapping[str, int] = field(default_factory=dict)  # exists with too few partitions: delete + create
+    grow: Mapping[str, int] = field(default_factory=dict)  # exists with too few partitions: add the missing ones
     delete: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.create or self.recreate or self.delete)
+        return not (self.create or self.recreate or self.grow or self.delete)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +62,16 @@ def plan(
     """The changes that make ``physical`` (topic -> partition count) match the log's ``where``.
 
     ``also_delete``: physical topics of logical topics deleted from the log (the image no longer names
-    them; the agent remembers them from the records it followed). With ``recovering`` (the cluster came
-    back empty), a managed topic with too few partitions — e.g. auto-created by a producer after the
-    restart — is deleted and created again with the right count.
+    them; the agent remembers them from the records it followed). A managed topic with too few partitions
+    grows to the count the log needs (an expand onto a cluster that already holds the physical topic) —
+    except with ``recovering`` (the cluster came back empty): then it was made after the loss, e.g.
+    auto-created by a producer, and is deleted and created again with the right count.
     """
     desired = where.desired
     create = {t: n for t, n in desired.items() if t not in physical}
-    recreate = {t: n for t, n in desired.items() if t in physical and physical[t] < n and recovering}
+    short = {t: n for t, n in desired.items() if t in physical and physical[t] < n}
     gone = (where.retired | set(also_delete)) - set(desired)
     delete = tuple(sorted(t for t in gone if t in physical))
-    return Plan(create=create, recreate=recreate, delete=delete)
+    if recovering:
+        return Plan(create=create, recreate=short, delete=delete)
+    return Plan(create=create, grow=short, delete=delete)

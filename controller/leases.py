@@ -59,7 +59,8 @@ class LeaseTable:
         return self._leases.get(cluster_id)
 
     def decide(self, image: MetadataImage, now_s: float, now_ms: int) -> list[FencingRecord]:
-        """Records that bring each cluster's fencing in line with its lease (at most one per cluster)."""
+        """Records that bring each cluster's fencing in line with its lease: per cluster a fence, an unfence,
+        or — when its agent reports a new reason while it is fenced — an unfence and a fence, to commit together."""
         records: list[FencingRecord] = []
         if self._term_start_s is not None:  # clusters there when the term began count from its start
             for cluster_id in image.clusters:
@@ -82,6 +83,19 @@ class LeaseTable:
                 records.append(ClusterFenced(cluster.cluster_id, reason, now_ms))
             elif reason is None and cluster.fenced and lease is not None:
                 records.append(ClusterUnfenced(cluster.cluster_id, now_ms))
+            elif (
+                reason is not None
+                and cluster.fenced
+                and lease is not None
+                and lease.reason == reason != cluster.fenced_reason
+            ):
+                # The agent of a fenced cluster says why anew, e.g. it came back from an outage without its
+                # data: the log keeps the new reason. Unfence + fence are one batch (see enforce_leases), so
+                # no reader ever sees the cluster unfenced.
+                records += [
+                    ClusterUnfenced(cluster.cluster_id, now_ms),
+                    ClusterFenced(cluster.cluster_id, reason, now_ms),
+                ]
         return records
 
     def view(self, now_s: float) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -15,10 +15,10 @@ import uvicorn
 from fastapi import FastAPI
 
 from metadata_log.access import Access
-from metadata_log.codec import freeze_survivors
+from metadata_log.heap import freeze_survivors
 from metadata_log.image import MetadataImage
+from metadata_log.publisher import LogDelta, MetadataPublisher
 from metadata_log.raft import RaftNode, RaftSettings, hand_over
-from metadata_log.records import Record
 from metadata_log.state import LogState
 
 from .auth import Tokens
@@ -69,13 +69,7 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
     asyncio.set_event_loop(loop)
 
     read_model = ReadModel(settings.retention_records)
-    state = LogState()
-
-    def publish(first_offset: int, records: Sequence[Record], image: MetadataImage) -> None:
-        # On the Raft thread: hand over to the loop, in order, never blocking.
-        hand_over(loop, read_model.publish, first_offset, records, image)
-
-    state.set_publisher(publish)
+    state = LogState(_OnLoop(loop, read_model))
     raft = RaftNode(me.raft, peers, data_dir, state, settings.raft)
     if settings.join:
         raft.hold_elections_until_led()
@@ -122,6 +116,18 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
     finally:
         raft.close()
         loop.close()
+
+
+class _OnLoop:
+    """Publishes on the Raft thread by handing each update over to ``publisher`` on ``loop``: in order,
+    never blocking."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, publisher: MetadataPublisher) -> None:
+        self._loop = loop
+        self._publisher = publisher
+
+    def on_update(self, delta: LogDelta, image: MetadataImage) -> None:
+        hand_over(self._loop, self._publisher.on_update, delta, image)
 
 
 def _tune_gc() -> None:

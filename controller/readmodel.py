@@ -1,9 +1,9 @@
 """The node's read model on the asyncio loop: the latest image and the retention window of the log.
 
-``LogState`` publishes each committed command from the Raft thread; ``ReadModel.publish`` runs on the
-loop (via ``call_soon_threadsafe``), keeps each record (encoded to JSON once, on first read) and wakes the
-long-poll and SSE tailers. Because the Raft thread hands over the publish before it completes the
-write's future, a write's reply is never sent before its records are readable here.
+``LogState`` publishes each committed command from the Raft thread; ``ReadModel.on_update`` (a
+``MetadataPublisher``) runs on the loop, handed over in order, keeps each record (encoded to JSON once, on
+first read) and wakes the long-poll and SSE tailers. Because the Raft thread hands over the update before it
+completes the write's future, a write's reply is never sent before its records are readable here.
 """
 
 from __future__ import annotations
@@ -18,10 +18,13 @@ from typing import Any, Final
 
 import orjson
 
-from metadata_log.codec import PACK_CHUNK_ITEMS, PACK_CHUNK_RUNS, gc_paused, pack_chunked, record_to_dict
+from metadata_log.codec import PACK_CHUNK_ITEMS, record_to_dict
 from metadata_log.errors import Gone
-from metadata_log.image import EMPTY_IMAGE, MetadataImage, image_to_runs, iter_image_records, iter_image_wire
+from metadata_log.heap import gc_paused
+from metadata_log.image import EMPTY_IMAGE, MetadataImage
+from metadata_log.publisher import LogDelta
 from metadata_log.records import Record
+from metadata_log.snapshot import pack_body, write_records
 
 DEFAULT_RETENTION_RECORDS: Final = 100_000
 
@@ -97,7 +100,7 @@ class Snapshot:
         """Readable form: records as ``{"type", "data": {field: value}}``."""
         if self._json is None:
             with gc_paused():
-                records = ({"type": r.TYPE, "data": record_to_dict(r)} for r in iter_image_records(self.image))
+                records = ({"type": r.TYPE, "data": record_to_dict(r)} for r in write_records(self.image))
                 self._json = json_chunked(self.offset, records)
         return self._json
 
@@ -106,17 +109,15 @@ class Snapshot:
         """Bulk form for machines: records in the codec's positional wire form ``[type, version, fields...]``
         (a 1M-partition snapshot loads several times faster than from field maps)."""
         if self._msgpack is None:
-            with gc_paused():
-                self._msgpack = pack_chunked({"offset": self.offset, "records": iter_image_wire(self.image)})
+            self._msgpack = pack_body(self.image, "rows")
         return self._msgpack
 
     @property
     def runs(self) -> bytes:
         """Compact form for machines (``layout=runs``): ``{"offset", "runs"}``, runs of one record type as
-        columns (``image_to_runs``); a 1M-partition snapshot is a fraction of the size and loads faster."""
+        columns; a 1M-partition snapshot is a fraction of the size and loads faster."""
         if self._runs is None:
-            with gc_paused():
-                self._runs = pack_chunked({"offset": self.offset, "runs": image_to_runs(self.image)}, PACK_CHUNK_RUNS)
+            self._runs = pack_body(self.image, "runs")
         return self._runs
 
 
@@ -145,16 +146,16 @@ class ReadModel:
         changed.set()
 
     # -- writer side (loop thread) ----------------------------------------------------------------
-    def publish(self, first_offset: int, records: Sequence[Record], image: MetadataImage) -> None:
-        """Records committed at ``first_offset``, ``first_offset + 1``, ... and the image after them; no
-        records: the state was replaced by ``image`` (``reset``)."""
-        if not records:
+    def on_update(self, delta: LogDelta, image: MetadataImage) -> None:
+        """Records committed at ``delta.first_offset``, ... and the image after them; a snapshot delta: the
+        state was replaced by ``image`` (``reset``)."""
+        if delta.snapshot:
             self.reset(image)
             return
-        if first_offset != self.high_watermark:
-            # Never a silent skip: a gap means this model missed a publish (a bug), or was reset.
-            raise AssertionError(f"read model at {self.high_watermark} got records from {first_offset}")
-        self._entries += records  # made Entry objects when first read
+        if delta.first_offset != self.high_watermark:
+            # Never a silent skip: a gap means this model missed an update (a bug), or was reset.
+            raise AssertionError(f"read model at {self.high_watermark} got records from {delta.first_offset}")
+        self._entries += delta.records  # made Entry objects when first read
         self.image = image
         overshoot = len(self._entries) - self.retention_records
         if overshoot > self.retention_records // 4:

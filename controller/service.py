@@ -328,8 +328,8 @@ class ControllerService:
         if cluster is None:
             raise NotFound(f"cluster {cluster_id!r} is not registered; register it first")
         self.leases.beat(cluster_id, healthy, reason, applied_offset, time.monotonic(), _now_ms())
-        if cluster.fenced == healthy:  # a change: act now rather than at the next lease check
-            await self.enforce_leases()
+        if cluster.fenced == healthy or (cluster.fenced and reason != cluster.fenced_reason):
+            await self.enforce_leases()  # a change (or a new reason): act now rather than at the next lease check
         cluster = self.state.image.clusters[cluster_id]
         leader = self.leader()
         return {
@@ -346,21 +346,21 @@ class ControllerService:
         """Propose the fencing changes the leases call for (one proposal per cluster, none in flight twice)."""
         if not self._sync_term():
             return
-        records = [
-            r
-            for r in self.leases.decide(self.state.image, time.monotonic(), _now_ms())
-            if r.cluster_id not in self._fencing_in_flight
-        ]
-        if records:
-            await asyncio.gather(*(self._commit_fencing(r) for r in records))
+        by_cluster: dict[str, list[FencingRecord]] = {}
+        for r in self.leases.decide(self.state.image, time.monotonic(), _now_ms()):
+            if r.cluster_id not in self._fencing_in_flight:
+                by_cluster.setdefault(r.cluster_id, []).append(r)
+        if by_cluster:
+            await asyncio.gather(*(self._commit_fencing(cid, rs) for cid, rs in by_cluster.items()))
 
-    async def _commit_fencing(self, record: FencingRecord) -> None:
-        self._fencing_in_flight.add(record.cluster_id)
+    async def _commit_fencing(self, cluster_id: str, records: list[FencingRecord]) -> None:
+        self._fencing_in_flight.add(cluster_id)
         try:
-            if await self._commit_own([record], f"fencing change for {record.cluster_id}"):
-                log.warning("%s: %s", record.TYPE, record)
+            if await self._commit_own(records, f"fencing change for {cluster_id}"):
+                for record in records:
+                    log.warning("%s: %s", record.TYPE, record)
         finally:
-            self._fencing_in_flight.discard(record.cluster_id)
+            self._fencing_in_flight.discard(cluster_id)
 
     async def _commit_own(self, records: Sequence[Record], what: str) -> bool:
         """Commit records this node decided on (leases, groups); a failure is logged and retried by the

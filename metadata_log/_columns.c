@@ -2,7 +2,7 @@
  * codec.py (_take_run_py) for when this module was not built (no C compiler at install).
  *
  * A command of version 2 writes consecutive records of one type as a run: a column per field (codec.py,
- * records_to_runs). Building those columns in Python costs ~16 us per 100 records (an attrgetter map per
+ * encode_runs). Building those columns in Python costs ~16 us per 100 records (an attrgetter map per
  * field, a set of value types per column to check them, a count per column to shorten it), all on the
  * leader's event-loop thread, which holds the GIL: benchmark 1c showed it is what sets the leader's pace
  * (BENCHMARKS.md, eleventh session). take_run does it in one pass over the records.

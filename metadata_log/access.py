@@ -1,12 +1,16 @@
 """How a client reaches the controllers: the bearer token it sends and the CA bundle it verifies TLS with.
 
 Agents, the SDK, Spark jobs and the ``kfed`` CLI all build their HTTP clients through ``Access``, so a
-quorum that requires a token or serves HTTPS only needs the two settings here.
+quorum that requires a token or serves HTTPS only needs the two settings here. Commands that call the
+controllers (``kfed cluster / topic / quorum``, the Spark jobs) take them as the same two flags
+(``add_access_arguments``, ``access_from``).
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
+import os
 import secrets
 import ssl
 from dataclasses import dataclass, field
@@ -18,6 +22,7 @@ import httpx
 from .errors import InvalidSetting
 
 MIN_SECRET_CHARS: Final = 16
+LOCAL_TOKEN_FILE: Final = Path("var/local/admin.token")  # what `kfed local up` generates (its default data dir)
 
 
 CA_FILE: Final = "CA file"
@@ -103,3 +108,26 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
 
 
 NO_ACCESS: Final = Access()
+
+
+# -- the flags of every command that calls the controllers (kfed's operator commands, the Spark jobs) --
+def add_access_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--token-file`` and ``--tls-ca``, for every command that calls the controllers."""
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        default=None,
+        help=f"file with the token sent to the controllers (default: $KFED_TOKEN_FILE, else {LOCAL_TOKEN_FILE} "
+        "when it exists, i.e. the local federation's admin token)",
+    )
+    parser.add_argument(
+        "--tls-ca", type=Path, default=None, help="CA bundle to verify the controllers' HTTPS certificates"
+    )
+
+
+def access_from(args: argparse.Namespace) -> Access:
+    """The ``Access`` of ``add_access_arguments``' flags, with their defaults resolved."""
+    token_file = args.token_file or os.environ.get("KFED_TOKEN_FILE")
+    if token_file is None and LOCAL_TOKEN_FILE.is_file():
+        token_file = LOCAL_TOKEN_FILE
+    return Access.from_files(token_file, args.tls_ca)

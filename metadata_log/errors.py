@@ -18,30 +18,33 @@ into this tree by the one module that calls the library; nobody tells errors apa
     ├── NotFound                      404
     │   └── sdk.UnknownTopic               (also FederationError)
     ├── Conflict                      409  valid, but does not fit the metadata
-    │   ├── sdk.PartitionNotWritable       (also FederationError)
-    │   └── sdk.NoWritablePartition        (also FederationError)
+    │   ├── sdk.PartitionNotWritable, NoWritablePartition  (also FederationError)
+    │   └── broker_agent.kafka.CannotGrow  a broker without CreatePartitions
     ├── Gone                          410  below the retention window
     │   └── spark_pipeline.DataLossError   records a query should read are gone
     ├── PayloadTooLarge               413
     ├── TooManyRequests               429  retryable, after ``retry_after_s``
     ├── Unavailable                   503  retryable, after ``retry_after_s``
     │   ├── metadata_log.FollowerError     no controller answered with the log
-    │   ├── broker_agent.ClusterUnreachable
+    │   ├── broker_agent.ClusterUnreachable, sdk.brokers.BrokerUnknown
     │   └── spark_pipeline.ClusterUnavailable, MetadataUnavailable
     ├── OutcomeUnknown                504  retryable with the same Idempotency-Key
     ├── NotAController                502  an HTTP reply that is not kfed's (another server on the port)
     ├── InvalidSetting                500  this process's own settings
     │   ├── controller.ConfigError         a quorum config file          (also ValueError)
     │   ├── metadata_log.AccessError       a token, secret or CA file    (also ValueError)
-    │   └── spark_pipeline.SourceOptionError  a ``kfed`` source option   (also ValueError)
-    ├── sdk.FederationError           500  base of the SDK's ``produce`` errors (above)
-    ├── metadata_log.NewerMetadataVersion  500  written by a newer kfed: upgrade (also ValueError)
-    ├── sdk._LayoutNotFound           500  a probe's miss; never leaves sdk/messages.py
-    └── CorruptData                   500  bytes or state that break the log's invariants
-        ├── metadata_log.CodecError        not a valid encoding of records (also ValueError)
-        ├── metadata_log.InvalidRecord     a record that does not apply   (also ValueError)
-        ├── metadata_log.CorruptState      a damaged dump or snapshot file
-        └── metadata_log.raft.JournalFull  no room on disk for the journal (also OSError)
+    │   ├── spark_pipeline.SourceOptionError  a ``kfed`` source option   (also ValueError)
+    │   └── deploy.maven.JarsNotInstalled  the broker's jars              (also RuntimeError)
+    ├── CorruptData                   500  bytes or state that break the log's invariants
+    │   ├── metadata_log.CodecError        not a valid encoding of records (also ValueError)
+    │   ├── metadata_log.InvalidRecord     a record that does not apply   (also ValueError)
+    │   ├── metadata_log.keyorder.KeyOrderError, txn.TxnRecordRejected  why one does not (ValueError)
+    │   └── metadata_log.CorruptState      a damaged dump or snapshot file
+    ├── metadata_log.NewerMetadataVersion  written by a newer kfed: upgrade (also ValueError)
+    ├── metadata_log.raft: JournalFull (also OSError), ForbiddenPickle, MessageTooLarge  a node's Raft I/O
+    ├── deploy: ProcessExited, SparkClusterError  a local process did not start (also RuntimeError)
+    ├── sdk.FederationError                base of the SDK's ``produce`` errors (above)
+    └── sdk._LayoutNotFound                a probe's miss; never leaves sdk/messages.py
 
 A second, standard base (``ValueError``, ``OSError``) stays where callers catch the standard one.
 """

@@ -18,10 +18,13 @@ import httpx
 
 from .access import NO_ACCESS, Access
 from .client import controller_urls, reply_error
-from .codec import MAX_DECODE_BYTES, CodecError, gc_paused, record_from_dict, unpack
+from .codec import MAX_DECODE_BYTES, CodecError, record_from_dict, unpack
 from .errors import NotAController, Unavailable
-from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply, image_from_snapshot
+from .heap import gc_paused
+from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply
+from .publisher import LogDelta, MetadataPublisher, Publishers
 from .records import Record
+from .snapshot import read_body
 
 log = logging.getLogger(__name__)
 
@@ -31,17 +34,16 @@ DEFAULT_LIMIT: Final = 5_000
 BACKOFF_MIN_S: Final = 0.05
 BACKOFF_MAX_S: Final = 2.0
 
-Listener = Callable[[MetadataImage, Sequence[tuple[int, Record]]], None]
-"""Called after every advance: the new image and the (offset, record) pairs that made it
-(empty pairs after a snapshot load)."""
-
 
 class FollowerError(Unavailable):
     """No controller could be reached, or they answered something that is not the kfed log."""
 
 
 class LogFollower:
-    """Follows the metadata log of a quorum given as a bootstrap list of controller URLs."""
+    """Follows the metadata log of a quorum given as a bootstrap list of controller URLs.
+
+    ``publisher`` (and any ``subscribe``d later) gets ``on_update`` after every advance, on the thread that
+    polled: the records applied, or a snapshot delta after a snapshot was loaded."""
 
     def __init__(
         self,
@@ -49,7 +51,7 @@ class LogFollower:
         *,
         wait_ms: int = DEFAULT_WAIT_MS,
         limit: int = DEFAULT_LIMIT,
-        listener: Listener | None = None,
+        publisher: MetadataPublisher | None = None,
         client: httpx.Client | None = None,
         timeout_s: float = 5.0,
         access: Access = NO_ACCESS,
@@ -58,7 +60,9 @@ class LogFollower:
         self.wait_ms = wait_ms
         self.limit = limit
         self.image: MetadataImage = EMPTY_IMAGE
-        self._listener = listener
+        self._publishers = Publishers()
+        if publisher is not None:
+            self._publishers.subscribe(publisher)
         self._client = client or access.http_client(httpx.Timeout(timeout_s + wait_ms / 1000, connect=timeout_s))
         self._owns_client = client is None
         self._current = 0
@@ -108,20 +112,20 @@ class LogFollower:
         if r.status_code != 200:
             raise FollowerError(f"GET /v1/log answered {r.status_code}: {reply_error(self.url, r)}")
         body = _unpack(r)
-        entries = []
+        records: list[Record] = []
         expected = self.next_offset
         try:
             for item in body["records"]:
                 offset = int(item["offset"])
                 if offset != expected:
                     raise FollowerError(f"{self.url} sent offset {offset} where {expected} was expected")
-                entries.append((offset, record_from_dict(item["type"], item["data"])))
+                records.append(record_from_dict(item["type"], item["data"]))
                 expected += 1
         except (CodecError, KeyError, TypeError, ValueError) as e:  # what a broken or hostile node may send
             raise FollowerError(f"records from {self.url} do not decode: {type(e).__name__}: {e}") from e
-        if entries:
-            self._advance(entries)
-        return len(entries)
+        if records:
+            self._advance(records)
+        return len(records)
 
     def load_snapshot(self) -> None:
         """Replace the image by the controller's snapshot, unless that would move it backwards."""
@@ -138,11 +142,11 @@ class LogFollower:
                 raise FollowerError(f"{self.url} is behind this follower (snapshot {offset} < {self.image.offset})")
             try:
                 # runs; rows from a controller older than them (it ignores the parameter)
-                image = image_from_snapshot(body, offset)
+                image = read_body(body, offset)
             except (CodecError, InvalidRecord, KeyError, TypeError, ValueError) as e:
                 raise FollowerError(f"snapshot from {self.url} does not decode: {e}") from e
         self.snapshots_loaded += 1
-        self._set_image(image, [])
+        self._set_image(image, LogDelta.replaced, self.image)
 
     def _get(self, path: str, params: dict[str, int | str] | None = None) -> httpx.Response:
         """GET a msgpack body, read at most MAX_DECODE_BYTES of it: a broken or hostile server cannot
@@ -163,22 +167,23 @@ class LogFollower:
         headers = [(k, v) for k, v in r.headers.items() if k.lower() not in ("content-encoding", "content-length")]
         return httpx.Response(r.status_code, headers=headers, content=b"".join(chunks), request=r.request)
 
-    def _advance(self, entries: list[tuple[int, Record]]) -> None:
+    def _advance(self, records: list[Record]) -> None:
         try:
-            image = apply(self.image, [r for _, r in entries])
+            image = apply(self.image, records)
         except InvalidRecord as e:  # the log never holds such records; a node serving them is broken
             raise FollowerError(f"record from {self.url} does not apply: {e}") from e
-        self._set_image(image, entries)
+        self._set_image(image, LogDelta, self.image, records)
 
-    def _set_image(self, image: MetadataImage, entries: list[tuple[int, Record]]) -> None:
+    def _set_image(self, image: MetadataImage, delta: Callable[..., LogDelta], *args: Any) -> None:
+        """Advance to ``image``; publish it with ``delta(*args)``, what made it."""
         with self._advanced:
             self.image = image
             self._advanced.notify_all()
-        if self._listener is not None:
-            try:
-                self._listener(image, entries)
-            except Exception:
-                log.exception("log follower listener failed")
+        self._publishers.publish(image, delta, *args)
+
+    def subscribe(self, publisher: MetadataPublisher) -> None:
+        """Publish to ``publisher`` too: a catch-up to the current image first, then every advance."""
+        self._publishers.subscribe(publisher)
 
     # -- continuous --------------------------------------------------------------------------------
     def start(self) -> LogFollower:

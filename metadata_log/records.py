@@ -1,4 +1,4 @@
-"""Record types of the metadata log (v0 of the contract in DESIGN.md).
+"""Record types of the metadata log (v0 of the contract in docs/DESIGN.md).
 
 Every record is a frozen dataclass with a ``TYPE`` tag. The wire form (see ``codec.py``) is positional,
 so a field is only ever *appended*, with a default; a type is never renamed, renumbered or retyped.
@@ -221,3 +221,156 @@ def _quick_init(cls: type) -> None:
 
 for _cls in (*RECORD_TYPES, GroupMember):
     _quick_init(_cls)
+
+
+# -- Key order (issue 27, docs/KEY_ORDER.md) ------------------------------------------------------------------
+# Replayed by ``metadata_log/keyorder/replay.py``. They join ``Record`` and ``RECORD_TYPES`` (and the samples of
+# every type in tests/unit/samples.py) in the change that makes ``image.py`` apply them; until then no command
+# proposes them and the codec does not know them.
+
+KeyOrder = Literal["none", "strict"]
+KEY_ORDERS: Final[tuple[KeyOrder, ...]] = ("none", "strict")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicKeyOrderChanged:  # v0: initial. "strict" is followed in the same batch by its first epoch's records.
+    TYPE: ClassVar[str] = "TopicKeyOrderChanged"
+    topic: str
+    key_order: KeyOrder
+
+
+@dataclass(frozen=True, slots=True)
+class KeyOrderEpochStarted:  # v0: initial. Its `moves` KeyRangeMoved records follow in the same batch.
+    TYPE: ClassVar[str] = "KeyOrderEpochStarted"
+    topic: str
+    epoch: int
+    moves: int
+    cause: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRangeMoved:  # v0: initial. Slots [first_slot, end_slot) go from from_partition (-1: none) to to_partition.
+    TYPE: ClassVar[str] = "KeyRangeMoved"
+    topic: str
+    epoch: int
+    first_slot: int
+    end_slot: int
+    from_partition: int
+    to_partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyOrderSealed:  # v0: initial. No record of an epoch before `epoch` is written to `partition` from end_offset on.
+    TYPE: ClassVar[str] = "KeyOrderSealed"
+    topic: str
+    epoch: int
+    partition: int
+    end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRangeReleased:  # v0: initial. `group` may deliver what left `partition` in `epoch`; broken: it gave up.
+    TYPE: ClassVar[str] = "KeyRangeReleased"
+    group: str
+    topic: str
+    epoch: int
+    partition: int
+    broken: bool
+    reason: str
+    at_offset: int = -1  # the log offset of the release; -1: this record's own (a snapshot writes the original)
+
+
+KeyOrderRecord = TopicKeyOrderChanged | KeyOrderEpochStarted | KeyRangeMoved | KeyOrderSealed | KeyRangeReleased
+
+KEY_ORDER_RECORD_TYPES: Final[tuple[type[KeyOrderRecord], ...]] = (
+    TopicKeyOrderChanged,
+    KeyOrderEpochStarted,
+    KeyRangeMoved,
+    KeyOrderSealed,
+    KeyRangeReleased,
+)
+
+for _key_order_cls in KEY_ORDER_RECORD_TYPES:
+    _quick_init(_key_order_cls)
+
+
+# ---- Transactions across sub-clusters (docs/TRANSACTIONS.md; replayed by metadata_log/txn.py) ----------------
+# Appended after every other type: they are not in ``Record`` / ``RECORD_TYPES`` until the image applies them.
+# Flat fields only (one record per partition, as PartitionsAdded), so the codec needs no case of its own.
+
+
+@dataclass(frozen=True, slots=True)
+class TxnProducerInitialized:  # v0: initial. A transactional.id's new (producer_id, epoch); every older one is fenced.
+    """Written by a producer's init_transactions, and by the coordinator when it takes a transaction over (a
+    timeout, or a decided transaction its owner leaves incomplete): the epoch moves on so the old owner can
+    start nothing more. ``at_ms`` is the proposer's wall clock."""
+
+    TYPE: ClassVar[str] = "TxnProducerInitialized"
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    timeout_ms: int
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnPartitionAdded:  # v0: initial. One physical partition joins transaction `sequence`; the first starts it.
+    """Logged before the producer writes to the partition (Kafka's AddPartitionsToTxn), so the coordinator
+    knows every cluster it may have to end the transaction on."""
+
+    TYPE: ClassVar[str] = "TxnPartitionAdded"
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    sequence: int
+    cluster_id: str
+    physical_topic: str
+    physical_partition: int
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnGroupAdded:  # v0: initial. A consumer group's offsets on one cluster join transaction `sequence`.
+    """``send_offsets_to_transaction``: the group's offsets for partitions on ``cluster_id`` are committed in
+    that cluster's part of the transaction (Kafka's AddOffsetsToTxn), so they become visible with its output."""
+
+    TYPE: ClassVar[str] = "TxnGroupAdded"
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    sequence: int
+    cluster_id: str
+    group: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnDecided:  # v0: initial. The decision of transaction `sequence`: final; what follows only completes it.
+    TYPE: ClassVar[str] = "TxnDecided"
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    sequence: int
+    commit: bool
+    reason: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnParticipantCompleted:  # v0: initial. One participant cluster ended its part as decided.
+    TYPE: ClassVar[str] = "TxnParticipantCompleted"
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    sequence: int
+    cluster_id: str
+
+
+TxnRecord = TxnProducerInitialized | TxnPartitionAdded | TxnGroupAdded | TxnDecided | TxnParticipantCompleted
+TXN_RECORD_TYPES: Final[tuple[type[TxnRecord], ...]] = (
+    TxnProducerInitialized,
+    TxnPartitionAdded,
+    TxnGroupAdded,
+    TxnDecided,
+    TxnParticipantCompleted,
+)

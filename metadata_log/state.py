@@ -25,39 +25,28 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .codec import (
-    PACK_CHUNK_ITEMS,
-    PACK_CHUNK_RUNS,
     CodecError,
     Run,
+    decode_rows,
+    decode_runs,
+    encode_rows,
     encode_runs,
-    freeze_survivors,
-    gc_paused,
     pack,
-    pack_chunked,
-    read_runs,
-    records_from_wire,
     records_of,
-    records_to_wire,
     unpack,
 )
 from .errors import CorruptData
-from .image import (
-    BULK_TYPES,
-    EMPTY_IMAGE,
-    InvalidRecord,
-    MetadataImage,
-    apply_runs,
-    image_from_snapshot,
-    image_to_runs,
-    iter_image_wire,
-)
+from .heap import freeze_survivors, gc_paused
+from .image import BULK_TYPES, EMPTY_IMAGE, InvalidRecord, MetadataImage, apply_runs
+from .publisher import LogDelta, MetadataPublisher, Publishers
 from .records import LATEST_METADATA_VERSION, NewerMetadataVersion, Record
+from .snapshot import layout_for, pack_body, read_body
 
 log = logging.getLogger(__name__)
 
 COMMAND_VERSION: Final = 1
 """The command layout of metadata version 1: ``[1, [[key, fingerprint, rows], ...]]``; version 2 writes ``2``
-and its records as runs (``codec.records_to_runs``). A command is written in the image's
+and its records as runs (``codec.encode_runs``). A command is written in the image's
 ``metadata_version``, which every voter reads; every version up to ``LATEST_METADATA_VERSION`` is read."""
 FREEZE_EVERY_RECORDS: Final = 100_000
 """Applied records after which the objects alive are frozen out of garbage collection (``freeze_survivors``):
@@ -102,12 +91,6 @@ def halt_process(reason: str) -> None:
     os._exit(HALT_EXIT_STATUS)
 
 
-Publisher = Callable[[int, Sequence[Record], MetadataImage], None]
-"""Called after each command that committed records: the offset of the first, the records (at consecutive
-offsets) and the new image. Called with no records when the state was replaced by a dump (at start, or a
-snapshot from the leader)."""
-
-
 def encode_command(proposals: Sequence[Proposal], metadata_version: int = COMMAND_VERSION) -> bytes:
     return _encode_command(proposals, metadata_version)[0]
 
@@ -120,7 +103,7 @@ def _encode_command(proposals: Sequence[Proposal], metadata_version: int) -> tup
     body, writes, exact = [], [], True
     for p in proposals:
         if metadata_version == COMMAND_VERSION:
-            rows, rows_exact = records_to_wire(p.records)
+            rows, rows_exact = encode_rows(p.records)
             writes.append(_Write.of(p))
         else:
             rows, read_back, rows_exact = encode_runs(p.records)
@@ -183,13 +166,13 @@ class _Write:
 
 def _write_from_rows(key: str | None, fingerprint: str | None, rows: list[Any]) -> _Write:
     """A proposal of metadata version 1: its records as wire rows."""
-    records = records_from_wire(rows)
+    records = records_of(decode_rows(rows))
     return _Write(key, fingerprint, records, len(records), records)
 
 
 def _write_from_runs(key: str | None, fingerprint: str | None, items: list[Any]) -> _Write:
-    """A proposal of metadata version 2: its records as runs (``codec.records_to_runs``), checked, not built."""
-    runs = list(read_runs(items))
+    """A proposal of metadata version 2: its records as runs (``codec.encode_runs``), checked, not built."""
+    runs = list(decode_runs(items))
     return _Write(key, fingerprint, runs, sum(item.n if isinstance(item, Run) else 1 for item in runs), None)
 
 
@@ -226,16 +209,21 @@ _DECODERS: Final[dict[int, Callable[[str | None, str | None, list[Any]], _Write]
 class LogState:
     """Image plus idempotency keys. Mutated only by ``apply_command`` (on the Raft thread)."""
 
-    def __init__(self, publisher: Publisher | None = None, halt: Callable[[str], None] = halt_process) -> None:
+    def __init__(self, publisher: MetadataPublisher | None = None, halt: Callable[[str], None] = halt_process) -> None:
         self.image: MetadataImage = EMPTY_IMAGE
         self._halt = halt  # called with the reason when this node cannot go on (see the module's docstring)
         self._keys: OrderedDict[str, tuple[str | None, Outcome]] = OrderedDict()
-        self._publisher = publisher
+        self._publishers = Publishers()
+        if publisher is not None:
+            self._publishers.subscribe(publisher)
         self._proposed = _ProposedCommands()
         self._applied_since_freeze = 0
 
-    def set_publisher(self, publisher: Publisher | None) -> None:
-        self._publisher = publisher
+    def subscribe(self, publisher: MetadataPublisher) -> None:
+        """Publish to ``publisher`` (on the Raft thread) after each command that committed records, and after
+        the state was replaced by a dump (at start, or a snapshot from the leader); a catch-up first if this
+        state was published before."""
+        self._publishers.subscribe(publisher)
 
     def outcome_for_key(self, key: str) -> tuple[str | None, Outcome] | None:
         """(fingerprint, outcome) of a committed write with this idempotency key, if remembered."""
@@ -258,8 +246,8 @@ class LogState:
         except (CodecError, TypeError, ValueError) as e:
             log.error("undecodable command of %d bytes ignored: %s", len(data), e)
             return [Outcome("rejected", detail=f"undecodable command: {e}")]
-        first_offset = self.image.offset + 1
-        published: list[_Write] = []  # committed writes of records, at first_offset, first_offset + 1, ...
+        base = self.image
+        published: list[_Write] = []  # committed writes of records, at base.offset + 1, base.offset + 2, ...
         outcomes = self._apply_together(writes, published) if len(writes) > 1 else None
         if outcomes is None:
             outcomes = []
@@ -272,11 +260,8 @@ class LogState:
                     log.exception("proposal rejected by an unexpected error")
                     outcome = Outcome("rejected", detail=f"internal error: {type(e).__name__}: {e}")
                 outcomes.append(outcome)
-        if published and self._publisher is not None:
-            try:
-                self._publisher(first_offset, _committed_records(published), self.image)
-            except Exception:
-                log.exception("publisher failed")
+        if published:
+            self._publishers.publish(self.image, _delta_of, base, published)
         self._applied_since_freeze += sum(write.count for write in published)
         if self._applied_since_freeze >= FREEZE_EVERY_RECORDS and freeze_survivors():
             self._applied_since_freeze = 0
@@ -370,16 +355,7 @@ class LogState:
         keys = [[k, fp, o.status, o.first_offset, o.last_offset, o.detail] for k, (fp, o) in self._keys.items()]
 
         def encode() -> bytes:
-            with gc_paused():
-                # the image as runs once every voter reads them (see ``MetadataVersionChanged``): a follower
-                # that gets the dump by InstallSnapshot loads it several times faster
-                body: dict[str, Any]
-                if image.metadata_version >= 2:
-                    body, chunk = {"runs": image_to_runs(image)}, PACK_CHUNK_RUNS
-                else:
-                    body, chunk = {"records": iter_image_wire(image)}, PACK_CHUNK_ITEMS
-                value = {"offset": image.offset, **body, "keys": keys, "raft": raft_internal}
-                return frame(pack_chunked(value, chunk))
+            return frame(pack_body(image, layout_for(image), {"keys": keys, "raft": raft_internal}))
 
         return encode
 
@@ -393,7 +369,7 @@ class LogState:
         try:
             with gc_paused():
                 value = unpack(body)
-                image = image_from_snapshot(value, int(value["offset"]))
+                image = read_body(value, int(value["offset"]))
             value_raft = value["raft"]
             keys: OrderedDict[str, tuple[str | None, Outcome]] = OrderedDict()
             for k, fp, status, first, last, detail in value["keys"]:
@@ -403,21 +379,20 @@ class LogState:
             raise CorruptState(f"state dump of a newer metadata version: {e}") from e
         except (CodecError, InvalidRecord, KeyError, TypeError, ValueError) as e:
             raise CorruptState(f"state dump does not decode: {e}") from e
-        self.image = image
+        replaced, self.image = self.image, image
         self._keys = keys
-        if self._publisher is not None:
-            self._publisher(image.offset + 1, [], image)  # no records: readers restart from this image
+        self._publishers.publish(image, LogDelta.replaced, replaced)  # readers restart from this image
         del value, body  # the decoded form: garbage now, and it must not be frozen
         freeze_survivors(collect=False)  # everything built since the pause is the image: nothing to find
         self._applied_since_freeze = 0
         return value_raft
 
 
-def _committed_records(writes: Sequence[_Write]) -> Sequence[Record]:
-    """The records of committed writes, in order (built from a follower's runs here)."""
+def _delta_of(base: MetadataImage, writes: Sequence[_Write]) -> LogDelta:
+    """The records of committed writes over ``base``, in order (built from a follower's runs here)."""
     if len(writes) == 1:
-        return writes[0].committed_records()
-    return [record for write in writes for record in write.committed_records()]
+        return LogDelta(base, writes[0].committed_records())
+    return LogDelta(base, [record for write in writes for record in write.committed_records()])
 
 
 def _replayed(seen: tuple[str | None, Outcome], fingerprint: str | None) -> Outcome:

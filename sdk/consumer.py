@@ -37,6 +37,11 @@ DEFAULT_SESSION_TIMEOUT_MS: Final = 10_000
 DEFAULT_MAX_POLL_INTERVAL_MS: Final = 300_000
 HEARTBEAT_S: Final = 0.5
 CLIENT_DEADLINE_S: Final = 2.0
+STALLED_START_S: Final = 2.0
+"""A partition started this long ago with no fetch response yet is assigned again. librdkafka (2.16; its issue
+5586) never retries assign()'s committed-offset lookup after a request-level NOT_COORDINATOR, which Apache Kafka
+answers while a group coordinator loads or moves (a new cluster's first group, a broker restart): the partition's
+fetcher would never start. A new assign() looks the offset up again."""
 """How long one call to the quorum (heartbeat, leave) may retry over the controllers."""
 LogicalPartition = tuple[str, int]
 PartitionsCallback = Callable[["FederatedConsumer", list[LogicalPartition]], None]
@@ -86,6 +91,8 @@ class FederatedConsumer:
         # what _apply_assignment last acted on (reply, image, cut off): the same inputs change nothing
         self._applied: tuple[object, object, bool] | None = None
         self._next_consumer = 0
+        self._unfetched: dict[LogicalPartition, float] = {}  # started, no fetch response yet: since when
+        self._stalls_checked = 0.0
         self._on_assign: PartitionsCallback | None = None
         self._on_revoke: PartitionsCallback | None = None
 
@@ -218,12 +225,30 @@ class FederatedConsumer:
             [TopicPartition(placement.physical_topic, placement.physical_partition, OFFSET_STORED)]
         )
         self._owned[tp] = placement
+        self._unfetched[tp] = time.monotonic()
         origin = Origin(tp[0], tp[1], placement.cluster_id)
         set_slot(self._slots.setdefault(placement.cluster_id, {}), *placement[1:], origin)
         log.info("group %s: %s consumes %s/%d", self.group, self._member_id, *tp)
 
+    def _restart_stalled(self) -> None:
+        """Assign again the partitions whose fetcher has not started for ``STALLED_START_S``. A partition's
+        fetcher has started once librdkafka caches the high watermark of a fetch response for it."""
+        now = self._stalls_checked = time.monotonic()
+        for tp, since in list(self._unfetched.items()):
+            p = self._owned[tp]
+            consumer = self._consumers[p.cluster_id]
+            physical = TopicPartition(p.physical_topic, p.physical_partition)
+            if consumer.get_watermark_offsets(physical, cached=True)[1] >= 0:
+                del self._unfetched[tp]
+            elif now - since >= STALLED_START_S:
+                log.info("group %s: %s/%d has not started fetching; assigning it again", self.group, *tp)
+                consumer.incremental_unassign([physical])
+                consumer.incremental_assign([TopicPartition(p.physical_topic, p.physical_partition, OFFSET_STORED)])
+                self._unfetched[tp] = now
+
     def _revoke(self, tp: LogicalPartition) -> None:
         placement = self._owned.pop(tp)
+        self._unfetched.pop(tp, None)
         consumer = self._consumers[placement.cluster_id]
         physical = TopicPartition(placement.physical_topic, placement.physical_partition)
         if self._auto_commit:
@@ -263,6 +288,8 @@ class FederatedConsumer:
         self._last_poll = time.monotonic()
         while True:
             self._apply_assignment()
+            if self._unfetched and time.monotonic() - self._stalls_checked > STALLED_START_S / 4:
+                self._restart_stalled()
             if self._auto_commit and time.monotonic() - self._last_auto_commit > self._auto_commit_s:
                 self._last_auto_commit = time.monotonic()
                 self.commit(asynchronous=True)

@@ -205,7 +205,7 @@ def _in_place() -> ModuleType | None:
     try:
         from . import _speedups  # a C extension (sdk/_speedups.c), built at install when it can be
     except ImportError:
-        log.warning("sdk: messages are wrapped, not relabelled: sdk._speedups was not built (a C compiler is needed)")
+        log.warning("sdk: messages are wrapped, not relabelled: sdk._speedups is not importable (no C compiler)")
         return None
     try:
         _speedups.configure(Message, *_find_fields())

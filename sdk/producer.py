@@ -35,6 +35,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from metadata_log.follower import LogFollower
 from metadata_log.image import ClusterImage, MetadataImage, is_writable
+from metadata_log.publisher import LogDelta
 
 from .config import split_config
 from .errors import NoWritablePartition, PartitionNotWritable, UnknownTopic
@@ -112,7 +113,7 @@ class FederatedProducer:
         self._to_purge: set[str] = set()
         self._lock = threading.Lock()  # guards _to_purge, _fenced, the routes' epoch (the follower thread writes)
         self._follower = LogFollower(
-            client_config.controllers, wait_ms=2000, listener=self._on_metadata, access=client_config.access
+            client_config.controllers, wait_ms=2000, publisher=self, access=client_config.access
         )
         self._follower.poll(0)  # an image before the first produce
         self._follower.start()
@@ -128,8 +129,9 @@ class FederatedProducer:
         """The cluster and physical partition of a message in a delivery report of this producer."""
         return placement_in(self._follower.image, message)
 
-    def _on_metadata(self, image: MetadataImage, entries: object) -> None:
-        """On the follower thread: drop cached routes; purge queues of clusters that became fenced."""
+    def on_update(self, delta: LogDelta, image: MetadataImage) -> None:
+        """The followed log advanced (a ``MetadataPublisher``, called on the follower's thread): drop cached
+        routes; purge queues of clusters that became fenced."""
         fenced = {c.cluster_id for c in image.clusters.values() if c.fenced or c.state != "active"}
         with self._lock:
             self._to_purge |= fenced - self._fenced
@@ -257,7 +259,10 @@ class FederatedProducer:
             callback(err, label(msg, target.origin))
 
     def _cluster_error(self, cluster_id: str, err: KafkaError) -> None:
-        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+        # Every broker down is the cluster down. One connection's _TRANSPORT error is not: in a cluster of
+        # several brokers the others take over its partitions' leadership (with one broker, _ALL_BROKERS_DOWN
+        # follows at once).
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
             self._mute(cluster_id, err.str())
 
     def _mute(self, cluster_id: str, why: str) -> None:
@@ -291,6 +296,7 @@ class FederatedProducer:
                 self.produce(topic, value, None, None, headers, callback, timestamp)
                 moved += 1
             except (NoWritablePartition, UnknownTopic) as e:
+                callback = callback or self._default_callback
                 if callback is not None:
                     callback(KafkaError(KafkaError._PURGE_QUEUE, f"no writable partition to re-route to: {e}"),
                              unsent(topic, value, headers))  # fmt: skip

@@ -1,9 +1,9 @@
 """The physical side of the ``kfed`` source: watermarks of physical partitions, and reading one range.
 
-This is the only module of ``spark_pipeline`` that talks to brokers (confluent-kafka). Broker quirks stay
-here (see shared/TANSU.md): Tansu answers ListOffsets(latest) wrongly, so by default the end of a partition
-is the high watermark of a fetch response (``end_offsets_from="fetch"``, right on every broker);
-``"list"`` uses ListOffsets, the cheaper normal path of a real Kafka cluster.
+This is the only module of ``spark_pipeline`` that talks to brokers (confluent-kafka). The end of a
+partition is its high watermark: by default (``end_offsets_from="auto"``) Apache Kafka's from ListOffsets,
+the normal path, and Tansu's — whose ListOffsets(latest) is wrong (``sdk.brokers``, docs/TANSU.md) — from a fetch
+response; ``"fetch"`` and ``"list"`` choose one path for every broker.
 
 A task reads its physical partition with ``assign()`` from its start offset and stops at its end offset
 or at partition EOF — never by counting messages — and yields Arrow record batches built column by
@@ -20,8 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, TopicPartition
 
-from metadata_log.codec import gc_paused
 from metadata_log.errors import Unavailable
+from metadata_log.heap import gc_paused
+from sdk.brokers import BrokerUnknown, broker_at
 
 from .plan import DataLossError, OffsetRange, Watermarks
 
@@ -54,7 +55,7 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 
 
 def consumer_config(bootstrap: str, kafka: Mapping[str, str], fail_on_data_loss: bool) -> dict[str, Any]:
-    """confluent-kafka settings for reading exact ranges with ``assign()`` (TANSU.md: the fetch back-off
+    """confluent-kafka settings for reading exact ranges with ``assign()`` (docs/TANSU.md: the fetch back-off
     and queue sizes matter ~6x); ``kafka.*`` options of the source override the tunables."""
     return {
         "enable.metrics.push": False,
@@ -81,17 +82,24 @@ def watermarks(
     bootstrap: str,
     partitions: Sequence[tuple[str, int]],
     *,
-    end_offsets_from: str = "fetch",
+    end_offsets_from: str = "auto",
     timeout_s: float = 10.0,
     kafka: Mapping[str, str] | None = None,
 ) -> dict[tuple[str, int], Watermarks]:
     """(low, high) watermark of each physical (topic, partition) of one cluster.
 
-    ``fetch``: the high watermark comes from fetch responses (assign at the end, wait for partition EOF);
-    ``list``: from ListOffsets. The low watermark is ListOffsets(earliest) either way.
+    ``list``: the high watermark from ListOffsets; ``fetch``: from fetch responses (assign at the end, wait
+    for partition EOF: right on Tansu too); ``auto``: ``list`` unless the broker is Tansu. The low watermark
+    is ListOffsets(earliest) either way.
     """
     if not partitions:
         return {}
+    if end_offsets_from == "auto":
+        try:
+            exact = broker_at(bootstrap, timeout_s).exact_list_offsets
+        except BrokerUnknown as e:
+            raise ClusterUnavailable(f"{bootstrap}: {e}") from None
+        end_offsets_from = "list" if exact else "fetch"
     consumer = Consumer(consumer_config(bootstrap, kafka or {}, fail_on_data_loss=True))
     deadline = time.monotonic() + timeout_s
     try:
@@ -101,7 +109,7 @@ def watermarks(
             lows[(topic, partition)] = (low, high)
         if end_offsets_from == "list":
             return {tp: Watermarks(low, high) for tp, (low, high) in lows.items()}
-        highs = _fetch_high_watermarks(consumer, partitions, deadline, bootstrap)
+        highs = _tansu_high_watermarks(consumer, partitions, deadline, bootstrap)
         return {tp: Watermarks(lows[tp][0], highs[tp]) for tp in partitions}
     finally:
         consumer.close()
@@ -110,19 +118,27 @@ def watermarks(
 def _list_watermarks(
     consumer: Consumer, topic: str, partition: int, deadline: float, bootstrap: str
 ) -> tuple[int, int]:
-    try:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic()), cached=False
-        )
-    except Exception as e:  # KafkaException: timed out, unknown partition, transport
-        raise ClusterUnavailable(f"{bootstrap}: no watermarks for {topic}[{partition}]: {e}") from e
-    return int(low), int(high)
+    """ListOffsets(earliest, latest), asked again while the broker has none to give (-1001: a new leader whose
+    high watermark is not settled, for a few seconds after a broker dies)."""
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic()), cached=False
+            )
+        except Exception as e:  # KafkaException: timed out, unknown partition, transport
+            raise ClusterUnavailable(f"{bootstrap}: no watermarks for {topic}[{partition}]: {e}") from e
+        if low >= 0 and high >= 0:
+            return int(low), int(high)
+        if time.monotonic() >= deadline:
+            raise ClusterUnavailable(f"{bootstrap}: {topic}[{partition}] has no settled offsets (a leader change?)")
+        time.sleep(0.1)
 
 
-def _fetch_high_watermarks(
+def _tansu_high_watermarks(
     consumer: Consumer, partitions: Sequence[tuple[str, int]], deadline: float, bootstrap: str
 ) -> dict[tuple[str, int], int]:
-    """The high watermark each partition's fetch responses report: assign at the end, consume to EOF."""
+    """The high watermark each partition's fetch responses report: assign at the end, consume to EOF (what
+    Tansu, whose ListOffsets(latest) is wrong, needs; right on every broker, at a fetch round trip's cost)."""
     consumer.assign([TopicPartition(t, p, OFFSET_END) for t, p in partitions])
     highs: dict[tuple[str, int], int] = {}
     try:

@@ -78,7 +78,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     metadata_offset: int | None = None
-    end_offsets_from: Literal["fetch", "list"] = "fetch"
+    end_offsets_from: Literal["auto", "fetch", "list"] = "auto"
     timeout_ms: int = 10_000
     kafka: Mapping[str, str] = field(default_factory=dict)
     access: Access = NO_ACCESS  # token and CA for the controllers
@@ -131,9 +131,12 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
     metadata_offset = _int(opts, "metadataOffset", minimum=0)
     if metadata_offset is not None and mode == "stream":
         raise SourceOptionError("metadataOffset", "is for batch queries: a stream follows the log as it grows")
-    end_from = opts.get("kfed.endoffsets", "fetch").strip().lower()
-    if end_from not in ("fetch", "list"):
-        raise SourceOptionError("kfed.endOffsets", "must be 'fetch' (works on every broker) or 'list' (ListOffsets)")
+    end_from = opts.get("kfed.endoffsets", "auto").strip().lower()
+    if end_from not in ("auto", "fetch", "list"):
+        raise SourceOptionError(
+            "kfed.endOffsets",
+            "must be 'auto' (ListOffsets, or fetch on Tansu), 'fetch' (works on every broker) or 'list' (ListOffsets)",
+        )
     kafka = {k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")}
     try:
         access = Access.from_files(opts.get("kfed.token.file"), opts.get("kfed.ssl.ca.location"))
@@ -151,7 +154,7 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
         metadata_offset=metadata_offset,
-        end_offsets_from="list" if end_from == "list" else "fetch",
+        end_offsets_from="list" if end_from == "list" else "fetch" if end_from == "fetch" else "auto",
         timeout_ms=_positive(opts, "kfed.timeoutMs") or 10_000,
         kafka=kafka,
         access=access,

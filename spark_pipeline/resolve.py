@@ -17,8 +17,9 @@ from metadata_log.client import reply_error
 from metadata_log.codec import record_from_dict, unpack
 from metadata_log.errors import KfedError, Unavailable
 from metadata_log.follower import MSGPACK, FollowerError, LogFollower
-from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply, image_from_snapshot
+from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
 from metadata_log.records import Record
+from metadata_log.snapshot import read_body
 
 from .options import SourceOptionError
 
@@ -77,7 +78,7 @@ def _replay(client: httpx.Client, url: str, offset: int) -> MetadataImage:
         if status == 410:
             _, snap = _get(client, url, "/v1/snapshot", layout="runs")  # rows from a controller without runs
             if int(snap["offset"]) == offset:
-                return image_from_snapshot(snap, offset)
+                return read_body(snap, offset)
             raise SourceOptionError(
                 "metadataOffset",
                 f"{offset} is below what the controllers still hold (log starts at {body.get('log_start_offset')}, "

@@ -5,7 +5,7 @@
 physical cluster for its watermarks, and plan one Spark task per logical partition (large ranges are split).
 Each task reads its physical partition between exact offsets and yields Arrow record batches.
 
-Things to know about the Python Data Source API (shared/SPARK.md): ``read()`` runs on a pickled copy of the
+Things to know about the Python Data Source API (docs/SPARK.md): ``read()`` runs on a pickled copy of the
 reader, so everything a task needs travels in its ``KfedPartition``; readers therefore keep no clients on
 ``self`` except the stream reader's cached image follower, which is dropped when pickled.
 """
@@ -25,8 +25,8 @@ from pyspark.sql.pandas.types import from_arrow_schema  # pyarrow only; pandas i
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from metadata_log.codec import freeze_survivors
 from metadata_log.follower import LogFollower
+from metadata_log.heap import freeze_survivors
 
 from .kafka_io import arrow_schema, read_range, watermarks
 from .options import SourceOptions, parse_options

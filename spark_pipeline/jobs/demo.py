@@ -8,11 +8,10 @@ from __future__ import annotations
 import sys
 import time
 
-from controller.ops import access_from
 from spark_pipeline.events import ensure_topic, produce_events
 
 from . import audit, dwd_clean, dws_aggregate, ods_ingest
-from .common import layer, parser, session, source_options
+from .common import access, layer, parser, session, source_options
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,14 +20,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--producer-id", default="demo", help="producer id in the events and audit records")
     args = p.parse_args(argv)
     audit_topic = f"{args.topic}.audit"
-    admin = access_from(args)
+    admin = access(args)
     ensure_topic(args.controllers, audit_topic, access=admin)
     if args.produce:  # seqs of successive runs must differ, or their ids would be deduplicated as resends
         first_seq = int(time.time()) * 1_000_000
         done = produce_events(args.controllers, args.topic, args.produce, producer_id=args.producer_id,
                               first_seq=first_seq, audit_topic=audit_topic, resend_every=100, access=admin)  # fmt: skip
         print(f"produced: {done.sent} messages ({done.distinct} distinct events, resends included) to {args.topic}")
-    spark = session("kfed-demo", args.master)
+    spark = session("kfed-demo", args.master, args.conf)
     ods_new = ods_ingest.run(spark, args.controllers, args.topic, args.warehouse, options=source_options(admin))
     ods_all = spark.read.parquet(layer(args.warehouse, "ods", args.topic)).count()
     print(f"ODS:   {ods_all} rows ({ods_new} ingested by this run)")

@@ -14,7 +14,7 @@ from spark_pipeline.transforms import dwd
 from .common import rebuild, rebuild_main
 
 
-def run(spark: Any, topic: str, warehouse: Path) -> int:
+def run(spark: Any, topic: str, warehouse: str | Path) -> int:
     """Rows in the DWD table."""
     return rebuild(spark, dwd, warehouse, topic, "ods", "dwd", partition_by=("dt",))
 

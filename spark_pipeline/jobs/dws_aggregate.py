@@ -14,7 +14,7 @@ from spark_pipeline.transforms import dws
 from .common import rebuild, rebuild_main
 
 
-def run(spark: Any, topic: str, warehouse: Path) -> int:
+def run(spark: Any, topic: str, warehouse: str | Path) -> int:
     """Rows in the DWS table."""
     return rebuild(spark, dws, warehouse, topic, "dwd", "dws")
 

@@ -4,29 +4,47 @@
 (``GET /v1/log`` from 0, after healing) and every node's final ``GET /v1/metadata``; it returns the
 anomalies found (an empty list when all holds):
 
-- ``log-gap``: a node's offsets are not 0, 1, 2, ... ;
-- ``log-diverged`` / ``log-length``: two nodes disagree on a record they both hold / do not end equal;
-- ``lost-write``: an acknowledged write whose effect is not in the log at its acknowledged offset (its
-  record missing, or at another offset, or the image at that offset not showing it);
-- ``duplicate-write``: a write (acknowledged or unknown) whose records are in the log more than once;
-- ``failed-write-applied``: a write refused with a 4xx on every attempt, yet in the log;
-- ``phantom-record``: a record no write asked for;
-- ``tail-order``: a tailer that saw a gap, a duplicate or an out-of-order offset;
-- ``tail-mismatch``: a tailer that saw a record other than the final log's at that offset;
+- ``log-gap``: a node's offsets are not S, S+1, S+2, ... from where its window starts;
+- ``log-diverged``: two nodes (every pair, not only neighbours) disagree on a record both serve;
+- ``log-length``: the nodes do not end at the same offset after healing, or one serves less than it applied;
+- ``log-incomplete`` / ``log-invalid``: offsets nobody holds / a record that ``apply`` refuses;
+- ``lost-write``: an acknowledged write whose effect is not at its acknowledged offset: its own record is
+  not there and the image there does not show it (a state change already in force is a no-op, answered
+  with the image's offset); a write that always makes a record (register, create, delete) must be there;
+- ``shared-offset``: two writes that each must make a record acknowledged at one offset;
+- ``ack-order``: a write acknowledged at an offset below one that was acknowledged before it was sent
+  (the log's order contradicts real time);
+- ``duplicate-write``: a write whose effect is in the log twice (or an agent's cluster registered twice);
+- ``failed-write-applied``: a write refused (4xx) on every attempt, yet its effect is in the log;
+- ``retry-disagrees``: two definite answers to one Idempotency-Key that differ, or a retry after an
+  unknown outcome answered 4xx (or as a no-op) although the write's effect is in the log;
+- ``phantom-record``: a record that answers no write, no agent and none of the quorum's own duties;
+- ``tail-order`` / ``tail-mismatch``: a tailer that saw a gap, a duplicate, a reordering / another record;
+- ``tail-jump``: a tailer that skipped ahead through a snapshot without a 410 at the offset it was at;
+- ``false-410``: a 410 for an offset inside the window the same answer declares;
 - ``two-leaders``: two nodes that each claimed leadership in the same term (each seen at least twice:
   a node's term and role are read separately, so one poll can catch a deposed leader's new term);
-- ``log-invalid``: a record that ``apply`` refuses on the image before it;
-- ``metadata-mismatch``: a ``/v1/metadata`` answer (during the run or at the end) that differs from
-  ``metadata_view(apply(log[:offset+1]))``, the pure ``apply`` of the records the log holds.
+- ``metadata-mismatch``: a ``/v1/metadata`` answer or a loaded snapshot that differs from the pure
+  ``apply`` of the log's records up to its offset.
+
+Every record of the log is tied to the one thing that asked for it. A write's *effect* is the records it
+made (a created topic's ``TopicCreated`` and its ``PartitionsAdded``; one record otherwise); its
+*signature* is what it asked for (``("partition_state", topic, partition, state)``). An acknowledged write
+is tied to the effect ending at its acknowledged offset. Every other effect is tied, in log order, to a
+write with its signature that could have made it in real time (sent before any write at or after that
+offset was acknowledged, and placed after every write acknowledged before it was sent): an unknown one
+first (allowed once), then a refused one, then one already tied (both anomalies). What is left over is a
+phantom.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from metadata_log.codec import record_from_dict
@@ -35,13 +53,10 @@ from metadata_log.views import metadata_view
 
 from .history import record_digest
 
-# Writes whose record names what they created or deleted, so it can be counted in the log:
-# kind -> (record type, record field, write argument)
-_UNIQUE: dict[str, tuple[str, str, str]] = {
-    "register": ("ClusterRegistered", "cluster_id", "cluster_id"),
-    "create_topic": ("TopicCreated", "name", "name"),
-    "delete_topic": ("TopicDeleted", "name", "name"),
-}
+ALWAYS_RECORDS = frozenset({"register", "create_topic", "delete_topic"})
+"""Write kinds that never succeed as a no-op in the harness: every name they carry is fresh."""
+QUORUM_OWN = frozenset({"metadata_version", "fencing"})
+"""Effects the quorum makes itself: the metadata version raise, and fencing decided from leases."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +75,16 @@ class Summary:
     unknown: int
     failed: int
     unknown_attempts: int  # attempts that timed out, lost their connection or got a 5xx (then retried)
+    retried_after_unknown: int  # writes with an unknown attempt that a same-key retry then answered
+    replayed: int  # answers the node marked ``Idempotency-Replayed``: a retry answered from the first outcome
     tail_pages: int
     tail_records: int
+    gone: int  # 410 answers to tailers
+    snapshots_loaded: int
     node_polls: int
     metadata_checks: int
     log_length: int
+    fences: dict[str, int] = field(default_factory=dict)  # cluster -> times fenced in the log
 
 
 def check(
@@ -73,9 +93,11 @@ def check(
     metadata: Mapping[Any, dict[str, Any]],
     archive: Iterable[dict[str, Any]] = (),
     ends: Mapping[int, int] | None = None,
+    agent_clusters: Iterable[str] = (),
 ) -> tuple[list[Anomaly], Summary]:
     """All the checks; ``archive``: full records the tailers read (the log below every node's dump); ``ends``:
-    each node's last applied offset at the end (see ``check_logs``)."""
+    each node's last applied offset at the end (see ``check_logs``); ``agent_clusters``: clusters whose
+    ``kfed agent`` ran (it registers them and reports their partitions)."""
     anomalies: list[Anomaly] = []
     anomalies += check_logs(logs, ends)
     final, incomplete = reference_log(logs, archive)
@@ -83,34 +105,40 @@ def check(
     final, invalid = valid_prefix(final)
     anomalies += invalid
     images = _Images(final)
-    write_anomalies, counts = check_writes(ops, final, images)
-    anomalies += write_anomalies
+    writes = _writes(ops)
+    anomalies += check_writes(writes, final, images, frozenset(agent_clusters))
     anomalies += check_tails(ops, final, images)
     anomalies += check_leaders(ops)
     samples = [(f"node {op['node']} at {op['ret']} s", op["body"]) for op in ops if op["op"] == "metadata"]
     samples += [(f"node {n} at the end", body) for n, body in sorted(metadata.items())]
     anomalies += check_metadata(samples, images)
     tails = [op for op in ops if op["op"] == "tail" and op["outcome"] == "ok"]
+    attempts = [op for op in ops if op["op"] == "write"]
     summary = Summary(
-        writes=sum(counts.values()),
-        acknowledged=counts["ok"],
-        unknown=counts["unknown"],
-        failed=counts["failed"],
-        unknown_attempts=sum(1 for op in ops if op["op"] == "write" and op["outcome"] == "unknown"),
+        writes=len(writes),
+        acknowledged=sum(1 for w in writes.values() if w.status == "ok"),
+        unknown=sum(1 for w in writes.values() if w.status == "unknown"),
+        failed=sum(1 for w in writes.values() if w.status == "failed"),
+        unknown_attempts=sum(1 for op in attempts if op["outcome"] == "unknown"),
+        retried_after_unknown=sum(1 for w in writes.values() if w.retried_after_unknown),
+        replayed=sum(1 for op in attempts if op.get("replayed")),
         tail_pages=len(tails),
         tail_records=sum(len(op["records"]) for op in tails),
+        gone=sum(1 for op in ops if op.get("status") == 410),  # only reads by offset answer 410
+        snapshots_loaded=sum(1 for op in ops if op["op"] == "snapshot"),  # recorded when loaded
         node_polls=sum(1 for op in ops if op["op"] == "node"),
         metadata_checks=len(samples),
         log_length=len(final),
+        fences=dict(Counter(r["data"]["cluster_id"] for r in final if r["type"] == "ClusterFenced")),
     )
     return anomalies, summary
 
 
 def check_logs(logs: Mapping[int, Sequence[dict[str, Any]]], ends: Mapping[int, int] | None = None) -> list[Anomaly]:
     """Each node's log is gap-free from where it starts (a node restarted from a dump, or caught up through
-    the leader's snapshot, serves records after it only: possibly none); over the offsets two nodes both hold
-    they agree; after healing they end together. A node's end is its last applied offset when ``ends`` has it
-    (a log it serves must end there too), else the last record it serves."""
+    the leader's snapshot, serves records after it only: possibly none). Every node is compared with every
+    other over the offsets both serve, and all end together after healing. A node's end is its last applied
+    offset when ``ends`` has it (a log it serves must end there too), else the last record it serves."""
     ends = ends or {}
     out = []
     for node, log in sorted(logs.items()):
@@ -123,16 +151,15 @@ def check_logs(logs: Mapping[int, Sequence[dict[str, Any]]], ends: Mapping[int, 
             out.append(Anomaly("log-length", f"node {node} serves a log ending at {log[-1]['offset']}, "
                                f"yet applied up to {ends[node]}"))  # fmt: skip
     by_offset = {n: {r["offset"]: r for r in log} for n, log in logs.items()}
-    nodes = sorted(logs)
-    for a, b in itertools.pairwise(nodes):
+    for a, b in itertools.combinations(sorted(logs), 2):
         for offset in sorted(by_offset[a].keys() & by_offset[b].keys()):
             if by_offset[a][offset] != by_offset[b][offset]:
                 out.append(Anomaly("log-diverged", f"nodes {a} and {b} differ at offset {offset}: "
                                    f"{by_offset[a][offset]} vs {by_offset[b][offset]}"))  # fmt: skip
                 break
-        end_a, end_b = (ends.get(n, logs[n][-1]["offset"] if logs[n] else None) for n in (a, b))
-        if end_a != end_b:
-            out.append(Anomaly("log-length", f"after healing node {a} ends at offset {end_a}, node {b} at {end_b}"))
+    final_ends = {n: ends.get(n, log[-1]["offset"] if log else None) for n, log in logs.items()}
+    if len(set(final_ends.values())) > 1:
+        out.append(Anomaly("log-length", f"after healing the nodes end apart: {dict(sorted(final_ends.items()))}"))
     return out
 
 
@@ -163,18 +190,13 @@ def valid_prefix(log: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], l
     """The longest prefix of ``log`` that ``apply`` accepts (a committed record that does not apply means
     the nodes applied something else than their log says)."""
     records = [record_from_dict(r["type"], r["data"]) for r in log]
-    try:
-        apply(EMPTY_IMAGE, records)
-        return list(log), []
-    except InvalidRecord:
-        pass
     image = EMPTY_IMAGE
     for i, record in enumerate(records):
         try:
             image = apply(image, [record])
         except InvalidRecord as e:
             return list(log[:i]), [Anomaly("log-invalid", f"offset {i} does not apply: {e}; checked up to {i - 1}")]
-    return list(log), []  # pragma: no cover - the batch apply failed, so one record does
+    return list(log), []
 
 
 class _Images:
@@ -198,22 +220,240 @@ class _Images:
             self.at(offset)
 
 
-def _write_outcomes(ops: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    attempts: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for op in ops:
-        if op["op"] == "write":
-            attempts[op["key"]].append(op)
-    return attempts
+# -- writes ----------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class _Effect:
+    first: int
+    last: int
+    signature: tuple[Any, ...]
+    tied: list[_Write] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Write:
+    key: str
+    tries: list[dict[str, Any]]
+    effects: list[_Effect] = field(default_factory=list)
+    noop_at: int | None = None  # acknowledged without a record of its own: a state already in force
+
+    @property
+    def kind(self) -> str:
+        return str(self.tries[0]["kind"])
+
+    @property
+    def signature(self) -> tuple[Any, ...]:
+        op = self.tries[0]
+        if self.kind in ("register", "cluster_state"):
+            return (self.kind, op["cluster_id"], *((op["state"],) if self.kind == "cluster_state" else ()))
+        if self.kind in ("create_topic", "delete_topic"):
+            return (self.kind, op["name"])
+        if self.kind == "partition_state":
+            return (self.kind, op["topic"], op["partition"], op["state"])
+        raise ValueError(f"unknown write kind {self.kind!r}")
+
+    @property
+    def first_call(self) -> float:
+        return float(self.tries[0]["call"])
+
+    @property
+    def acked(self) -> dict[str, Any] | None:
+        return next((op for op in self.tries if op["outcome"] == "ok"), None)
+
+    @property
+    def status(self) -> str:
+        outcomes = {op["outcome"] for op in self.tries}
+        return "ok" if "ok" in outcomes else "failed" if "failed" in outcomes else "unknown"
+
+    @property
+    def retried_after_unknown(self) -> bool:
+        unknown = [i for i, op in enumerate(self.tries) if op["outcome"] == "unknown"]
+        return bool(unknown) and any(op["outcome"] != "unknown" for op in self.tries[unknown[0] :])
+
+    def describe(self) -> str:
+        return f"{self.key} ({' '.join(str(part) for part in self.signature)})"
+
+
+def _writes(ops: Sequence[dict[str, Any]]) -> dict[str, _Write]:
+    writes: dict[str, _Write] = {}
+    for op in sorted((op for op in ops if op["op"] == "write"), key=lambda op: op["call"]):
+        writes.setdefault(op["key"], _Write(op["key"], [])).tries.append(op)
+    return writes
+
+
+_SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
+    # record type -> (what asked for it, the record's fields that say what exactly)
+    "ClusterRegistered": ("register", ("cluster_id",)),
+    "TopicCreated": ("create_topic", ("name",)),
+    "TopicDeleted": ("delete_topic", ("name",)),
+    "ClusterStateChanged": ("cluster_state", ("cluster_id", "state")),
+    "PartitionStateChanged": ("partition_state", ("topic", "partition", "state")),
+    "PartitionsAdded": ("add_partitions", ("topic",)),
+    "MetadataVersionChanged": ("metadata_version", ("version",)),
+    "ClusterFenced": ("fencing", ("cluster_id",)),
+    "ClusterUnfenced": ("fencing", ("cluster_id",)),
+    "PhysicalPartitionsReported": ("report", ("cluster_id",)),
+}
+
+
+def _effects(log: Sequence[dict[str, Any]]) -> list[_Effect]:
+    """The log cut into what each write (or agent, or the quorum itself) made, with its signature."""
+    effects: list[_Effect] = []
+    last = _Effect(-2, -2, ())
+    for r in log:
+        t, d, offset = r["type"], r["data"], r["offset"]
+        # a created topic's partitions follow it in its own command (``last`` ends at ``offset - 1``)
+        if t == "PartitionsAdded" and last.signature == ("create_topic", d["topic"]):
+            last.last = offset
+            continue
+        kind, fields = _SIGNATURES.get(t, (t, ()))
+        signature = (kind, *(d[f] for f in fields))
+        last = _Effect(offset, offset, signature)
+        effects.append(last)
+    return effects
+
+
+class _RealTime:
+    """What the acknowledgements say about when offsets were committed: an ok answer at offset X returned
+    after X was committed, so a write sent after that answer cannot land at or below X."""
+
+    def __init__(self, writes: Iterable[_Write]) -> None:
+        by_ret = sorted((op["ret"], op["offset"]) for w in writes for op in w.tries if op["outcome"] == "ok")
+        self._rets = [r for r, _ in by_ret]
+        self._known = list(itertools.accumulate((o for _, o in by_ret), max))
+
+    def known_before(self, t: float) -> int:
+        """The highest offset acknowledged before ``t`` (-1: none)."""
+        i = bisect.bisect_left(self._rets, t)
+        return self._known[i - 1] if i else -1
+
+    def could_make(self, write: _Write, effect: _Effect) -> bool:
+        """Whether ``write`` could have made ``effect``: it lies beyond every offset acknowledged before the
+        write was sent (which also means the write was sent before any answer showed ``effect`` committed)."""
+        return effect.first > self.known_before(write.first_call)
+
+
+def check_writes(
+    writes: Mapping[str, _Write], log: Sequence[dict[str, Any]], images: _Images, agent_clusters: frozenset[str]
+) -> list[Anomaly]:
+    out = check_retries(writes)
+    effects = _effects(log)
+    ending_at = {e.last: e for e in effects}
+    real_time = _RealTime(writes.values())
+    images.prepare(w.acked["offset"] for w in writes.values() if w.acked)
+    acked = [w for w in writes.values() if w.acked is not None]
+    # The effect ending at an acknowledged offset belongs to the acknowledged write with its signature.
+    for w in acked:
+        effect = ending_at.get(w.acked["offset"])  # type: ignore[index]
+        if effect is not None and effect.signature == w.signature and not effect.tied:
+            effect.tied.append(w)
+            w.effects.append(effect)
+    for w in acked:
+        out += _check_ack(w, ending_at, images, real_time, len(log))
+    out += _tie_the_rest(effects, writes, real_time, agent_clusters)
+    return out
+
+
+def check_retries(writes: Mapping[str, _Write]) -> list[Anomaly]:
+    """Every definite answer to one key must be the same: one offset, or a refusal."""
+    out = []
+    for w in writes.values():
+        answers = {(op["outcome"], op.get("offset")) for op in w.tries if op["outcome"] != "unknown"}
+        if len(answers) > 1:
+            out.append(Anomaly("retry-disagrees", f"{w.describe()} got different answers: {sorted(answers, key=str)}"))
+    return out
+
+
+def _check_ack(
+    w: _Write, ending_at: Mapping[int, _Effect], images: _Images, real_time: _RealTime, log_length: int
+) -> list[Anomaly]:
+    """An acknowledged write's effect is in force at its offset, and the offset fits real time."""
+    offset = w.acked["offset"]  # type: ignore[index]
+    known = real_time.known_before(w.first_call)
+    if w.effects:
+        if offset <= known:
+            return [Anomaly("ack-order", f"{w.describe()} acknowledged at {offset}, yet offset {known} had been "
+                            "acknowledged before it was sent")]  # fmt: skip
+        return []
+    other = ending_at.get(offset)
+    if w.kind in ALWAYS_RECORDS:
+        if other is not None and other.tied:
+            return [Anomaly("shared-offset", f"{w.describe()} and {other.tied[0].describe()} were both "
+                            f"acknowledged at offset {offset}")]  # fmt: skip
+        return [Anomaly("lost-write", f"{w.describe()} acknowledged at offset {offset} (the final log has "
+                        f"{log_length} records), but its record is not there")]  # fmt: skip
+    image = images.at(offset)
+    if image is None or not _effect_visible(w.kind, w.tries[0], image):
+        return [Anomaly("lost-write", f"{w.describe()} acknowledged at offset {offset} (the final log has "
+                        f"{log_length} records), but the log does not show it there")]  # fmt: skip
+    w.noop_at = offset
+    if offset < known:
+        return [Anomaly("ack-order", f"{w.describe()} answered as a no-op at {offset}, from an image older "
+                        f"than offset {known}, acknowledged before it was sent")]  # fmt: skip
+    return []
+
+
+def _tie_the_rest(
+    effects: Sequence[_Effect], writes: Mapping[str, _Write], real_time: _RealTime, agent_clusters: frozenset[str]
+) -> list[Anomaly]:
+    """Tie each effect no acknowledgement claimed to a write that could have made it (see the module)."""
+    out: list[Anomaly] = []
+    by_signature: dict[tuple[Any, ...], list[_Write]] = defaultdict(list)
+    for w in writes.values():
+        by_signature[w.signature].append(w)
+    versions_raised: set[int] = set()
+    agents_registered: set[str] = set()
+    for e in effects:
+        if e.tied:
+            continue
+        where = f"offsets {e.first}-{e.last}"
+        kind = e.signature[0]
+        if kind == "metadata_version":
+            if e.signature[1] in versions_raised:
+                out.append(Anomaly("phantom-record", f"{where}: the metadata version {e.signature[1]} raised again"))
+            versions_raised.add(e.signature[1])
+            continue
+        if kind in QUORUM_OWN or (kind == "report" and e.signature[1] in agent_clusters):
+            continue
+        if kind == "register" and e.signature[1] in agent_clusters:
+            if e.signature[1] in agents_registered:
+                out.append(Anomaly("duplicate-write", f"{where}: agent cluster {e.signature[1]} registered again"))
+            agents_registered.add(e.signature[1])
+            continue
+        able = [w for w in by_signature.get(e.signature, []) if real_time.could_make(w, e)]
+        out += _tie_one(e, where, able)
+    return out
+
+
+def _tie_one(e: _Effect, where: str, able: list[_Write]) -> list[Anomaly]:
+    """Tie ``e`` to the best of the writes ``able`` to make it, earliest sent first; the anomaly if any."""
+    for wanted in ("unknown", "failed"):
+        untied = [w for w in able if w.status == wanted and not w.effects]
+        if untied:
+            w = min(untied, key=lambda w: w.first_call)
+            e.tied.append(w)
+            w.effects.append(e)
+            if wanted == "unknown":
+                return []
+            if w.retried_after_unknown:
+                why = f"a retry after an unknown outcome was refused ({w.tries[-1].get('status')})"
+                return [Anomaly("retry-disagrees", f"{w.describe()}: {why}, yet the write is in the log at {where}")]
+            return [Anomaly("failed-write-applied", f"{w.describe()} was refused ({w.tries[-1].get('status')}) "
+                            f"but is in the log at {where}")]  # fmt: skip
+    if able:
+        w = min(able, key=lambda w: w.first_call)
+        e.tied.append(w)
+        if w.noop_at is not None and w.retried_after_unknown:
+            return [Anomaly("retry-disagrees", f"{w.describe()}: a retry after an unknown outcome was answered as "
+                            f"a no-op at {w.noop_at}, yet the write is in the log at {where}")]  # fmt: skip
+        earlier = [f"{x.first}-{x.last}" for x in w.effects]
+        w.effects.append(e)
+        return [Anomaly("duplicate-write", f"{w.describe()} is in the log at {where}; also tied to offsets "
+                        f"{earlier}, answered as a no-op at {w.noop_at}")]  # fmt: skip
+    return [Anomaly("phantom-record", f"{where}: {' '.join(map(str, e.signature))} answers no write in the history")]
 
 
 def _effect_visible(kind: str, op: dict[str, Any], image: MetadataImage) -> bool:
-    """The write's postcondition on the image at its acknowledged offset."""
-    if kind == "register":
-        return op["cluster_id"] in image.clusters
-    if kind == "create_topic":
-        return op["name"] in image.topics
-    if kind == "delete_topic":
-        return op["name"] not in image.topics
+    """A state change's postcondition on the image at its acknowledged offset."""
     if kind == "cluster_state":
         cluster = image.clusters.get(op["cluster_id"])
         return cluster is not None and cluster.state == op["state"]
@@ -224,124 +464,39 @@ def _effect_visible(kind: str, op: dict[str, Any], image: MetadataImage) -> bool
             and op["partition"] < len(topic.partitions)
             and (topic.partitions[op["partition"]].state == op["state"])
         )
-    raise ValueError(f"unknown write kind {kind!r}")
+    raise ValueError(f"no postcondition for write kind {kind!r}")
 
 
-def check_writes(
-    ops: Sequence[dict[str, Any]], log: Sequence[dict[str, Any]], images: _Images
-) -> tuple[list[Anomaly], Counter[str]]:
-    out: list[Anomaly] = []
-    counts: Counter[str] = Counter()
-    attempts = _write_outcomes(ops)
-    # Where each created / deleted name appears in the log.
-    positions: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for r in log:
-        for record_type, field, _ in _UNIQUE.values():
-            if r["type"] == record_type:
-                positions[(record_type, r["data"][field])].append(r["offset"])
-    images.prepare(op["offset"] for tries in attempts.values() for op in tries if op["outcome"] == "ok")
-    asked: set[tuple[str, str]] = set()
-    for key, tries in attempts.items():
-        kind = tries[0]["kind"]
-        acked = [op for op in tries if op["outcome"] == "ok"]
-        unknown = any(op["outcome"] == "unknown" for op in tries)
-        status = "ok" if acked else "unknown" if unknown else "failed"
-        counts[status] += 1
-        unique = _UNIQUE.get(kind)
-        where: list[int] = []
-        if unique is not None:
-            record_type, _, arg = unique
-            asked.add((record_type, tries[0][arg]))
-            where = positions.get((record_type, tries[0][arg]), [])
-            if len(where) > 1:
-                out.append(
-                    Anomaly("duplicate-write", f"{key} ({kind} {tries[0][arg]}) is in the log at offsets {where}")
-                )
-            if status == "failed" and where:
-                out.append(Anomaly("failed-write-applied", f"{key} ({kind} {tries[0][arg]}) was refused "
-                                   f"({tries[-1].get('status')}) but is in the log at {where}"))  # fmt: skip
-        for op in acked:
-            image = images.at(op["offset"])
-            if image is None:
-                out.append(Anomaly("lost-write", f"{key} ({kind}) acknowledged at offset {op['offset']}, "
-                                   f"beyond the final log ({len(log)} records)"))  # fmt: skip
-                continue
-            if not _effect_visible(kind, op, image):
-                out.append(Anomaly("lost-write", f"{key} ({kind} {_args(op)}) acknowledged at offset "
-                                   f"{op['offset']}, but the log does not show it there"))  # fmt: skip
-            if unique is not None and kind != "create_topic" and where and op["offset"] not in where:
-                out.append(Anomaly("lost-write", f"{key} ({kind} {_args(op)}) acknowledged at offset "
-                                   f"{op['offset']}, but its record is at {where}"))  # fmt: skip
-            if unique is not None and not where:
-                out.append(Anomaly("lost-write", f"{key} ({kind} {_args(op)}) acknowledged at offset "
-                                   f"{op['offset']}, but its record is not in the log"))  # fmt: skip
-    # Every record must answer some write (no agent runs, so nothing else writes), except the quorum's own
-    # raise of its metadata version, once per version.
-    state_writes = {
-        (op["kind"], op.get("topic") or op.get("cluster_id"), op.get("partition"), op["state"])
-        for tries in attempts.values()
-        for op in tries
-        if op["kind"] in ("cluster_state", "partition_state")
-    }
-    created_topics = {name for (record_type, name) in asked if record_type == "TopicCreated"}
-    versions_raised: set[int] = set()
-    for r in log:
-        t, d = r["type"], r["data"]
-        if t in ("ClusterRegistered", "TopicCreated", "TopicDeleted"):
-            field = "cluster_id" if t == "ClusterRegistered" else "name"
-            ok = (t, d[field]) in asked
-        elif t == "PartitionsAdded":
-            ok = d["topic"] in created_topics
-        elif t == "PartitionStateChanged":
-            ok = ("partition_state", d["topic"], d["partition"], d["state"]) in state_writes
-        elif t == "ClusterStateChanged":
-            ok = ("cluster_state", d["cluster_id"], None, d["state"]) in state_writes
-        elif t == "MetadataVersionChanged":
-            ok = d["version"] not in versions_raised
-            versions_raised.add(d["version"])
-        else:
-            ok = False
-        if not ok:
-            out.append(Anomaly("phantom-record", f"offset {r['offset']}: {t} {d} answers no write in the history"))
-    return out, counts
-
-
-def _args(op: dict[str, Any]) -> str:
-    skip = {"client", "op", "key", "kind", "node", "call", "ret", "outcome", "status", "offset", "error", "detail"}
-    return " ".join(f"{k}={v}" for k, v in op.items() if k not in skip)
-
-
+# -- tailers, leaders, metadata ----------------------------------------------------------------------
 def check_tails(ops: Sequence[dict[str, Any]], log: Sequence[dict[str, Any]], images: _Images) -> list[Anomaly]:
     """Each tailer's pages, in the order it read them, must be the log itself: offsets 0, 1, 2, ... with
-    no gap and no duplicate, each record the final log's. The one allowed jump is the API's own: after
-    410 from every node the tailer loads ``/v1/snapshot`` at S (checked against apply of the log) and
-    goes on at S+1."""
+    no gap and no duplicate, each record the final log's. The one allowed jump is the API's own: after a
+    410 at the offset it was at (from every node) the tailer loads ``/v1/snapshot`` at S (checked against
+    apply of the log) and goes on at S+1."""
     out = []
     digests = [record_digest(r) for r in log]
     seen_by: dict[str, int] = {}
+    gone_at: dict[str, int] = {}  # the offset of a tailer's last 410 since its last page
     for op in sorted((op for op in ops if op["op"] in ("tail", "snapshot")), key=lambda op: op["call"]):
-        if op["outcome"] != "ok":
-            continue
         client = op["client"]
         expected = seen_by.get(client, 0)
+        if op.get("status") == 410:
+            gone_at[client] = op["offset"]
+            if op.get("log_start_offset", op["offset"] + 1) <= op["offset"]:
+                out.append(Anomaly("false-410", f"{client}: node {op['node']} answered 410 for offset {op['offset']} "
+                                   f"with its window starting at {op['log_start_offset']}"))  # fmt: skip
+            continue
+        if op["outcome"] != "ok":
+            continue
         if op["op"] == "snapshot":
-            image = images.at(op["offset"])
-            if image is None or _plain(metadata_view(image)) != op["metadata"]:
-                out.append(Anomaly("metadata-mismatch", f"{client}: snapshot at {op['offset']} from node "
-                                   f"{op['node']} differs from apply of the log"))  # fmt: skip
-            if op["offset"] + 1 < expected:
-                out.append(Anomaly("tail-order", f"{client}: snapshot at {op['offset']} after reading {expected - 1}"))
+            out += _check_snapshot(op, expected, gone_at.pop(client, None), images)
             seen_by[client] = op["offset"] + 1
             continue
-        if op["offset"] != expected:
-            out.append(Anomaly("tail-order", f"{client} asked node {op['node']} for offset {op['offset']} "
-                               f"after reading up to {expected - 1}"))  # fmt: skip
-            expected = op["offset"]
+        gone_at.pop(client, None)
         for offset, digest in op["records"]:
             if offset != expected:
-                what = "a duplicate" if offset < expected else "a gap"
                 out.append(Anomaly("tail-order", f"{client} got offset {offset} from node {op['node']} where "
-                                   f"{expected} was next ({what})"))  # fmt: skip
+                                   f"{expected} was next"))  # fmt: skip
                 if offset < expected:
                     continue
             if offset >= len(digests) or digests[offset] != digest:
@@ -349,6 +504,21 @@ def check_tails(ops: Sequence[dict[str, Any]], log: Sequence[dict[str, Any]], im
                                    f"{op['node']} that is not the final log's"))  # fmt: skip
             expected = offset + 1
         seen_by[client] = expected
+    return out
+
+
+def _check_snapshot(op: dict[str, Any], expected: int, gone_at: int | None, images: _Images) -> list[Anomaly]:
+    out = []
+    client, offset = op["client"], op["offset"]
+    image = images.at(offset)
+    if image is None or _plain(metadata_view(image)) != op["metadata"]:
+        out.append(Anomaly("metadata-mismatch", f"{client}: snapshot at {offset} from node {op['node']} differs "
+                           "from apply of the log"))  # fmt: skip
+    if offset + 1 < expected:
+        out.append(Anomaly("tail-order", f"{client}: snapshot at {offset} after reading {expected - 1}"))
+    if offset + 1 > expected and gone_at != expected:
+        out.append(Anomaly("tail-jump", f"{client} jumped from offset {expected} to {offset + 1} through a snapshot "
+                           f"without a 410 at {expected} (last 410: {gone_at})"))  # fmt: skip
     return out
 
 
@@ -373,9 +543,9 @@ def _plain(value: Any) -> Any:
 
 def check_metadata(samples: Sequence[tuple[str, dict[str, Any]]], images: _Images) -> list[Anomaly]:
     out = []
-    images.prepare(body["offset"] for _, body in samples if body["offset"] >= 0)
+    images.prepare(body["offset"] for _, body in samples)
     for where, body in samples:
-        image = images.at(body["offset"]) if body["offset"] >= 0 else EMPTY_IMAGE
+        image = images.at(body["offset"])  # -1: the empty image
         if image is None:
             out.append(Anomaly("metadata-mismatch", f"{where}: metadata at offset {body['offset']}, beyond the log"))
             continue

@@ -11,21 +11,24 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 
 from metadata_log.codec import record_from_dict
-from metadata_log.image import snapshot_image
+from metadata_log.snapshot import read_records
 from metadata_log.views import metadata_view
 
 from .history import History, record_digest
 
+HEARTBEAT_THREADS = 8
 REQUEST_TIMEOUT_S = 8.0  # above the controllers' 5 s commit timeout: their 504 comes first when they can answer
 RETRY_PAUSE_S = 0.2
 MAX_CLUSTERS_PER_WRITER = 8
@@ -35,7 +38,10 @@ BOOTSTRAP = "127.0.0.1:9"  # never dialled: no agent runs in the harness
 
 def _classify(response: httpx.Response) -> tuple[str, dict[str, Any]]:
     if 200 <= response.status_code < 300:
-        return "ok", {"status": response.status_code, "offset": response.json()["offset"]}
+        extra = {"status": response.status_code, "offset": response.json()["offset"]}
+        if response.headers.get("idempotent-replayed") == "true":
+            extra["replayed"] = True
+        return "ok", extra
     detail = ""
     with contextlib.suppress(ValueError):
         detail = str(response.json().get("detail", ""))[:200]
@@ -210,6 +216,8 @@ class Tailer(threading.Thread):
                 self.pages += 1
             else:
                 op.update(ret=self.history.now(), outcome="failed", status=r.status_code)
+                if r.status_code == 410:
+                    op.update(log_start_offset=r.json().get("log_start_offset"))
         self.gone_in_a_row = self.gone_in_a_row + 1 if op.get("status") == 410 else 0
         self.history.add(op)
         return op["outcome"] == "ok"
@@ -223,7 +231,7 @@ class Tailer(threading.Thread):
         except httpx.HTTPError:
             return
         body = r.json()
-        image = snapshot_image([record_from_dict(x["type"], x["data"]) for x in body["records"]], body["offset"])
+        image = read_records([record_from_dict(x["type"], x["data"]) for x in body["records"]], body["offset"])
         self.history.add({"client": self.client_id, "op": "snapshot", "node": node + 1, "call": call,
                           "ret": self.history.now(), "outcome": "ok", "offset": body["offset"],
                           "metadata": json.loads(json.dumps(metadata_view(image)))})  # fmt: skip
@@ -272,3 +280,57 @@ class Observer(threading.Thread):
 
     def _on_metadata(self, op: dict[str, Any], body: dict[str, Any]) -> None:
         self.history.add({**op, "op": "metadata", "outcome": "ok", "offset": body["offset"], "body": body})
+
+
+class Heartbeater(threading.Thread):
+    """The agents of the clusters the writers register (which have none): every ``period_s`` one heartbeat
+    per cluster that ``/v1/metadata`` lists outside ``skip_region``, to any node that answers, so that a real
+    lease keeps them unfenced. Only the kill of a real agent should let a lease run out."""
+
+    def __init__(self, urls: list[str], skip_region: str, seed: int, period_s: float = 0.5) -> None:
+        super().__init__(name="heartbeater", daemon=True)
+        self.urls = urls
+        self.skip_region = skip_region
+        self.period_s = period_s
+        self.rng = random.Random(f"{seed}/heartbeater")
+        self.stop_flag = threading.Event()
+        self.http = httpx.Client(timeout=1.0, limits=httpx.Limits(max_connections=HEARTBEAT_THREADS * 3))
+        self.clusters: list[str] = []
+        self.beats = self.failed = 0
+
+    def run(self) -> None:
+        node = self.rng.randrange(len(self.urls))
+        # in parallel: one beat after another, a loaded host takes longer than a lease to beat them all
+        with ThreadPoolExecutor(HEARTBEAT_THREADS, thread_name_prefix="heartbeat") as pool:
+            try:
+                while not self.stop_flag.wait(self.period_s):
+                    node = self._refresh(node)
+                    list(pool.map(self._beat, self.clusters, itertools.repeat(node)))
+            finally:
+                self.http.close()
+
+    def _refresh(self, node: int) -> int:
+        for _ in self.urls:
+            try:
+                clusters = self.http.get(self.urls[node] + "/v1/metadata").json()["clusters"]
+            except (httpx.HTTPError, ValueError, KeyError):
+                node = (node + 1) % len(self.urls)
+                continue
+            self.clusters = [c["cluster_id"] for c in clusters if c["region"] != self.skip_region]
+            break
+        return node
+
+    def _beat(self, cluster_id: str, node: int) -> int:
+        """One heartbeat, moving on to the next node until one takes it; the node that did."""
+        for _ in self.urls:
+            try:
+                r = self.http.post(self.urls[node] + f"/v1/agents/{cluster_id}/heartbeat",
+                                   json={"applied_offset": -1, "healthy": True, "reason": None})  # fmt: skip
+                if r.status_code == 200:
+                    self.beats += 1
+                    return node
+            except httpx.HTTPError:
+                pass
+            self.failed += 1
+            node = (node + 1) % len(self.urls)
+        return node

@@ -1,4 +1,5 @@
-"""Three real controller processes behind Raft proxies, and the faults the harness applies to them.
+"""Three real controller processes behind Raft proxies and HTTP proxies, optionally sub-clusters (a Tansu
+broker and a ``kfed agent`` each), and the faults the harness applies to them.
 
 Only processes started here are ever signalled, by PID; ``stop()`` resumes paused ones and ends all.
 """
@@ -17,24 +18,26 @@ from typing import Any
 import httpx
 
 from controller.config import Voter, render_quorum
-from deploy.local import free_ports, stop_processes
+from deploy.local import SubCluster, free_ports, make_brokers, stop_processes
 from metadata_log.codec import record_from_dict
-from metadata_log.image import snapshot_image
+from metadata_log.snapshot import read_records
 from metadata_log.views import metadata_view
 
-from .proxy import RaftProxies
+from .proxy import HttpProxies, RaftProxies
 
 NODE_IDS = (1, 2, 3)
-# No agent runs in the harness: a lease longer than any run keeps the leader from fencing the clusters
-# the writers register, so every record in the log comes from a client write the history knows.
-LEASE_MS = 3_600_000
+# A real lease: a killed agent's cluster is fenced once it runs out. The clusters the writers register
+# have no agent; the harness's heartbeater keeps their leases (clients.Heartbeater).
+LEASE_MS = 4000
+AGENT_REGION = "r-agents"
 
 
 class FaultQuorum:
     """``start()`` / ``stop()``; ``kill``, ``pause``, ``resume``, ``restart``, ``cut``, ``heal`` one node."""
 
-    def __init__(self, work_dir: Path, extra_args: tuple[str, ...] = ()) -> None:
-        proxy_ports, real_ports, http_ports = (free_ports(9)[i::3] for i in range(3))
+    def __init__(self, work_dir: Path, extra_args: tuple[str, ...] = (), agents: int = 0) -> None:
+        """``agents``: sub-clusters a1, a2, ... in ``AGENT_REGION``, each a Tansu broker with its agent."""
+        proxy_ports, real_ports, http_ports, http_proxy_ports = (free_ports(12)[i::4] for i in range(4))
         self.work_dir = work_dir
         self.extra_args = extra_args
         self.voters = [
@@ -44,6 +47,15 @@ class FaultQuorum:
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.paused: set[int] = set()
         self.proxies = RaftProxies({n: (proxy_ports[i], real_ports[i]) for i, n in enumerate(NODE_IDS)}, self.pids)
+        self.http_proxies = HttpProxies({n: (http_proxy_ports[i], http_ports[i]) for i, n in enumerate(NODE_IDS)})
+        self.client_urls = [f"http://127.0.0.1:{port}" for port in http_proxy_ports]
+        """What clients use: through the HTTP proxies (``lose_replies``); the harness itself goes direct."""
+        self.agents = {  # on Tansu brokers: light, and a restart is all the agent faults need of them
+            cid: SubCluster(
+                cid, AGENT_REGION, make_brokers("tansu", work_dir, cid, base_port=port), work_dir, self.client_urls
+            )
+            for cid, port in ((f"a{i + 1}", port) for i, port in enumerate(free_ports(agents)))
+        }
         self.client = httpx.Client(timeout=1.0)
 
     def url(self, node_id: int) -> str:
@@ -63,15 +75,19 @@ class FaultQuorum:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         (self.work_dir / "quorum.toml").write_text(render_quorum(self.voters))
         self.proxies.start()
+        self.http_proxies.start()
         for n in NODE_IDS:
             self.start_node(n)
+        for agent in self.agents.values():
+            agent.start_broker()
+            agent.start_agent()
 
     def command(self, node_id: int) -> list[str]:
-        return [sys.executable, "-m", "controller.cli", "controller",
+        return [sys.executable, "-m", "kfed", "controller",
                 "--config", str(self.work_dir / "quorum.toml"), "--node-id", str(node_id),
                 "--data-dir", str(self.data_dir(node_id)),
                 "--raft-bind", f"127.0.0.1:{self.real_raft[node_id]}",
-                "--lease-ms", str(LEASE_MS), *self.extra_args]  # fmt: skip
+                "--lease-ms", str(LEASE_MS), "--insecure", *self.extra_args]  # fmt: skip
 
     def start_node(self, node_id: int) -> None:
         if self.running(node_id):
@@ -112,6 +128,18 @@ class FaultQuorum:
 
     def heal(self, node_id: int | None = None) -> None:
         self.proxies.heal(node_id)
+        self.http_proxies.heal(node_id)
+
+    def lose_replies(self, node_id: int) -> None:
+        self.http_proxies.lose_replies(node_id)
+
+    def cluster(self, cluster_id: str, node_id: int = 1) -> dict[str, Any] | None:
+        """One cluster as ``node_id``'s /v1/metadata shows it (None when unknown or the node does not answer)."""
+        try:
+            clusters = self.client.get(self.url(node_id) + "/v1/metadata", timeout=2).json()["clusters"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            return None
+        return next((c for c in clusters if c["cluster_id"] == cluster_id), None)
 
     def node_status(self, node_id: int, timeout_s: float = 0.5) -> dict[str, Any] | None:
         try:
@@ -202,13 +230,15 @@ class FaultQuorum:
         r = self.client.get(self.url(node_id) + "/v1/snapshot", params={"min_offset": applied}, timeout=10)
         r.raise_for_status()
         body = r.json()
-        image = snapshot_image([record_from_dict(x["type"], x["data"]) for x in body["records"]], body["offset"])
+        image = read_records([record_from_dict(x["type"], x["data"]) for x in body["records"]], body["offset"])
         view: dict[str, Any] = json.loads(json.dumps(metadata_view(image)))
         return view
 
     def stop(self) -> None:
         for n in list(self.paused):
             self.resume(n)
+        stop_processes([p for agent in self.agents.values() for p in agent.processes()])
         stop_processes(list(self.procs.values()))
         self.proxies.stop()
+        self.http_proxies.stop()
         self.client.close()

@@ -1,4 +1,5 @@
-"""TCP proxies in front of each node's Raft port, able to cut exactly one node's links.
+"""TCP proxies in front of each node's Raft port, able to cut exactly one node's links; and in front of each
+node's HTTP port, able to lose every reply of one node (``HttpProxies``, at the end).
 
 Every node advertises its proxy's address as its Raft address (quorum.toml) and listens on a port of
 its own (``--raft-bind``). pysyncobj opens one connection per pair of nodes, from the node with the
@@ -167,6 +168,99 @@ class RaftProxies:
     async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while data := await reader.read(PUMP_CHUNK_BYTES):
+                writer.write(data)
+                await writer.drain()
+        except (OSError, ConnectionError):
+            pass
+        finally:
+            writer.transport.abort()
+
+
+class HttpProxies:
+    """One TCP proxy per node in front of its HTTP port, for the clients (writers, tailers, agents).
+
+    ``lose_replies(n)``: from now on every request through node n's proxy still reaches the node, but its
+    reply never comes back: the client's connection is reset at the reply's first byte (live connections,
+    long polls included, are reset at once). A write sent then may commit while its client sees only an
+    unknown outcome: the partition that makes clients retry with the same Idempotency-Key. ``heal(n)``
+    lets replies through again. Nodes talk to each other (forwarding to the leader) on their own ports.
+    """
+
+    def __init__(self, routes: dict[int, tuple[int, int]]) -> None:
+        """``routes``: node id -> (proxy port, the node's real HTTP port)."""
+        self._routes = routes
+        self._lossy: set[int] = set()
+        self._links: dict[int, set[_Link]] = {n: set() for n in routes}
+        self.replies_lost = 0
+        self._loop = asyncio.new_event_loop()
+        self._servers: list[asyncio.Server] = []
+        self._thread = threading.Thread(target=self._loop.run_forever, name="http-proxies", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        for node_id, (proxy_port, real_port) in self._routes.items():
+            self._servers.append(self._call(self._serve(node_id, proxy_port, real_port)))  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        if not self._thread.is_alive():
+            return
+
+        async def close() -> None:
+            for s in self._servers:
+                s.close()
+            for links in self._links.values():
+                for link in list(links):
+                    link.abort()
+
+        self._call(close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    def lose_replies(self, node_id: int) -> None:
+        async def do() -> None:
+            self._lossy.add(node_id)
+            for link in list(self._links[node_id]):
+                link.abort()
+
+        self._call(do())
+
+    def heal(self, node_id: int | None = None) -> None:
+        async def do() -> None:
+            self._lossy.difference_update(self._routes if node_id is None else {node_id})
+
+        self._call(do())
+
+    def _call(self, coro: object) -> object:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)  # type: ignore[arg-type]
+
+    async def _serve(self, node_id: int, proxy_port: int, real_port: int) -> asyncio.Server:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                up_reader, up_writer = await asyncio.open_connection("127.0.0.1", real_port)
+            except OSError:
+                writer.transport.abort()
+                return
+            link = _Link(frozenset({node_id}), [writer, up_writer])
+            self._links[node_id].add(link)
+            try:
+                await asyncio.gather(
+                    RaftProxies._pump(reader, up_writer), self._replies(node_id, up_reader, writer, link)
+                )
+            finally:
+                self._links[node_id].discard(link)
+                link.abort()
+
+        return await asyncio.start_server(handle, "127.0.0.1", proxy_port, reuse_address=True)
+
+    async def _replies(
+        self, node_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link: _Link
+    ) -> None:
+        try:
+            while data := await reader.read(PUMP_CHUNK_BYTES):
+                if node_id in self._lossy:
+                    self.replies_lost += 1
+                    link.abort()
+                    return
                 writer.write(data)
                 await writer.drain()
         except (OSError, ConnectionError):

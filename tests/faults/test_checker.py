@@ -1,12 +1,16 @@
 """The checker on handcrafted histories: it must find each kind of anomaly (a checker that cannot fail
-is worthless) and stay quiet on a correct history."""
+is worthless) and stay quiet on a correct history.
+
+Each branch of ``checker.py`` has a history here that only it catches: ``python -m tests.faults.mutants``
+(``make mutants``, part of ``make test``) deletes or negates every branch in turn and fails if no test
+here notices. Histories named after a mutant that once survived (issue 30) keep it dead."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
 
-from .checker import check
+from .checker import Summary, check
 from .history import record_digest
 
 CLUSTER = {"region": "r-w0", "bootstrap_servers": "127.0.0.1:9"}
@@ -198,3 +202,285 @@ def test_log_below_every_nodes_dump_comes_from_the_tailers() -> None:
     log = good_log()
     assert run_check(logs={1: log[3:], 2: log[2:]}, archive=log[:4]) == []
     assert "log-incomplete" in run_check(logs={1: log[3:], 2: log[3:]}, archive=log[:2])
+
+
+# -- every pair of nodes, not neighbours (issue 30: checking nodes 1-2, or neighbours only, survived) -------
+def test_nodes_one_and_three_disagree_while_node_two_serves_nothing() -> None:
+    log = good_log()
+    other = copy.deepcopy(log)
+    other[5]["data"]["state"] = "removed"
+    end = log[-1]["offset"]
+    kinds = run_check(logs={1: log, 2: [], 3: other}, ends={1: end, 2: end, 3: end})
+    assert "log-diverged" in kinds
+
+
+def test_node_three_ends_apart_from_nodes_one_and_two() -> None:
+    log = good_log()
+    end = log[-1]["offset"]
+    assert "log-length" in run_check(logs={1: log, 2: copy.deepcopy(log), 3: []}, ends={1: end, 2: end, 3: end - 1})
+
+
+# -- state changes tied to the write that asked for them ----------------------------------------------
+def test_a_lost_state_change_is_found_by_its_effect() -> None:
+    # issue 30: deleting the "effect visible" branch survived. P0 was never made read-only, yet acknowledged so.
+    ops = [*good_history(good_log()),
+           write("k6", "partition_state", "ok", 8.0, 5, topic="w0-t2", partition=0, state="read_only")]  # fmt: skip
+    assert run_check(ops=ops) == ["lost-write"]
+
+
+def test_a_state_already_in_force_is_a_no_op_answered_with_the_images_offset() -> None:
+    ops = [*good_history(good_log()),
+           write("k6", "partition_state", "ok", 8.0, 5, topic="w0-t2", partition=1, state="read_only")]  # fmt: skip
+    assert run_check(ops=ops) == []
+
+
+def test_a_state_change_nobody_asked_for_is_a_phantom() -> None:
+    # issue 30: deleting the state-record phantom branch survived
+    log = [*good_log(), rec(6, "PartitionStateChanged", topic="w0-t2", partition=0, state="read_only")]
+    assert run_check(logs={1: log}) == ["phantom-record"]
+
+
+def test_a_refused_state_change_in_the_log() -> None:
+    log = [*good_log(), rec(6, "PartitionStateChanged", topic="w0-t2", partition=0, state="read_only")]
+    ops = [*good_history(good_log()),
+           write("k6", "partition_state", "failed", 8.0, topic="w0-t2", partition=0, state="read_only")]  # fmt: skip
+    assert run_check(ops=ops, logs={1: log}) == ["failed-write-applied"]
+
+
+def test_a_state_change_applied_twice() -> None:
+    log = [*good_log(), rec(6, "PartitionStateChanged", topic="w0-t2", partition=1, state="writable"),
+           rec(7, "PartitionStateChanged", topic="w0-t2", partition=1, state="read_only")]  # fmt: skip
+    ops = [*good_history(good_log()),
+           write("k6", "partition_state", "ok", 8.0, 6, topic="w0-t2", partition=1, state="writable")]  # fmt: skip
+    assert run_check(ops=ops, logs={1: log}) == ["duplicate-write"]
+
+
+def test_an_unknown_write_may_be_in_the_log_once() -> None:
+    log = [*good_log(), rec(6, "ClusterRegistered", cluster_id="w0-c9", **CLUSTER)]
+    assert run_check(logs={1: log}) == []
+    twice = [*log, rec(7, "ClusterRegistered", cluster_id="w0-c9", **CLUSTER)]
+    assert "duplicate-write" in run_check(logs={1: twice})
+
+
+def test_an_unknown_write_sent_after_its_offset_was_acknowledged_cannot_have_made_it() -> None:
+    log = [*good_log(), rec(6, "ClusterRegistered", cluster_id="w0-c9", **CLUSTER),
+           rec(7, "PartitionStateChanged", topic="w0-t2", partition=1, state="writable")]  # fmt: skip
+    ops = good_history(good_log())
+    ops.append(write("k6", "partition_state", "ok", 5.2, 7, topic="w0-t2", partition=1, state="writable"))
+    ops[-1]["ret"] = 5.5  # offsets up to 7 were committed at 5.5; k4 (w0-c9) was sent at 6.0
+    assert run_check(ops=ops, logs={1: log}) == ["phantom-record"]
+    ops[-1]["ret"] = 6.5
+    assert run_check(ops=ops, logs={1: log}) == []
+
+
+def test_the_unknown_writer_is_preferred_over_a_refused_one() -> None:
+    log = [*good_log(), rec(6, "PartitionStateChanged", topic="w0-t2", partition=0, state="read_only")]
+    ops = [*good_history(good_log()),
+           write("k6", "partition_state", "failed", 8.0, topic="w0-t2", partition=0, state="read_only"),
+           write("k7", "partition_state", "unknown", 8.5, topic="w0-t2", partition=0, state="read_only")]  # fmt: skip
+    assert run_check(ops=ops, logs={1: log}) == []
+
+
+# -- idempotency keys ---------------------------------------------------------------------------------
+def test_a_retry_after_an_unknown_outcome_refused_although_the_write_is_in_the_log() -> None:
+    ops = [op for op in good_history(good_log()) if not (op.get("key") == "k1" and op["outcome"] == "ok")]
+    ops.append(write("k1", "register", "failed", 3.0, cluster_id="w0-c1"))  # 409: "already registered"
+    assert run_check(ops=ops) == ["retry-disagrees"]
+
+
+def test_a_retry_after_an_unknown_outcome_answered_as_a_no_op_although_it_made_a_record() -> None:
+    log = [*good_log(), rec(6, "PartitionStateChanged", topic="w0-t2", partition=0, state="read_only")]
+    ops = [*good_history(good_log()),
+           write("k6", "partition_state", "unknown", 8.0, topic="w0-t2", partition=0, state="read_only"),
+           write("k6", "partition_state", "ok", 9.0, 6, topic="w0-t2", partition=0, state="read_only")]  # fmt: skip
+    assert run_check(ops=ops, logs={1: log}) == []  # the retry was answered from the first outcome
+    ops[-1]["offset"] = 7
+    log.append(rec(7, "PartitionStateChanged", topic="w0-t2", partition=1, state="writable"))
+    ops.append(write("k7", "partition_state", "ok", 8.5, 7, topic="w0-t2", partition=1, state="writable"))
+    assert run_check(ops=ops, logs={1: log}) == ["retry-disagrees"]  # the key was forgotten: a no-op at 7
+
+
+def test_two_answers_to_one_key_that_differ() -> None:
+    ops = [*good_history(good_log()), write("k1", "register", "ok", 9.0, 3, cluster_id="w0-c1")]
+    assert "retry-disagrees" in run_check(ops=ops)
+    ops[-1]["offset"] = 1
+    assert run_check(ops=ops) == []
+
+
+def test_two_writes_acknowledged_at_one_offset() -> None:
+    ops = [*good_history(good_log()), write("k9", "register", "ok", 1.0, 0, cluster_id="w0-c7")]
+    assert run_check(ops=ops) == ["shared-offset"]
+
+
+def test_an_acknowledged_register_whose_record_is_elsewhere() -> None:
+    ops = [*good_history(good_log()), write("k9", "register", "ok", 3.5, 3, cluster_id="w0-c7")]
+    assert run_check(ops=ops) == ["lost-write"]
+
+
+def test_an_acknowledgement_below_one_given_before_the_write_was_sent() -> None:
+    ops = good_history(good_log())
+    create = next(op for op in ops if op.get("key") == "k2")
+    create["call"], create["ret"] = 5.5, 5.6  # sent after k3 was acknowledged at 5, acknowledged at 4
+    assert run_check(ops=ops) == ["ack-order"]
+    stale = write("k8", "partition_state", "ok", 8.0, 4, topic="w0-t2", partition=0, state="writable")
+    assert run_check(ops=[*good_history(good_log()), stale]) == ["ack-order"]  # a no-op from an old image
+
+
+# -- the quorum's and the agents' own records -----------------------------------------------------------
+def test_records_of_agents_and_of_the_quorum_itself() -> None:
+    log = [rec(0, "MetadataVersionChanged", version=2),
+           *[{**r, "offset": r["offset"] + 1} for r in good_log()],
+           rec(7, "ClusterRegistered", cluster_id="a1", region="ra", bootstrap_servers="127.0.0.1:9"),
+           rec(8, "PhysicalPartitionsReported", cluster_id="a1", physical_topic="x", physical_partition=0,
+               leader="127.0.0.1:9"),
+           rec(9, "ClusterFenced", cluster_id="a1", reason="agent lease expired", at_ms=1),
+           rec(10, "ClusterUnfenced", cluster_id="a1", at_ms=2)]  # fmt: skip
+    ops = [op for op in good_history(good_log()) if op["op"] != "tail"]
+    for op in ops:
+        if "offset" in op and op["op"] == "write":
+            op["offset"] += 1
+
+    def kinds(log: list[dict[str, Any]], agents: tuple[str, ...] = ("a1",)) -> list[str]:
+        return [a.kind for a in check(ops, {1: log}, {}, agent_clusters=agents)[0]]
+
+    assert kinds(log) == []
+    assert kinds(log, agents=()) == ["phantom-record", "phantom-record"]  # nobody registered a1 nor reports it
+    again = [*log, rec(11, "ClusterRegistered", cluster_id="a1", region="ra", bootstrap_servers="127.0.0.1:9")]
+    assert kinds(again) == ["duplicate-write"]
+    raised_twice = [*log, rec(11, "MetadataVersionChanged", version=2)]
+    assert kinds(raised_twice) == ["phantom-record"]
+
+
+# -- tailers and the snapshot path (issue 30: deleting the snapshot branch survived) -------------------------
+def with_snapshot_tailer(ops: list[dict[str, Any]], snapshot_at: int = 3) -> list[dict[str, Any]]:
+    """A second tailer, t1, that fell below every node's window: 410 at offset 0 (the window starts at 3),
+    the snapshot at ``snapshot_at``, then the rest of the log."""
+    log = good_log()
+    gone = [{"client": "t1", "op": "tail", "node": n, "offset": 0, "call": 7.0 + n / 10, "ret": 7.05 + n / 10,
+             "outcome": "failed", "status": 410, "log_start_offset": 3} for n in (1, 2)]  # fmt: skip
+    snapshot = {"client": "t1", "op": "snapshot", "node": 2, "call": 7.5, "ret": 7.6, "outcome": "ok",
+                "offset": snapshot_at, "metadata": metadata_at(snapshot_at)}  # fmt: skip
+    rest = {"client": "t1", "op": "tail", "node": 1, "offset": snapshot_at + 1, "call": 7.7, "ret": 7.8,
+            "outcome": "ok", "records": [[r["offset"], record_digest(r)] for r in log[snapshot_at + 1 :]]}  # fmt: skip
+    return [*ops, *gone, snapshot, rest]
+
+
+def test_a_tailer_below_the_window_goes_on_through_the_snapshot() -> None:
+    ops = with_snapshot_tailer(good_history(good_log()))
+    assert run_check(ops=ops) == []
+    _, summary = check(ops, {1: good_log()}, {})
+    assert (summary.gone, summary.snapshots_loaded) == (2, 1)
+
+
+def test_a_snapshot_that_is_not_apply_of_the_log() -> None:
+    ops = with_snapshot_tailer(good_history(good_log()))
+    snapshot = next(op for op in ops if op["op"] == "snapshot")
+    snapshot["metadata"] = metadata_at(2)
+    assert run_check(ops=ops) == ["metadata-mismatch"]
+
+
+def test_a_tailer_that_jumps_through_a_snapshot_without_a_410() -> None:
+    ops = [op for op in with_snapshot_tailer(good_history(good_log())) if op.get("status") != 410]
+    assert run_check(ops=ops) == ["tail-jump"]
+
+
+def test_a_tailer_whose_410_came_at_another_offset() -> None:
+    ops = with_snapshot_tailer(good_history(good_log()))
+    read_first = {"client": "t1", "op": "tail", "node": 1, "offset": 0, "call": 7.25, "ret": 7.26, "outcome": "ok",
+                  "records": [[0, record_digest(good_log()[0])]]}  # fmt: skip
+    ops.append(read_first)  # it read offset 0 after its 410s: it was at 1 when it loaded the snapshot
+    assert run_check(ops=ops) == ["tail-jump"]
+
+
+def test_a_snapshot_behind_what_the_tailer_read() -> None:
+    ops = good_history(good_log())
+    ops.append({"client": "t0", "op": "snapshot", "node": 2, "call": 7.5, "ret": 7.6, "outcome": "ok",
+                "offset": 1, "metadata": metadata_at(1)})  # fmt: skip
+    assert run_check(ops=ops) == ["tail-order"]
+
+
+def test_a_410_for_an_offset_inside_the_window() -> None:
+    ops = with_snapshot_tailer(good_history(good_log()))
+    next(op for op in ops if op.get("status") == 410)["log_start_offset"] = 0
+    assert run_check(ops=ops) == ["false-410"]
+
+
+# -- the rest of the branches, each with a history only it catches ------------------------------------------
+def test_a_record_that_does_not_apply() -> None:
+    log = [*good_log(), rec(6, "PartitionStateChanged", topic="nowhere", partition=0, state="read_only")]
+    assert run_check(logs={1: log}) == ["log-invalid"]
+
+
+def test_the_summary_counts_what_happened() -> None:
+    ops = with_snapshot_tailer(good_history(good_log()))
+    ops.append({"client": "t0", "op": "tail", "node": 3, "offset": 6, "call": 8.0, "ret": 9.0, "outcome": "unknown",
+                "error": "timeout"})  # fmt: skip
+    ops.append(write("k0", "register", "ok", 9.5, 0, cluster_id="w0-c0") | {"replayed": True})
+    anomalies, summary = check(ops, {1: good_log()}, {})
+    assert anomalies == []
+    assert summary == Summary(writes=6, acknowledged=4, unknown=1, failed=1, unknown_attempts=2,
+                              retried_after_unknown=1, replayed=1, tail_pages=3, tail_records=8, gone=2,
+                              snapshots_loaded=1, node_polls=4, metadata_checks=0, log_length=6)  # fmt: skip
+
+
+def test_cluster_state_changes_are_tied_like_partition_state_changes() -> None:
+    log = [*good_log(), rec(6, "ClusterStateChanged", cluster_id="w0-c1", state="read_only")]
+    change = write("k6", "cluster_state", "ok", 8.0, 6, cluster_id="w0-c1", state="read_only")
+    assert run_check(ops=[*good_history(good_log()), change], logs={1: log}) == []
+    assert run_check(logs={1: log}) == ["phantom-record"]
+    no_op = write("k7", "cluster_state", "ok", 9.0, 6, cluster_id="w0-c1", state="read_only")
+    assert run_check(ops=[*good_history(good_log()), change, no_op], logs={1: log}) == []
+    lost = write("k6", "cluster_state", "ok", 8.0, 5, cluster_id="w0-c1", state="read_only")
+    assert run_check(ops=[*good_history(good_log()), lost]) == ["lost-write"]
+    unknown_cluster = write("k6", "cluster_state", "ok", 8.0, 5, cluster_id="w0-c8", state="active")
+    assert run_check(ops=[*good_history(good_log()), unknown_cluster]) == ["lost-write"]
+
+
+def test_state_changes_acknowledged_where_the_log_cannot_show_them() -> None:
+    def lost(**args: Any) -> list[str]:
+        return run_check(ops=[*good_history(good_log()), write("k6", "partition_state", "ok", 8.0, **args)])
+
+    assert lost(offset=17, topic="w0-t2", partition=1, state="read_only") == ["lost-write"]  # beyond the log
+    assert lost(offset=5, topic="w0-t2", partition=7, state="writable") == ["lost-write"]  # no such partition
+    assert lost(offset=1, topic="w0-t2", partition=0, state="writable") == ["lost-write"]  # no such topic yet
+
+
+def test_partitions_added_apart_from_a_created_topic_answer_no_write() -> None:
+    log = [*good_log(), rec(6, "PartitionsAdded", topic="w0-t2", partition=2, cluster_id="w0-c0",
+                            physical_topic="w0-t2", physical_partition=1)]  # fmt: skip
+    assert run_check(logs={1: log}) == ["phantom-record"]
+
+
+def test_a_register_acknowledged_at_an_unknown_writes_record_is_lost() -> None:
+    log = [*good_log(), rec(6, "ClusterRegistered", cluster_id="w0-c9", **CLUSTER)]  # k4's, unknown
+    ops = [*good_history(good_log()), write("k9", "register", "ok", 8.0, 6, cluster_id="w0-c7")]
+    assert run_check(ops=ops, logs={1: log}) == ["lost-write"]
+
+
+def test_a_no_op_whose_record_is_in_the_log_after_all() -> None:
+    log = [*good_log(), rec(6, "PartitionStateChanged", topic="w0-t2", partition=0, state="read_only"),
+           rec(7, "ClusterRegistered", cluster_id="w0-c9", **CLUSTER)]  # fmt: skip
+    ops = [*good_history(good_log()),
+           write("k6", "partition_state", "ok", 8.0, 7, topic="w0-t2", partition=0, state="read_only")]  # fmt: skip
+    assert run_check(ops=ops, logs={1: log}) == ["duplicate-write"]  # answered at 7, its record at 6
+
+
+def test_an_agent_cluster_changes_state_only_when_asked() -> None:
+    log = [*good_log(), rec(6, "ClusterRegistered", cluster_id="a1", region="ra", bootstrap_servers="127.0.0.1:9"),
+           rec(7, "ClusterStateChanged", cluster_id="a1", state="read_only")]  # fmt: skip
+    anomalies, _ = check(good_history(good_log()), {1: log}, {}, agent_clusters=["a1"])
+    assert [a.kind for a in anomalies] == ["phantom-record"]
+
+
+def test_a_snapshot_or_metadata_beyond_the_log() -> None:
+    assert run_check(ops=with_snapshot_tailer(good_history(good_log()), snapshot_at=9)) == ["metadata-mismatch"]
+    assert run_check(metadata={1: metadata_at(5) | {"offset": 9}}) == ["metadata-mismatch"]
+
+
+def test_a_tail_page_that_goes_back_counts_each_record_read_again() -> None:
+    log = good_log()
+    ops = good_history(log)
+    again = next(op for op in ops if op["op"] == "tail" and op["offset"] == 3)
+    again["offset"] = 1
+    again["records"] = [[r["offset"], record_digest(r)] for r in log[1:]]  # 1 and 2 a second time
+    assert run_check(ops=ops) == ["tail-order", "tail-order"]

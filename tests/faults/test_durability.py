@@ -11,7 +11,7 @@ import pytest
 
 from controller.config import Voter, render_quorum
 from deploy.local import free_ports
-from metadata_log import raft
+from metadata_log.raft.journal import CheckedJournal
 from metadata_log.records import ClusterRegistered
 from metadata_log.state import LogState, Proposal, encode_command
 
@@ -21,8 +21,8 @@ def start_controller(tmp_path: Path) -> subprocess.CompletedProcess[str]:
     config = tmp_path / "quorum.toml"
     config.write_text(render_quorum([Voter(1, f"127.0.0.1:{raft_port}", f"http://127.0.0.1:{http_port}")]))
     return subprocess.run(
-        [sys.executable, "-m", "controller.cli", "controller", "--config", str(config), "--node-id", "1",
-         "--data-dir", str(tmp_path / "node")],
+        [sys.executable, "-m", "kfed", "controller", "--config", str(config), "--node-id", "1",
+         "--data-dir", str(tmp_path / "node"), "--insecure"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
@@ -30,7 +30,7 @@ def start_controller(tmp_path: Path) -> subprocess.CompletedProcess[str]:
 def test_truncated_journal_stops_the_node(tmp_path: Path) -> None:
     (tmp_path / "node").mkdir()
     path = tmp_path / "node" / "raft.journal"
-    journal = raft._CheckedJournal(str(path), fsync=True)
+    journal = CheckedJournal(str(path), fsync=True)
     for i in range(1, 20):
         journal.add(b"x" * 100, i, 1)
     journal._destroy()

@@ -17,7 +17,8 @@ from controller.http.log import LOG_LIMIT_MAX, SSE_MAX_PER_CLIENT, WAIT_MS_MAX
 from deploy.local import LocalQuorum
 from metadata_log.codec import MAX_DECODE_BYTES, CodecError, decode, record_from_dict, record_from_wire, unpack
 from metadata_log.follower import FollowerError, LogFollower
-from metadata_log.image import InvalidRecord, image_from_wire
+from metadata_log.image import InvalidRecord
+from metadata_log.snapshot import read_rows
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +146,7 @@ def test_records_from_malformed_values_are_codec_errors(value: object, tag: str)
         with contextlib.suppress(CodecError):
             record_from_dict(tag, value)
     with contextlib.suppress(CodecError, InvalidRecord):
-        image_from_wire(value if isinstance(value, list) else [value], 0)
+        read_rows(value if isinstance(value, list) else [value], 0)
 
 
 def test_unpack_refuses_oversize_payloads_without_decoding() -> None:

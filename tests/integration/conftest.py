@@ -1,5 +1,6 @@
 """Real processes on free loopback ports, started and cleaned up by the tests themselves: controller
-quorums, and the local federation (quorum, Tansu sub-clusters, agents) with the helpers its tests share."""
+quorums, and the local federation (quorum, sub-clusters of Apache Kafka brokers — or Tansu ones for tests
+marked ``brokers("tansu")`` — and their agents) with the helpers its tests share."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from deploy.local import DEMO_TOPIC, LocalFederation, LocalQuorum, ready_demo_topic
+from deploy.local import DEMO_TOPIC, BrokerKind, BrokerSource, LocalFederation, LocalQuorum, ready_demo_topic
 from metadata_log.client import ControllerClient
 from sdk import FederatedConsumer
 
@@ -21,8 +22,9 @@ TOPIC = DEMO_TOPIC
 
 @pytest.fixture(scope="module")
 def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalQuorum]:
-    """One 3-node quorum shared by a module's read/write tests."""
-    with LocalQuorum(tmp_path_factory.mktemp("quorum")) as q:
+    """One 3-node quorum shared by a module's read/write tests. Its clusters have no agents, so a one-hour
+    lease keeps them from being fenced mid-test (a fence would add records the tests do not expect)."""
+    with LocalQuorum(tmp_path_factory.mktemp("quorum"), extra_args=["--lease-ms", "3600000"]) as q:
         q.wait_ready()
         yield q
 
@@ -51,9 +53,10 @@ def client(quorum: LocalQuorum) -> Iterator[ControllerClient]:
 
 
 @pytest.fixture
-def fed(tmp_path: Path) -> Iterator[LocalFederation]:
-    """The local federation (c1 and c2 in r1, their agents) with the demo topic writable on both."""
-    with LocalFederation(tmp_path) as federation:
+def fed(tmp_path: Path, broker: BrokerKind, lend_brokers: BrokerSource | None) -> Iterator[LocalFederation]:
+    """The local federation (c1 and c2 in r1, their agents) with the demo topic writable on both; Kafka
+    brokers come from the session's pool (tests/conftest.py), emptied for this test."""
+    with LocalFederation(tmp_path, broker=broker, lend_brokers=lend_brokers) as federation:
         ready_demo_topic(federation)
         yield federation
 

@@ -15,8 +15,8 @@ from deploy.local import LocalQuorum
 from metadata_log.client import ControllerClient
 from metadata_log.errors import InvalidRequest
 from metadata_log.follower import LogFollower
-from metadata_log.image import image_from_runs, image_from_wire
 from metadata_log.records import LATEST_METADATA_VERSION
+from metadata_log.snapshot import read_rows, read_runs
 from metadata_log.views import metadata_view
 
 from .conftest import log_of, wait_until
@@ -169,8 +169,8 @@ def test_read_your_writes_and_msgpack(quorum: LocalQuorum, client: ControllerCli
         rows, runs = msgpack_snapshots
         assert set(rows) == {"offset", "records"} and set(runs) == {"offset", "runs"}
         from_rows, from_runs = (
-            image_from_wire(rows["records"], rows["offset"]),
-            image_from_runs(runs["runs"], runs["offset"]),
+            read_rows(rows["records"], rows["offset"]),
+            read_runs(runs["runs"], runs["offset"]),
         )
         assert from_rows.topics[name] == from_runs.topics[name]
 

@@ -1,4 +1,4 @@
-"""Sub-clusters joining through their agents: real Tansu brokers, real agents, a real quorum.
+"""Sub-clusters joining through their agents: real Apache Kafka (or Tansu) brokers, real agents, a real quorum.
 
 Physical state is checked with confluent-kafka's AdminClient directly, not through kfed.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from deploy.local import LocalFederation, create_demo_topic
+from deploy.local import BrokerKind, BrokerSource, LocalFederation, create_demo_topic
 
 from .conftest import log_of, partitions, physical_topics, wait_until
 
@@ -24,10 +24,11 @@ def cluster(fed: LocalFederation, cluster_id: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def fed(tmp_path: Path) -> Iterator[LocalFederation]:
+def fed(tmp_path: Path, broker: BrokerKind, lend_brokers: BrokerSource | None) -> Iterator[LocalFederation]:
     """Overrides conftest's: a third cluster in another region, and the demo topic not yet awaited (the
     first test measures how soon its partitions get leaders)."""
-    with LocalFederation(tmp_path, (("c1", "r1", 0), ("c2", "r1", 0), ("c3", "r2", 0))) as federation:
+    clusters = (("c1", "r1", 0), ("c2", "r1", 0), ("c3", "r2", 0))
+    with LocalFederation(tmp_path, clusters, broker=broker, lend_brokers=lend_brokers) as federation:
         federation.wait_clusters_healthy(timeout_s=40)
         create_demo_topic(federation)
         yield federation
@@ -63,17 +64,18 @@ def test_regions_keep_topics_on_their_own_clusters(fed: LocalFederation) -> None
     assert "R2_Topic" not in physical_topics(fed.clusters["c1"].bootstrap)
 
 
+@pytest.mark.brokers("kafka", "tansu")
 def test_killed_broker_is_fenced_then_unfenced_after_restart(fed: LocalFederation) -> None:
     c1 = fed.clusters["c1"]
     wait_until(lambda: all(p["leader"] for p in partitions(fed)), 15, "leaders reported")
     c1.kill_broker()
-    killed = time.monotonic()
-    wait_until(lambda: cluster(fed, "c1")["fenced"], 10, "c1 fenced")
-    fenced_after = time.monotonic() - killed
+    fenced = wait_until(lambda: cluster(fed, "c1")["fenced"] and cluster(fed, "c1"), 10, "c1 fenced")
     parts = partitions(fed)
     assert [p["writable"] for p in parts] == [False] * 4 + [True] * 4
-    assert fenced_after < 5, f"fencing took {fenced_after:.1f} s"
-    c1.start_broker()  # memory storage: it comes back empty
+    # The fast path, bounded in the system's own terms: the live agent reported its cluster unreachable and
+    # was fenced on that report, while its lease still ran (a lease lapse would read "agent lease expired").
+    assert fenced["fenced_reason"].startswith("cluster unreachable"), fenced["fenced_reason"]
+    c1.start_broker()  # Kafka: on its data; Tansu (memory storage): empty
     wait_until(lambda: not cluster(fed, "c1")["fenced"], 20, "c1 unfenced")
     assert physical_topics(c1.bootstrap).get("U_TopicA") == 4  # recreated by the agent
     assert all(p["writable"] for p in partitions(fed))
@@ -81,6 +83,7 @@ def test_killed_broker_is_fenced_then_unfenced_after_restart(fed: LocalFederatio
     assert [r["type"] for r in fences][-2:] == ["ClusterFenced", "ClusterUnfenced"]
 
 
+@pytest.mark.brokers("tansu")  # Apache Kafka keeps its data: tests/spark/test_kafka_durability.py wipes it instead
 def test_a_broker_that_comes_back_empty_is_reported_even_between_probes(fed: LocalFederation) -> None:
     c2 = fed.clusters["c2"]
     wait_until(lambda: physical_topics(c2.bootstrap).get("U_TopicA") == 4, 10, "U_TopicA on c2")
@@ -107,7 +110,8 @@ def test_a_dead_agent_loses_its_lease_and_a_restarted_agent_duplicates_nothing(f
     assert fenced["fenced_reason"] == "agent lease expired"
     c2.start_agent()
     wait_until(lambda: not cluster(fed, "c2")["fenced"], 15, "c2 unfenced by its restarted agent")
-    time.sleep(1.0)
+    # No wait for a late registration is needed: an agent registers before its first heartbeat, and only a
+    # heartbeat of the restarted agent can have lifted the fence.
     log = log_of(fed.quorum, fed.quorum.leader())
     assert sum(1 for r in log if r["type"] == "ClusterRegistered" and r["data"]["cluster_id"] == "c2") == 1
     assert sum(1 for r in log if r["type"] == "TopicCreated") == 1
@@ -133,7 +137,16 @@ def test_a_controller_leader_change_does_not_fence_healthy_clusters(fed: LocalFe
     offset_before = fed.quorum.node(leader)["applied_offset"]  # type: ignore[index]
     fed.quorum.kill(leader)
     new_leader = fed.quorum.leader(exclude=leader, timeout_s=10)
-    time.sleep(4.0)  # longer than a lease: agents must have found the new leader
+    # A new leader gives every agent one lease to find it, then fences the clusters whose agent did not.
+    # Once it holds a lease of every agent, that first-lease fence can no longer come; one it decided before
+    # is already proposed, so it commits before the next write of this leader, made here.
+    url = fed.quorum.url(new_leader)
+    wait_until(lambda: {a["cluster_id"] for a in fed.quorum.client.get(url + "/v1/agents").json()["agents"]}
+               >= set(fed.clusters),
+               15, "every agent heartbeat the new leader")  # fmt: skip
+    with fed.quorum.controller_client() as client:
+        after = client.post("/v1/topics", {"name": "After_Failover", "region": "r2", "partitions_per_cluster": 1})
+    fed.quorum.wait_applied(after["offset"], node_ids=[new_leader])
     log = log_of(fed.quorum, new_leader)
-    assert not [r for r in log[offset_before + 1 :] if r["type"] == "ClusterFenced"]
+    assert not [r for r in log[offset_before + 1 : after["offset"] + 1] if r["type"] == "ClusterFenced"]
     assert not any(c["fenced"] for c in fed.metadata()["clusters"])

@@ -1,7 +1,9 @@
-"""One local[2] SparkSession for every Spark test, and one real federation for the source's tests.
+"""One local[2] SparkSession for every Spark test, and a real federation per module for the source's tests.
 
-The federation (3 controllers, two Tansu sub-clusters c1/c2 with their agents, U_TopicA with P0-P3 on c1
-and P4-P7 on c2) is started on free loopback ports and stopped by PID, like tests/integration's.
+The session carries Spark's own Kafka source (spark-sql-kafka-0-10, installed by ``make kafka``): the
+oracle the kfed source is compared with. The federation (3 controllers, two Apache Kafka sub-clusters c1/c2
+with their agents, U_TopicA with P0-P3 on c1 and P4-P7 on c2) is started on free loopback ports and stopped
+by PID, like tests/integration's, at the end of the module that uses it.
 """
 
 from __future__ import annotations
@@ -13,8 +15,22 @@ from typing import Any
 import pytest
 
 from deploy.local import LocalFederation, ready_demo_topic
+from deploy.maven import SPARK_KAFKA_CONNECTOR
 
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+
+
+def connector_jars() -> str:
+    """``spark.jars`` for Spark's Kafka source at the installed pyspark's version."""
+    import pyspark
+
+    version = SPARK_KAFKA_CONNECTOR.version()
+    if pyspark.__version__ != version:
+        raise RuntimeError(
+            f"pyspark {pyspark.__version__} is installed but the Kafka connector is {version} "
+            f"({SPARK_KAFKA_CONNECTOR.pom}): make them the same version"
+        )
+    return ",".join(str(jar) for jar in sorted(SPARK_KAFKA_CONNECTOR.installed().glob("*.jar")))
 
 
 @pytest.fixture(scope="session")
@@ -24,19 +40,20 @@ def spark() -> Iterator[Any]:
     session = local_session(
         "kfed-tests",
         "local[2]",
-        **{"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2", "spark.driver.host": "127.0.0.1"},
+        **{
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.driver.host": "127.0.0.1",
+            "spark.jars": connector_jars(),
+        },
     )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFederation]:
-    federation = LocalFederation(tmp_path_factory.mktemp("fed"))
-    try:
-        federation.start()
+    with LocalFederation(tmp_path_factory.mktemp("fed")) as federation:
         ready_demo_topic(federation)
         yield federation
-    finally:
-        federation.stop()

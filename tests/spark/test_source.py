@@ -1,4 +1,4 @@
-"""The kfed Spark source and the jobs on a real federation: 3 controllers, Tansu sub-clusters, agents.
+"""The kfed Spark source and the jobs on a real federation: 3 controllers, Apache Kafka sub-clusters, agents.
 
 Every test but the first uses its own topic, so counts are exact; the scale-up test adds a third
 sub-cluster to the region and runs last.

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from deploy.local import LocalFederation, LocalQuorum, ready_demo_topic
+from deploy.local import BrokerKind, BrokerSource, LocalFederation, LocalQuorum, ready_demo_topic
 
 CHROMIUM = os.environ.get("KFED_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -62,9 +62,9 @@ def page(browser: Browser) -> Iterator[Page]:
 
 
 @pytest.fixture
-def fed(tmp_path: Path) -> Iterator[LocalFederation]:
+def fed(tmp_path: Path, broker: BrokerKind, lend_brokers: BrokerSource | None) -> Iterator[LocalFederation]:
     """The local federation (c1 and c2 in r1, their agents) with the demo topic writable on both."""
-    with LocalFederation(tmp_path) as federation:
+    with LocalFederation(tmp_path, broker=broker, lend_brokers=lend_brokers) as federation:
         ready_demo_topic(federation)
         yield federation
 

@@ -4,6 +4,7 @@ import contextlib
 import dataclasses
 import gc
 import sys
+from collections.abc import Iterable
 
 import msgpack
 import pytest
@@ -14,20 +15,19 @@ from metadata_log import codec
 from metadata_log.codec import (
     CodecError,
     decode,
+    decode_rows,
+    decode_runs,
     encode,
-    gc_paused,
+    encode_rows,
+    encode_runs,
     pack,
     record_from_dict,
     record_from_wire,
     record_to_dict,
     record_to_wire,
-    records_from_runs,
-    records_from_wire,
-    records_to_runs,
-    records_to_wire,
-    round_trips,
-    wire_groups,
+    records_of,
 )
+from metadata_log.heap import gc_paused
 from metadata_log.image import EMPTY_IMAGE, apply
 from metadata_log.records import (
     RECORD_TYPES,
@@ -135,7 +135,7 @@ def test_records_from_wire_fast_path_agrees_with_record_from_wire() -> None:
         ["PartitionsAdded", 0, "t", 3, "c1", "t", 7, "a field from a newer writer"],
         ["ClusterRegistered", 0, "c1", "eu", "h:1"],
     ]
-    assert records_from_wire(rows) == [record_from_wire(r) for r in rows]
+    assert records_of(decode_rows(rows)) == [record_from_wire(r) for r in rows]
     for bad in (
         ["PartitionsAdded", 0, "t", True, "c1", "t", 7],  # a bool is not an int
         ["PartitionsAdded", 0, "t", 3, None, "t", 7],
@@ -143,7 +143,7 @@ def test_records_from_wire_fast_path_agrees_with_record_from_wire() -> None:
         ["PartitionsAdded", 0, "t", 3, "c1", "t"],
     ):
         with pytest.raises(CodecError):
-            records_from_wire([bad])
+            records_of(decode_rows([bad]))
 
 
 def test_gc_paused_nests_and_restores_the_collector_as_it_found_it() -> None:
@@ -209,9 +209,9 @@ def test_records_from_wire_agrees_with_record_from_wire_on_mixed_runs() -> None:
         ["TopicCreated", 0, "i2", "b", "eu", 60_000],
         ["TopicCreated", 0, "i3", "c", "eu"],  # from an older writer: without retention_ms
     ]
-    assert records_from_wire(rows) == [record_from_wire(r) for r in rows]
-    assert records_from_wire(iter(rows)) == [record_from_wire(r) for r in rows]
-    runs = [(group[0][0], columns is not None) for group, columns in wire_groups(rows) if len(group) > 1]
+    assert records_of(decode_rows(rows)) == [record_from_wire(r) for r in rows]
+    assert records_of(decode_rows(iter(rows))) == [record_from_wire(r) for r in rows]
+    runs = [(group[0][0], columns is not None) for group, columns in codec._wire_groups(rows) if len(group) > 1]
     assert runs == [  # the runs that went column by column (a row from a newer writer sends its run row by row)
         ("PartitionsAdded", True),
         ("PartitionsAdded", False),
@@ -231,9 +231,9 @@ def test_records_from_wire_agrees_with_record_from_wire_on_mixed_runs() -> None:
         ["TopicCreated", 0, "i4", "d", "eu", "forever"],
     ):
         with pytest.raises(CodecError):
-            records_from_wire([*rows, bad])
+            records_of(decode_rows([*rows, bad]))
         with pytest.raises(CodecError):
-            records_from_wire([bad, *rows])
+            records_of(decode_rows([bad, *rows]))
 
 
 def test_records_to_wire_packs_like_record_to_wire_and_says_whether_it_round_trips() -> None:
@@ -245,10 +245,10 @@ def test_records_to_wire_packs_like_record_to_wire_and_says_whether_it_round_tri
         *(ClusterRegistered(f"c{i}", "eu", f"h:{i + 1}") for i in range(3)),
         *(PhysicalPartitionsReported("c1", "t", i, None if i else "b:1") for i in range(2)),
     ]
-    rows, exact = records_to_wire(records)
+    rows, exact = encode_rows(records)
     assert pack(rows) == pack([record_to_wire(r) for r in records])
-    assert exact == round_trips(records)
-    assert records_to_wire(records[-8:])[1] is True
+    assert exact == codec._round_trips(records)
+    assert encode_rows(records[-8:])[1] is True
     for odd in (
         PartitionsAdded("t", True, "c1", "t", 0),  # type: ignore[arg-type]
         PartitionsAdded("t", 0, "c1", "t", 0.5),  # type: ignore[arg-type]
@@ -256,13 +256,19 @@ def test_records_to_wire_packs_like_record_to_wire_and_says_whether_it_round_tri
         ClusterRegistered("c9", "eu", None),  # type: ignore[arg-type]
         PhysicalPartitionsReported("c1", "t", 5, 9092),  # type: ignore[arg-type]
     ):
-        assert records_to_wire([*records, odd])[1] is False
-        assert records_to_wire([odd, *records])[1] is False
+        assert encode_rows([*records, odd])[1] is False
+        assert encode_rows([odd, *records])[1] is False
+
+
+def _runs(records: Iterable[Record]) -> tuple[list[object], bool]:
+    """``encode_runs`` without the records it reads back: the runs written and whether they round-trip."""
+    items, _read_back, exact = encode_runs(records)
+    return items, exact
 
 
 def _via_runs(records: list[Record]) -> list[Record]:
-    items, _exact = records_to_runs(records)
-    return records_from_runs(codec.unpack(pack(items)))
+    items, _exact = _runs(records)
+    return records_of(decode_runs(codec.unpack(pack(items))))
 
 
 @given(st.lists(st.sampled_from(ONE_OF_EACH), max_size=30))
@@ -270,7 +276,7 @@ def test_any_sequence_round_trips_as_runs(records: list[Record]) -> None:
     decoded = _via_runs(records)
     assert decoded == records
     assert [type(r) for r in decoded] == [type(r) for r in records]
-    assert records_to_runs(records)[1] == round_trips(records)
+    assert _runs(records)[1] == codec._round_trips(records)
 
 
 def test_runs_are_columns_with_repeated_values_written_once() -> None:
@@ -278,7 +284,7 @@ def test_runs_are_columns_with_repeated_values_written_once() -> None:
         TopicCreated("id", "t", "eu"),
         *(PartitionsAdded("t", i, "c1" if i < 2 else "c2", "t", i % 2) for i in range(4)),
     ]
-    items, exact = records_to_runs([*topic, ClusterFenced("c1", "x", 1)])
+    items, exact = _runs([*topic, ClusterFenced("c1", "x", 1)])
     assert exact
     assert items == [
         ["TopicCreated", 0, "id", "t", "eu", None],  # a run of one is its row
@@ -286,24 +292,27 @@ def test_runs_are_columns_with_repeated_values_written_once() -> None:
         ["ClusterFenced", 0, "c1", "x", 1],
     ]
     big = [PartitionsAdded("t", i, "c1", "t", i) for i in range(500)]
-    assert len(pack(records_to_runs(big)[0])) < len(pack(records_to_wire(big)[0])) / 5
-    decoded = records_from_runs(codec.unpack(pack(records_to_runs(big)[0])))
+    assert len(pack(_runs(big)[0])) < len(pack(encode_rows(big)[0])) / 5
+    decoded = records_of(decode_runs(codec.unpack(pack(_runs(big)[0]))))
     assert decoded == big
     assert len({id(r.topic) for r in decoded}) == 1  # one string shared by the whole run
 
 
 def test_a_run_with_a_value_of_another_type_is_not_shortened_and_decodes_like_its_rows() -> None:
     odd = [PartitionsAdded("t", 1, "c1", "t", 0), PartitionsAdded("t", True, "c1", "t", 0)]  # type: ignore[arg-type]
-    items, exact = records_to_runs(odd)
+    items, exact = _runs(odd)
     assert not exact
     assert items[0][4] == [1, True]  # True == 1, yet not the same value: written out
     with pytest.raises(CodecError, match="partition must be an integer"):
-        records_from_runs(codec.unpack(pack(items)))
+        records_of(decode_runs(codec.unpack(pack(items))))
 
 
 def test_a_run_from_a_newer_writer_with_an_extra_column_is_decoded_row_by_row() -> None:
     run = [2, "PartitionsAdded", 0, ["t"], [0, 1], ["c1"], ["t"], [0, 1], ["a field we do not know"]]
-    assert records_from_runs([run]) == [PartitionsAdded("t", 0, "c1", "t", 0), PartitionsAdded("t", 1, "c1", "t", 1)]
+    assert records_of(decode_runs([run])) == [
+        PartitionsAdded("t", 0, "c1", "t", 0),
+        PartitionsAdded("t", 1, "c1", "t", 1),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -326,7 +335,7 @@ def test_a_run_from_a_newer_writer_with_an_extra_column_is_decoded_row_by_row() 
 )
 def test_malformed_runs_are_refused(items: object, message: str) -> None:
     with pytest.raises(CodecError, match=message):
-        records_from_runs(items)
+        records_of(decode_runs(items))
 
 
 def test_build_records_makes_the_records_the_constructor_makes() -> None:
@@ -374,7 +383,7 @@ def _typed(value: object) -> object:
 
 def test_the_leaders_run_encoder_is_the_c_module() -> None:
     # without it a command of 100 records costs the leader 2-3x the encoding time (BENCHMARKS.md)
-    assert codec.take_run is not codec._take_run_py, "metadata_log._columns was not built (a C compiler is needed)"
+    assert codec._take_run is not codec._take_run_py, "metadata_log._columns was not built (a C compiler is needed)"
 
 
 @given(_MIXED_RUNS)
@@ -386,7 +395,7 @@ def test_take_run_in_c_and_in_python_agree_value_for_value(records: list[Record]
         if spec is None:
             at += 1
             continue
-        c = codec.take_run(run, at, type(run[at]), *spec)
+        c = codec._take_run(run, at, type(run[at]), *spec)
         py = codec._take_run_py(run, at, type(run[at]), *spec)
         assert _typed(c) == _typed(py)
         at = c[0]
@@ -394,14 +403,14 @@ def test_take_run_in_c_and_in_python_agree_value_for_value(records: list[Record]
 
 @given(_MIXED_RUNS)
 def test_records_to_runs_writes_the_same_with_either_run_taker(records: list[Record]) -> None:
-    with_c = records_to_runs(records)
-    original, codec.take_run = codec.take_run, codec._take_run_py
+    with_c = _runs(records)
+    original, codec._take_run = codec._take_run, codec._take_run_py
     try:
-        with_python = records_to_runs(records)
+        with_python = _runs(records)
     finally:
-        codec.take_run = original
+        codec._take_run = original
     assert _typed(with_c) == _typed(with_python)
-    assert with_c[1] == round_trips(records)
+    assert with_c[1] == codec._round_trips(records)
 
 
 class _Records(list[Record]):
@@ -410,22 +419,22 @@ class _Records(list[Record]):
 
 def test_records_to_runs_takes_any_iterable_of_records() -> None:
     records = [ClusterRegistered(f"c{i}", "eu", f"h:{i}") for i in range(3)]
-    expected = records_to_runs(tuple(records))
+    expected = _runs(tuple(records))
     assert expected[0] == [[3, "ClusterRegistered", 0, ["c0", "c1", "c2"], ["eu"], ["h:0", "h:1", "h:2"]]]
-    assert records_to_runs(records) == records_to_runs(_Records(records)) == records_to_runs(iter(records)) == expected
+    assert _runs(records) == _runs(_Records(records)) == _runs(iter(records)) == expected
 
 
 def test_the_shortening_of_a_run_is_the_same_from_records_and_from_rows() -> None:
     records = (*(PartitionsAdded("t", i, "c1", "t", 0) for i in range(3)), PartitionsAdded("t", 3, "c1", "t", True))  # type: ignore[arg-type]
     rows = [record_to_wire(r)[2:] for r in records]
-    from_rows = codec.run_item(PartitionsAdded, [list(c) for c in zip(*rows, strict=True)], len(rows))
+    from_rows = codec._run_item(PartitionsAdded, [list(c) for c in zip(*rows, strict=True)], len(rows))
     items, _read_back, exact = codec.encode_runs(records)
     assert (items, exact) == ([from_rows[0]], from_rows[1])
     assert items[0] == [4, "PartitionsAdded", 0, ["t"], [0, 1, 2, 3], ["c1"], ["t"], [0, 0, 0, True]]
 
 
-@pytest.mark.parametrize("take_run", [codec.take_run, codec._take_run_py], ids=["c", "python"])
-def test_take_run_gives_columns_and_says_which_are_typed_and_all_equal(take_run: codec.TakeRun) -> None:
+@pytest.mark.parametrize("take_run", [codec._take_run, codec._take_run_py], ids=["c", "python"])
+def test_take_run_gives_columns_and_says_which_are_typed_and_all_equal(take_run: codec._TakeRun) -> None:
     records = (
         TopicCreated("id", "t", "eu"),
         ClusterRegistered("c1", "eu", "h:1"),
@@ -455,15 +464,15 @@ def test_take_run_in_c_refuses_what_it_cannot_read_safely() -> None:
     members, types = codec._RUN_SPECS[ClusterRegistered]
     records = (ClusterRegistered("c1", "eu", "h:1"),)
     with pytest.raises(TypeError, match="not a slot of ClusterRegistered"):  # another class's slots: other offsets
-        codec.take_run(records, 0, ClusterRegistered, codec._RUN_SPECS[PartitionsAdded][0][:3], types)
+        codec._take_run(records, 0, ClusterRegistered, codec._RUN_SPECS[PartitionsAdded][0][:3], types)
     with pytest.raises(TypeError, match="must be tuple, not list"):  # a finalizer could change a list under it
-        codec.take_run(list(records), 0, ClusterRegistered, members, types)  # type: ignore[arg-type]
+        codec._take_run(list(records), 0, ClusterRegistered, members, types)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="not a subclass"):
-        codec.take_run(_Tuple(records), 0, ClusterRegistered, members, types)
+        codec._take_run(_Tuple(records), 0, ClusterRegistered, members, types)
     with pytest.raises(TypeError, match=r"tuple of types \(str, int, bool, NoneType\)"):  # no __eq__ of ours
-        codec.take_run(records, 0, ClusterRegistered, members, ((str,), (_Text,), (str,)))
+        codec._take_run(records, 0, ClusterRegistered, members, ((str,), (_Text,), (str,)))
     with pytest.raises(ValueError, match="one member and one tuple of types per field"):
-        codec.take_run(records, 0, ClusterRegistered, members, types[:2])
+        codec._take_run(records, 0, ClusterRegistered, members, types[:2])
 
 
 def test_take_run_in_c_keeps_references_balanced_on_every_path() -> None:
@@ -475,11 +484,11 @@ def test_take_run_in_c_keeps_references_balanced_on_every_path() -> None:
 
     def calls() -> None:
         for _ in range(2_000):
-            codec.take_run(records, 0, ClusterRegistered, members, types)
+            codec._take_run(records, 0, ClusterRegistered, members, types)
             with contextlib.suppress(AttributeError):
-                codec.take_run(unset, 0, ClusterRegistered, members, types)
+                codec._take_run(unset, 0, ClusterRegistered, members, types)
             with contextlib.suppress(ValueError):
-                codec.take_run(records, 50, ClusterRegistered, members, types)
+                codec._take_run(records, 50, ClusterRegistered, members, types)
 
     calls()
     before = [sys.getrefcount(x) for x in (True, False, value, records, members, types)]

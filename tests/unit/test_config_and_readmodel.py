@@ -10,8 +10,10 @@ from controller.config import ConfigError, Voter, parse_quorum, render_quorum
 from controller.readmodel import ReadModel
 from metadata_log.codec import pack, pack_chunked, record_to_dict, unpack
 from metadata_log.errors import Gone
-from metadata_log.image import EMPTY_IMAGE, apply, image_to_records, image_to_runs, image_to_wire
+from metadata_log.image import EMPTY_IMAGE, apply
+from metadata_log.publisher import LogDelta
 from metadata_log.records import NoOp, Record
+from metadata_log.snapshot import write_records, write_rows, write_runs
 
 from .samples import ONE_OF_EACH
 
@@ -49,7 +51,7 @@ def test_bad_quorum_configs_name_the_problem(data: dict, message: str) -> None:
 
 def publish_noops(model: ReadModel, count: int) -> None:
     records: list[Record] = [NoOp() for _ in range(count)]
-    model.publish(model.high_watermark, records, apply(model.image, records))
+    model.on_update(LogDelta(model.image, records), apply(model.image, records))
 
 
 async def test_window_keeps_between_n_and_five_quarters_n() -> None:
@@ -80,13 +82,13 @@ async def test_read_past_the_end_is_empty_and_wait_wakes_on_publish() -> None:
 async def test_a_gap_in_published_offsets_is_a_crash_not_a_skip() -> None:
     model = ReadModel()
     with pytest.raises(AssertionError):
-        model.publish(5, [NoOp()], apply(EMPTY_IMAGE, [NoOp()]))
+        model.on_update(LogDelta(apply(EMPTY_IMAGE, [NoOp()] * 5), [NoOp()]), apply(EMPTY_IMAGE, [NoOp()] * 6))
 
 
 async def test_reset_starts_the_window_after_the_loaded_image() -> None:
     model = ReadModel()
     image = apply(EMPTY_IMAGE, [NoOp()] * 10)
-    model.publish(10, [], image)
+    model.on_update(LogDelta(EMPTY_IMAGE, snapshot=True), image)
     assert model.log_start_offset == 10 and model.high_watermark == 10
     assert model.snapshot().offset == 9
 
@@ -143,10 +145,10 @@ def test_the_snapshot_encodings_hold_the_image(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(readmodel, "PACK_CHUNK_ITEMS", 4)
     image = apply(EMPTY_IMAGE, ONE_OF_EACH)
     snap = readmodel.Snapshot(image)
-    records = image_to_records(image)
+    records = list(write_records(image))
     assert orjson.loads(snap.json) == {
         "offset": image.offset,
         "records": [{"type": r.TYPE, "data": record_to_dict(r)} for r in records],
     }
-    assert unpack(snap.msgpack) == {"offset": image.offset, "records": image_to_wire(image)}
-    assert unpack(snap.runs) == {"offset": image.offset, "runs": image_to_runs(image)}
+    assert unpack(snap.msgpack) == {"offset": image.offset, "records": list(write_rows(image))}
+    assert unpack(snap.runs) == {"offset": image.offset, "runs": write_runs(image)}

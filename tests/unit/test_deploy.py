@@ -1,5 +1,6 @@
 """The deployment files cannot rot: every kfed command line in them is accepted by the real CLI parser,
-and the quorum configs they ship parse and name the node ids the commands use."""
+every controller in them starts secure (both secret files, no --insecure), and the quorum configs they
+ship parse and name the node ids the commands use."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.cli import build_parser
 from controller.config import parse_quorum
+from kfed.cli import build_parser, missing_secrets
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -23,6 +24,12 @@ def parse_kfed(argv: list[str]) -> object:
         return build_parser().parse_args(argv)
     except SystemExit as e:
         pytest.fail(f"kfed rejects {shlex.join(argv)} (exit {e.code})")
+
+
+def assert_secure(args: object) -> None:
+    """A controller command line that ``kfed controller`` starts without --insecure."""
+    assert missing_secrets(args) == []  # type: ignore[arg-type]
+    assert not args.insecure  # type: ignore[attr-defined]
 
 
 def env_file(path: Path) -> dict[str, str]:
@@ -46,6 +53,7 @@ def test_systemd_units_run_commands_kfed_accepts(unit: str, instance: str, env: 
     assert binary.endswith("/kfed")
     args = parse_kfed(argv)
     if args.command == "controller":  # type: ignore[attr-defined]
+        assert_secure(args)
         quorum = parse_quorum(tomllib.loads((DEPLOY / "systemd" / "quorum.toml.example").read_text()))
         quorum.voter(args.node_id)  # type: ignore[attr-defined]
 
@@ -80,6 +88,10 @@ def test_every_kubernetes_workload_runs_a_command_kfed_accepts() -> None:
             argv = [re.sub(r"\$\((\w+)\)", lambda m, v=values: v[m.group(1)], a) for a in container["args"]]
             args = parse_kfed(argv)
             if args.command == "controller":  # type: ignore[attr-defined]
+                assert_secure(args)
+                mounts = [m["mountPath"] for m in container["volumeMounts"]]
+                for secret in (args.raft_secret_file, args.admin_token_file):  # type: ignore[attr-defined]
+                    assert any(secret.is_relative_to(m) for m in mounts), f"{secret} is on no volume"
                 quorum.voter(args.node_id)  # type: ignore[attr-defined]
                 assert str(args.config).startswith("/etc/kfed/")  # type: ignore[attr-defined]
                 probes = {container["readinessProbe"]["httpGet"]["path"], container["livenessProbe"]["httpGet"]["path"]}
@@ -92,3 +104,13 @@ def test_every_kubernetes_workload_runs_a_command_kfed_accepts() -> None:
 def test_a_command_line_with_a_typo_would_be_caught() -> None:
     with pytest.raises(pytest.fail.Exception):
         parse_kfed(["agent", "--cluster", "c1"])
+
+
+def test_kraft_cluster_ids_are_22_url_safe_characters_never_starting_with_a_dash() -> None:
+    from deploy.kafka_cluster import new_cluster_id
+
+    ids = [new_cluster_id() for _ in range(2000)]  # ~1 in 64 would start with "-" without the rule
+    assert all(len(i) == 22 and not i.startswith("-") and set(i) <= set(URL_SAFE) for i in ids)
+
+
+URL_SAFE = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import gc
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from metadata_log import image as image_module
-from metadata_log.codec import CodecError, pack, read_runs, record_to_wire, records_from_runs, records_to_runs, unpack
+from metadata_log.codec import CodecError, decode_runs, encode_runs, pack, record_to_wire, records_of, unpack
 from metadata_log.image import (
     EMPTY_IMAGE,
     InvalidRecord,
@@ -19,14 +20,9 @@ from metadata_log.image import (
     PartitionImage,
     apply,
     apply_runs,
-    image_from_runs,
-    image_from_wire,
-    image_to_records,
-    image_to_runs,
-    image_to_wire,
     is_writable,
-    snapshot_image,
 )
+from metadata_log.image.cluster import LastRegistrations
 from metadata_log.records import (
     LATEST_METADATA_VERSION,
     ClusterFenced,
@@ -35,6 +31,7 @@ from metadata_log.records import (
     ClusterUnfenced,
     MetadataVersionChanged,
     NewerMetadataVersion,
+    NoOp,
     PartitionsAdded,
     PartitionStateChanged,
     PhysicalPartitionsReported,
@@ -42,6 +39,7 @@ from metadata_log.records import (
     TopicCreated,
     TopicDeleted,
 )
+from metadata_log.snapshot import read_records, read_rows, read_runs, write_records, write_rows, write_runs
 
 from .samples import ONE_OF_EACH
 
@@ -61,26 +59,26 @@ def test_every_prefix_replays_and_snapshots_round_trip() -> None:
     image = EMPTY_IMAGE
     for record in ONE_OF_EACH:
         image = apply(image, [record])
-        assert snapshot_image(image_to_records(image), image.offset) == image
+        assert read_records(write_records(image), image.offset) == image
         # the bulk path (dumps, msgpack snapshots) writes and reads exactly the same thing
-        assert image_to_wire(image) == [record_to_wire(r) for r in image_to_records(image)]
-        assert image_from_wire(image_to_wire(image), image.offset) == image
+        assert list(write_rows(image)) == [record_to_wire(r) for r in write_records(image)]
+        assert read_rows(list(write_rows(image)), image.offset) == image
         # and so do runs (dumps and snapshots at metadata version 2), also once through msgpack
-        assert image_from_runs(image_to_runs(image), image.offset) == image
-        assert image_from_runs(unpack(pack(image_to_runs(image))), image.offset) == image
+        assert read_runs(write_runs(image), image.offset) == image
+        assert read_runs(unpack(pack(write_runs(image))), image.offset) == image
 
 
 def test_bulk_snapshot_path_refuses_what_apply_refuses() -> None:
-    rows = image_to_wire(apply(EMPTY_IMAGE, ONE_OF_EACH))
+    rows = list(write_rows(apply(EMPTY_IMAGE, ONE_OF_EACH)))
     partition_rows = [i for i, r in enumerate(rows) if r[0] == "PartitionsAdded"]
     bad = [list(r) for r in rows]
     bad[partition_rows[1]][3] = 7  # partition id that is not the next one
     with pytest.raises(InvalidRecord, match="not the next id"):
-        image_from_wire(bad, 0)
+        read_rows(bad, 0)
     bad = [list(r) for r in rows]
     bad[partition_rows[0]][3] = "0"
     with pytest.raises(CodecError):
-        image_from_wire(bad, 0)
+        read_rows(bad, 0)
 
 
 def test_snapshot_of_decommissioned_cluster_with_partitions() -> None:
@@ -97,7 +95,7 @@ def test_snapshot_of_decommissioned_cluster_with_partitions() -> None:
         ClusterStateChanged("c2", "decommissioned"),
     ]
     image = apply(EMPTY_IMAGE, records)
-    assert snapshot_image(image_to_records(image), image.offset) == image
+    assert read_records(write_records(image), image.offset) == image
 
 
 def test_seeds_example_placement_and_writability() -> None:
@@ -165,7 +163,7 @@ def test_images_share_unchanged_maps() -> None:
 
 def test_empty_image_is_empty() -> None:
     assert MetadataImage(-1, {}, {}, {}) == EMPTY_IMAGE
-    assert image_to_records(EMPTY_IMAGE) == []
+    assert list(write_records(EMPTY_IMAGE)) == []
 
 
 def _one_at_a_time(image: MetadataImage, records: list) -> MetadataImage:  # type: ignore[type-arg]
@@ -212,7 +210,8 @@ def test_runs_of_partitions_added_apply_like_one_record_at_a_time() -> None:
 
 
 def test_evolve_refuses_a_field_the_image_does_not_have() -> None:
-    from metadata_log.image import ClusterImage, _evolve
+    from metadata_log.image import ClusterImage
+    from metadata_log.image.common import evolve as _evolve
 
     cluster = ClusterImage("c1", "eu", "h:1")
     assert _evolve(cluster, state="draining") == ClusterImage("c1", "eu", "h:1", state="draining")
@@ -280,7 +279,7 @@ def test_a_run_of_partitions_fails_with_the_error_one_at_a_time_gives(records: l
     with pytest.raises(InvalidRecord) as batched:
         apply(base, records)
     with pytest.raises(InvalidRecord) as from_wire:
-        image_from_wire(image_to_wire(base) + [record_to_wire(r) for r in records], 0)
+        read_rows(list(write_rows(base)) + [record_to_wire(r) for r in records], 0)
     assert str(batched.value) == str(from_wire.value) == str(single.value)
 
 
@@ -290,20 +289,20 @@ def test_runs_over_several_topics_replay_like_one_record_at_a_time() -> None:
     records[-1] = PartitionsAdded("t", 4, "c1", "t9", 0)
     stepwise = _one_at_a_time(base, records)
     assert apply(base, records) == stepwise
-    wire = image_to_wire(stepwise)
-    assert image_from_wire(wire, stepwise.offset) == stepwise
-    assert image_from_wire(iter(wire), stepwise.offset) == stepwise  # any iterable of rows
+    wire = list(write_rows(stepwise))
+    assert read_rows(wire, stepwise.offset) == stepwise
+    assert read_rows(iter(wire), stepwise.offset) == stepwise  # any iterable of rows
 
 
 def test_bulk_snapshot_path_decodes_odd_rows_one_by_one() -> None:
     base = _run_base()
-    rows = image_to_wire(base)
+    rows = list(write_rows(base))
     longer = [*record_to_wire(PartitionsAdded("t", 1, "c2", "t", 0)), "a field from a newer writer"]
     expected = apply(base, [PartitionsAdded("t", 1, "c2", "t", 0)])
-    assert image_from_wire([*rows, longer], expected.offset) == expected
+    assert read_rows([*rows, longer], expected.offset) == expected
     for bad in ([*rows, "PartitionsAdded"], [*rows, []], [*rows, ["PartitionsAdded", 0, "t", 1, "c2", "t", True]]):
         with pytest.raises(CodecError):
-            image_from_wire(bad, 0)
+            read_rows(bad, 0)
 
 
 def test_leader_reports_replay_in_order_whether_in_bulk_one_by_one_or_from_a_snapshot() -> None:
@@ -322,8 +321,8 @@ def test_leader_reports_replay_in_order_whether_in_bulk_one_by_one_or_from_a_sna
         one_by_one = apply(one_by_one, [report])
     bulk = apply(base, reports)
     rows = [record_to_wire(r) for r in (ClusterRegistered("c1", "r1", "h:1"), ClusterRegistered("c2", "r1", "h:2"))]
-    from_rows = image_from_wire([*rows, *(record_to_wire(r) for r in reports)], bulk.offset)
-    for image in (bulk, one_by_one, from_rows, image_from_wire(image_to_wire(bulk), bulk.offset)):
+    from_rows = read_rows([*rows, *(record_to_wire(r) for r in reports)], bulk.offset)
+    for image in (bulk, one_by_one, from_rows, read_rows(list(write_rows(bulk)), bulk.offset)):
         assert {c: dict(image.clusters[c].leaders) for c in expected} == expected
     assert bulk == one_by_one == from_rows
     assert bulk.offset == base.offset + len(reports)
@@ -333,16 +332,16 @@ def test_leader_reports_replay_in_order_whether_in_bulk_one_by_one_or_from_a_sna
         with pytest.raises(InvalidRecord, match="'c9' is not registered"):
             apply(base, records)
         with pytest.raises(InvalidRecord, match="'c9' is not registered"):
-            image_from_wire([*rows, *(record_to_wire(r) for r in records)], 0)
+            read_rows([*rows, *(record_to_wire(r) for r in records)], 0)
 
 
 def test_the_metadata_version_starts_at_1_only_goes_up_and_is_in_snapshots() -> None:
     assert EMPTY_IMAGE.metadata_version == 1
     image = apply(EMPTY_IMAGE, [MetadataVersionChanged(2), MetadataVersionChanged(2)])  # the same again: no change
     assert image.metadata_version == 2
-    assert image_to_records(image) == [MetadataVersionChanged(2)]
-    assert image_from_wire(image_to_wire(image), image.offset) == image
-    assert image_to_records(EMPTY_IMAGE) == []
+    assert list(write_records(image)) == [MetadataVersionChanged(2)]
+    assert read_rows(list(write_rows(image)), image.offset) == image
+    assert list(write_records(EMPTY_IMAGE)) == []
 
 
 def test_an_image_as_runs_is_a_run_per_topic_and_per_cluster_s_leaders_and_refuses_what_apply_refuses() -> None:
@@ -352,23 +351,23 @@ def test_an_image_as_runs_is_a_run_per_topic_and_per_cluster_s_leaders_and_refus
         records += (PartitionsAdded(f"t{t}", i, f"c{i % 3}", f"t{t}", i // 3) for i in range(30))
     records += (PhysicalPartitionsReported("c1", "t0", p, "h:1") for p in range(10))
     image = apply(EMPTY_IMAGE, records)
-    runs = image_to_runs(image)
+    runs = write_runs(image)
     shape = [item[:2] if isinstance(item[0], int) else item[0] for item in runs]
     assert shape == [
         [2, "ClusterRegistered"], [10, "PhysicalPartitionsReported"], "ClusterRegistered",  # c0 c1, leaders, c2
         "TopicCreated", [30, "PartitionsAdded"], "TopicCreated", [30, "PartitionsAdded"],
     ]  # fmt: skip
-    assert records_from_runs(runs) == image_to_records(image)
-    assert image_from_runs(runs, image.offset) == image
-    assert len(pack(runs)) < len(pack(image_to_wire(image))) / 2
+    assert records_of(decode_runs(runs)) == list(write_records(image))
+    assert read_runs(runs, image.offset) == image
+    assert len(pack(runs)) < len(pack(list(write_rows(image)))) / 2
     bad = [list(item) for item in runs]
     first_run = next(i for i, item in enumerate(bad) if item[1:2] == ["PartitionsAdded"])
     bad[first_run][4] = [0, 1, 2, *range(4, 31)]  # partition ids with one missing
     with pytest.raises(InvalidRecord, match="not the next id"):
-        image_from_runs(bad, 0)
+        read_runs(bad, 0)
     bad[first_run][4] = ["0", *range(1, 30)]
     with pytest.raises(CodecError):
-        image_from_runs(bad, 0)
+        read_runs(bad, 0)
 
 
 _REGISTRATIONS = st.lists(
@@ -402,7 +401,7 @@ def test_a_run_of_registrations_applies_like_one_record_at_a_time(run: list[Clus
         assert str(together) == str(one_by_one)
     else:
         assert together == one_by_one and list(together.clusters) == list(one_by_one.clusters)
-        assert image_from_runs(image_to_runs(together), together.offset) == together
+        assert read_runs(write_runs(together), together.offset) == together
 
 
 def test_a_registration_is_checked_against_the_image_it_is_applied_to() -> None:
@@ -431,7 +430,7 @@ def test_a_registration_is_checked_against_the_image_it_is_applied_to() -> None:
 
 def test_the_registrations_of_a_cluster_map_are_built_when_it_is_asked_about_again() -> None:
     # A run of new clusters changes the map with every command: building its set each time was O(clusters).
-    last = image_module._LastRegistrations()
+    last = LastRegistrations()
     one = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1")]).clusters
     two = apply(EMPTY_IMAGE, [ClusterRegistered("c2", "r1", "h:2")]).clusters
     assert last.of(one) is None
@@ -468,10 +467,10 @@ _MIXED = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(_MIXED)
 def test_a_command_applied_from_its_runs_is_applied_as_from_its_records(records: list[Record]) -> None:
-    """A follower applies a command of runs without building its records (``apply_runs`` over ``read_runs``):
+    """A follower applies a command of runs without building its records (``apply_runs`` over ``decode_runs``):
     the same image, or the same first error, as ``apply`` of the records and as each record on its own."""
     base = apply(EMPTY_IMAGE, ONE_OF_EACH)
-    items = list(read_runs(records_to_runs(records)[0]))
+    items = list(decode_runs(encode_runs(records)[0]))
     outcomes: list[MetadataImage | str] = []
     for applied in (
         lambda: replayed_one_by_one(base, records),
@@ -484,3 +483,33 @@ def test_a_command_applied_from_its_runs_is_applied_as_from_its_records(records:
             outcomes.append(str(e))
     assert outcomes[1] == outcomes[0] and outcomes[2] == outcomes[0]
     assert apply_runs(base, []) == base
+
+
+def test_what_replay_keeps_between_images_belongs_to_their_line_not_to_the_process() -> None:
+    one = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1")])
+    other = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1")])
+    assert one == other and one.replay_memo is not None and one.replay_memo is not other.replay_memo
+    assert apply(one, [NoOp()]).replay_memo is one.replay_memo
+    assert apply(one, [ClusterRegistered("c2", "r1", "h:2")]).replay_memo is one.replay_memo
+
+
+def test_a_batch_leaves_no_reference_cycle_for_the_garbage_collector() -> None:
+    # A delta and its parts are freed by reference counting as soon as the batch is applied (or refused): with
+    # a cycle, each batch's partition lists and placements would wait for a collection, which then walks them.
+    base = apply(EMPTY_IMAGE, ONE_OF_EACH)
+    batches = [
+        ONE_OF_EACH,
+        [TopicCreated("x", "X", "r1"), *(PartitionsAdded("X", i, "c2", "X", i) for i in range(5))],
+        [PhysicalPartitionsReported("c2", "U_TopicA", 2, "b:1"), ClusterUnfenced("c1", 9)],
+        [TopicCreated("x", "X", "r1"), PartitionsAdded("X", 0, "nope", "X", 0)],  # refused
+    ]
+    gc.collect()
+    gc.disable()
+    try:
+        for records in batches:
+            with contextlib.suppress(InvalidRecord):
+                apply(EMPTY_IMAGE, records)
+                apply(base, records)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

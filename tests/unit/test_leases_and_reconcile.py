@@ -71,6 +71,23 @@ def test_expiry_and_reported_failure_fence_and_recovery_unfences() -> None:
     assert leases.decide(fenced, 4.6, 12) == [ClusterUnfenced("c2", 12)]
 
 
+def test_a_new_reason_from_the_agent_of_a_fenced_cluster_is_recorded_without_unfencing_it() -> None:
+    leases = LeaseTable(lease_ms=3000)
+    leases.start_term(now_s=0.0)
+    leases.beat("c1", True, None, 5, 1.0, 0)
+    fenced = apply(BASE, [ClusterFenced("c2", "cluster unreachable: down", 1)])
+    leases.beat("c2", False, "cluster unreachable: down", 5, 1.0, 0)
+    assert leases.decide(fenced, 1.1, 2) == [], "the same reason again: nothing new to record"
+    leases.beat("c2", False, "cluster came back empty", 5, 1.5, 0)
+    refenced = [ClusterUnfenced("c2", 3), ClusterFenced("c2", "cluster came back empty", 3)]
+    assert leases.decide(fenced, 1.6, 3) == refenced  # committed as one batch: no reader sees c2 unfenced
+    after = apply(fenced, refenced)
+    assert after.clusters["c2"].fenced and after.clusters["c2"].fenced_reason == "cluster came back empty"
+    assert leases.decide(after, 1.7, 4) == []
+    leases.beat("c1", True, None, 5, 4.5, 0)
+    assert leases.decide(after, 5.0, 5) == [], "c2's lease expired: the agent's last reason stays on record"
+
+
 def test_decommissioned_clusters_are_not_fenced() -> None:
     image = apply(BASE, [ClusterStateChanged("c2", s) for s in ("read_only", "draining", "decommissioned")])
     leases = LeaseTable(lease_ms=1000)
@@ -111,6 +128,14 @@ def test_recovering_cluster_recreates_auto_created_topics_with_too_few_partition
         "A": 2
     }
     assert not reconcile.plan(reconcile.placement(BASE, "c1"), {"A": 1, "phys-b": 5}, recovering=False).recreate
+
+
+def test_an_expand_onto_a_cluster_holding_the_physical_topic_grows_it_and_recovery_recreates_it_instead() -> None:
+    grown = reconcile.plan(reconcile.placement(BASE, "c1"), {"A": 1, "phys-b": 5})
+    assert dict(grown.grow) == {"A": 2} and not grown.recreate and not grown.create and not grown.empty
+    recovering = reconcile.plan(reconcile.placement(BASE, "c1"), {"A": 1, "phys-b": 5}, recovering=True)
+    assert not recovering.grow and dict(recovering.recreate) == {"A": 2}
+    assert not reconcile.plan(reconcile.placement(BASE, "c1"), {"A": 3, "phys-b": 5}).grow, "never shrinks"
 
 
 def test_group_generations_follow_members_and_partitions() -> None:

@@ -15,7 +15,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from metadata_log import commands
 from metadata_log.errors import KfedError
-from metadata_log.image import EMPTY_IMAGE, apply, image_from_wire, image_to_records, image_to_wire, snapshot_image
+from metadata_log.image import EMPTY_IMAGE, apply
+from metadata_log.snapshot import read_records, read_rows, write_records, write_rows
 
 CLUSTERS = st.sampled_from(["c1", "c2", "c3", "c4"])
 REGIONS = st.sampled_from(["r1", "r2"])
@@ -182,8 +183,8 @@ class MetadataMachine(RuleBasedStateMachine):
 
     @invariant()
     def snapshot_round_trips(self) -> None:
-        assert snapshot_image(image_to_records(self.image), self.image.offset) == self.image
-        assert image_from_wire(image_to_wire(self.image), self.image.offset) == self.image
+        assert read_records(write_records(self.image), self.image.offset) == self.image
+        assert read_rows(write_rows(self.image), self.image.offset) == self.image
 
 
 TestMetadataModel = MetadataMachine.TestCase

@@ -11,8 +11,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from metadata_log import state as state_module
-from metadata_log.codec import CodecError, freeze_survivors, gc_paused, pack, round_trips, unpack
+from metadata_log.codec import CodecError, _round_trips, pack, unpack
+from metadata_log.heap import freeze_survivors, gc_paused
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
+from metadata_log.publisher import LogDelta
 from metadata_log.records import (
     LATEST_METADATA_VERSION,
     ClusterFenced,
@@ -42,10 +44,22 @@ from metadata_log.state import (
 from .samples import ONE_OF_EACH
 
 
+class Collected:
+    """A publisher that keeps (offset, record) of each record it is given, and each snapshot delta's image."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, Record]] = []
+        self.snapshots: list[MetadataImage] = []
+
+    def on_update(self, delta: LogDelta, image: MetadataImage) -> None:
+        if delta.snapshot:
+            self.snapshots.append(image)
+        self.records.extend(enumerate(delta.records, delta.first_offset))
+
+
 def collecting_state() -> tuple[LogState, list[tuple[int, Record]]]:
-    published: list[tuple[int, Record]] = []
-    state = LogState(lambda first, records, image: published.extend(enumerate(records, first)))
-    return state, published
+    published = Collected()
+    return LogState(published), published.records
 
 
 def test_group_of_proposals_gets_contiguous_offsets() -> None:
@@ -175,10 +189,11 @@ def test_garbage_commands_never_raise(data: bytes) -> None:
 
 
 def test_a_publisher_failure_does_not_stop_apply() -> None:
-    def boom(first_offset: object, records: object, image: object) -> None:
-        raise RuntimeError("publisher bug")
+    class Boom:
+        def on_update(self, delta: LogDelta, image: MetadataImage) -> None:
+            raise RuntimeError("publisher bug")
 
-    state = LogState(boom)
+    state = LogState(Boom())
     assert state.apply_command(encode_command([Proposal((NoOp(),))]))[0].status == "committed"
     assert state.image.offset == 0
 
@@ -187,11 +202,12 @@ def test_dump_and_load_round_trip() -> None:
     state = LogState()
     state.apply_command(encode_command([Proposal(tuple(ONE_OF_EACH), "key-1", "fp")]))
     data = state.dump({"last": [b"cmd", 7, 2]})
-    loaded, resets = LogState(), []
-    loaded.set_publisher(lambda first, records, image: resets.append((first, list(records), image.offset)))
+    loaded, published = LogState(), Collected()
+    loaded.subscribe(published)
     assert loaded.load(data) == {"last": [b"cmd", 7, 2]}
     assert loaded.image == state.image == apply(EMPTY_IMAGE, ONE_OF_EACH)
     assert loaded.outcome_for_key("key-1") == state.outcome_for_key("key-1")
+    resets = [(image.offset + 1, published.records, image.offset) for image in published.snapshots]
     assert resets == [(len(ONE_OF_EACH), [], len(ONE_OF_EACH) - 1)]
     assert "runs" in unpack(unframe(data))  # the log is at metadata version 2: the image goes as runs
 
@@ -257,8 +273,8 @@ def test_a_proposer_applies_its_own_command_as_its_followers_decode_it() -> None
     """The leader takes back the proposals it encoded instead of decoding its own command: only when
     decoding would give exactly them (every record kind but group generations, plain field types)."""
     records = tuple(r for r in ONE_OF_EACH if not isinstance(r, GroupGenerationStarted))
-    assert round_trips(records)
-    assert all(round_trips([r]) == (type(r) is not GroupGenerationStarted) for r in ONE_OF_EACH)
+    assert _round_trips(records)
+    assert all(_round_trips([r]) == (type(r) is not GroupGenerationStarted) for r in ONE_OF_EACH)
     proposals = [Proposal(records, "k", "f"), Proposal((NoOp(),))]
     leader, follower = LogState(), LogState()
     data = leader.encode_proposal(proposals)
@@ -316,7 +332,7 @@ class _Text(str):
     ],
 )
 def test_records_that_would_not_decode_unchanged_are_decoded_on_the_proposer_too(record: Record) -> None:
-    assert not round_trips([record])
+    assert not _round_trips([record])
     leader, follower = LogState(), LogState()
     setup = encode_command([Proposal((ClusterRegistered("c1", "r1", "h:1"), TopicCreated("i", "t", "r1")))])
     for state in (leader, follower):
@@ -441,3 +457,38 @@ def test_the_default_halt_ends_the_process_with_its_status_and_says_why() -> Non
     assert done.returncode == state_module.HALT_EXIT_STATUS == 3
     assert "went on" not in done.stdout
     assert "stopping this node: the log holds a committed command this node cannot apply" in done.stderr
+
+
+def test_a_late_subscriber_first_catches_up_from_the_empty_image_then_gets_every_update() -> None:
+    state, early = collecting_state()
+    state.apply_command(encode_command([Proposal((ClusterRegistered("c1", "r1", "h:1"), NoOp()))]))
+    late = Collected()
+    state.subscribe(late)
+    assert late.snapshots == [state.image] and late.records == []  # the catch-up: the image, no records
+    state.apply_command(encode_command([Proposal((NoOp(),))]))
+    assert late.records == [(2, NoOp())] and early == [
+        (0, ClusterRegistered("c1", "r1", "h:1")),
+        (1, NoOp()),
+        *late.records,
+    ]
+    fresh = Collected()
+    LogState().subscribe(fresh)
+    assert fresh.snapshots == [] and fresh.records == []  # nothing to catch up on
+
+
+def test_a_raft_follower_without_publishers_never_builds_the_records_of_its_commands(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A follower applies a command of runs as columns; building its records is only for publishers.
+    def built(*args: object) -> None:
+        raise AssertionError("records built for nobody")
+
+    raise_version = encode_command([Proposal((MetadataVersionChanged(LATEST_METADATA_VERSION),))])
+    topic = (ClusterRegistered("c1", "r1", "h:1"), TopicCreated("i", "t", "r1"))
+    partitions = tuple(PartitionsAdded("t", i, "c1", "t", i) for i in range(5))
+    follower = LogState()
+    follower.apply_command(raise_version)  # a command of version 1: rows, decoded as records
+    monkeypatch.setattr(state_module, "records_of", built)
+    commands = [encode_command([Proposal(topic)], 2), encode_command([Proposal(partitions)], 2)]
+    assert [follower.apply_command(data)[0].status for data in commands] == ["committed"] * 2
+    assert len(follower.image.topics["t"].partitions) == 5

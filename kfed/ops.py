@@ -7,20 +7,17 @@ done. Every one is safe to re-run: a re-run of a finished step changes nothing a
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Final, TextIO
 
-from metadata_log.access import Access
+from metadata_log.access import access_from, add_access_arguments
 from metadata_log.client import ControllerClient
 from metadata_log.errors import KfedError, NotFound
 
 DEFAULT_CONTROLLERS: Final = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
-LOCAL_TOKEN_FILE: Final = Path("var/local/admin.token")  # what `kfed local up` generates (its default data dir)
 POLL_S: Final = 0.5
 
 _CLUSTER_HELP = """\
@@ -48,36 +45,15 @@ that no group reads keeps its data until retention. Logical partition ids are ne
 
 _QUORUM_HELP = """\
 Replace a controller node without downtime, one change at a time:
-  1. start the new node with a config listing the current voters and itself:
-       kfed controller --config new.toml --node-id 4 --data-dir /var/lib/kfed/4 --join
+  1. start the new node with a config listing the current voters and itself, and the quorum's secrets:
+       kfed controller --config new.toml --node-id 4 --data-dir /var/lib/kfed/4 --join \\
+         --raft-secret-file /etc/kfed/raft.secret --admin-token-file /etc/kfed/admin.token
   2. kfed quorum add-voter --id 4 --raft 10.0.0.4:9101 --http http://10.0.0.4:8001
   3. kfed quorum remove-voter --id 1   (then stop node 1)
 """
 
 
 # -- parsers -----------------------------------------------------------------------------------------
-def add_access_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--token-file`` and ``--tls-ca``, for every command that calls the controllers."""
-    parser.add_argument(
-        "--token-file",
-        type=Path,
-        default=None,
-        help=f"file with the token sent to the controllers (default: $KFED_TOKEN_FILE, else {LOCAL_TOKEN_FILE} "
-        "when it exists, i.e. the local federation's admin token)",
-    )
-    parser.add_argument(
-        "--tls-ca", type=Path, default=None, help="CA bundle to verify the controllers' HTTPS certificates"
-    )
-
-
-def access_from(args: argparse.Namespace) -> Access:
-    """The ``Access`` of ``add_access_arguments``' flags, with their defaults resolved."""
-    token_file = args.token_file or os.environ.get("KFED_TOKEN_FILE")
-    if token_file is None and LOCAL_TOKEN_FILE.is_file():
-        token_file = LOCAL_TOKEN_FILE
-    return Access.from_files(token_file, args.tls_ca)
-
-
 def add_parsers(sub: Any) -> None:
     """Add the ``cluster``, ``topic`` and ``quorum`` commands to the ``kfed`` parser."""
     client = argparse.ArgumentParser(add_help=False)

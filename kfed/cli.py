@@ -8,13 +8,18 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
 
+from controller.config import ConfigError
 from metadata_log.access import AccessError
 from metadata_log.state import CorruptState
-from spark_pipeline import cli as pipeline_cli
 
-from . import ops
-from .config import ConfigError
+from . import ops, pipeline
+
+if TYPE_CHECKING:
+    from metadata_log.raft import RaftSettings
+
+log = logging.getLogger(__name__)
 
 _EPILOG_CONTROLLER = """\
 The config lists every voter, e.g.:
@@ -26,7 +31,19 @@ The config lists every voter, e.g.:
 
 Run one process per voter, each with its own --data-dir. A node restarted on the same data dir rejoins
 and catches up; a damaged state file stops the node with an error instead of starting empty.
+
+Every voter needs --raft-secret-file (the same secret on all of them) and --admin-token-file: without
+either it refuses to start, unless given --insecure (for a network that only trusted hosts reach).
 """
+
+
+# The secrets ``kfed controller`` refuses to start without (unless --insecure), each with what is open without it.
+SECURITY_FLAGS: Final = {
+    "--raft-secret-file": "anyone who reaches the Raft port can read the metadata and forge Raft "
+    "traffic (join the quorum, inject commands)",
+    "--admin-token-file": "anyone who reaches the HTTP port can write (create and delete topics, fence "
+    "and decommission clusters, change the voters)",
+}
 
 
 def _non_negative_int(text: str) -> int:
@@ -36,14 +53,7 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kfed",
-        description="kfed: the control plane of a federated Kafka (a Raft-replicated metadata log).",
-    )
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_controller_parser(sub: Any) -> None:
     c = sub.add_parser(
         "controller",
         help="run one node of the controller quorum",
@@ -103,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--admin-token-file",
         type=Path,
-        help="admin writes (POST/PUT/DELETE, agents' reports) need 'Authorization: Bearer <this token>'",
+        help="admin writes (POST/PUT/DELETE, agents' reports) need 'Authorization: Bearer <this token>' "
+        "(required unless --insecure)",
     )
     c.add_argument(
         "--read-token-file",
@@ -114,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--raft-secret-file",
         type=Path,
         help="shared secret of the voters: Raft traffic is encrypted and authenticated with it, so a stranger "
-        "on the Raft port can neither join nor inject (every voter needs the same secret; costs latency)",
+        "on the Raft port can neither join nor inject (every voter needs the same secret; costs latency; "
+        "required unless --insecure)",
     )
     c.add_argument("--tls-cert", type=Path, help="serve the API over HTTPS with this certificate (PEM chain)")
     c.add_argument("--tls-key", type=Path, help="private key of --tls-cert (PEM)")
@@ -135,7 +147,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not fsync the Raft journal per append (faster; a power loss of a majority can "
         "then lose acknowledged writes; kill -9 cannot)",
     )
+    c.add_argument(
+        "--insecure",
+        action="store_true",
+        help="start without --raft-secret-file and/or --admin-token-file, on a network that only trusted hosts "
+        "reach: without them anyone on the Raft port can forge Raft traffic and anyone on the HTTP port can write",
+    )
 
+
+def _add_agent_parser(sub: Any) -> None:
     a = sub.add_parser(
         "agent",
         help="run the agent of one physical Kafka cluster",
@@ -174,8 +194,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="replication factor of the physical topics it creates (default -1: the broker's default)",
     )
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kfed",
+        description="kfed: the control plane of a federated Kafka (a Raft-replicated metadata log).",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    _add_controller_parser(sub)
+    _add_agent_parser(sub)
     ops.add_parsers(sub)
-    pipeline_cli.add_parser(sub)
+    pipeline.add_parser(sub)
 
     local = sub.add_parser(
         "local",
@@ -185,14 +216,67 @@ def build_parser() -> argparse.ArgumentParser:
     local_sub = local.add_subparsers(dest="local_command", required=True, metavar="ACTION")
     up = local_sub.add_parser(
         "up",
-        help="start 3 controllers (HTTP 8001-8003, Raft 9101-9103) and keep them running until Ctrl-C",
-        description="Start the local quorum: three controller processes on loopback with their data under "
-        "--data-dir, and a live status line. Ctrl-C stops everything.",
+        help="start 3 controllers, sub-clusters of Apache Kafka (or Tansu) brokers and their agents until Ctrl-C",
+        description="Start the local federation on loopback, its data and logs under --data-dir: 3 controllers "
+        "(HTTP 8001-8003, Raft 9101-9103), --clusters sub-clusters c1, c2, ... of --brokers-per-cluster Apache "
+        "Kafka brokers in KRaft mode (c1 on 19092, c2 on 29092, ...; their KRaft controllers 100 above) or of one "
+        "Tansu broker each (--broker tansu: memory storage, starts in milliseconds), an agent per sub-cluster, and "
+        "the demo topic U_TopicA (4 partitions per sub-cluster); with --spark-workers N, a Spark standalone master "
+        "and N workers. Every port is checked before anything starts. "
+        "A restart on the same --data-dir keeps the quorum's log and the Kafka brokers' data. Ctrl-C stops "
+        "everything.",
     )
     up.add_argument("--data-dir", type=Path, default=Path("var/local"), help="default: var/local")
     up.add_argument("--http-base-port", type=ops.positive_int, default=8001, help="default 8001 (8001-8003)")
     up.add_argument("--raft-base-port", type=ops.positive_int, default=9101, help="default 9101 (9101-9103)")
-    up.add_argument("--once", action="store_true", help="start, wait until a leader is elected, print, stop")
+    up.add_argument(
+        "--broker",
+        choices=["kafka", "tansu"],
+        default="kafka",
+        help="kafka (default): Apache Kafka brokers (make kafka installs them); tansu: light, memory only",
+    )
+    up.add_argument("--clusters", type=ops.positive_int, default=2, help="sub-clusters in region r1 (default 2)")
+    up.add_argument(
+        "--brokers-per-cluster",
+        type=ops.positive_int,
+        default=1,
+        help="Kafka brokers per sub-cluster (default 1; 3 replicates each partition 3 times, min.insync.replicas 2)",
+    )
+    up.add_argument(
+        "--broker-base-port",
+        type=ops.positive_int,
+        default=19092,
+        help="c1's first broker port (default 19092); sub-cluster k listens 10000 * (k - 1) above it",
+    )
+    up.add_argument(
+        "--spark-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also start a Spark standalone master (spark://127.0.0.1:7077, UI 8080) and N workers of 1 core and "
+        "1 GiB each, for `kfed pipeline NAME --master spark://127.0.0.1:7077` (default 0: none)",
+    )
+    up.add_argument("--spark-master-port", type=ops.positive_int, default=7077, help="default 7077")
+    up.add_argument("--spark-ui-port", type=ops.positive_int, default=8080, help="the master's web UI (default 8080)")
+    up.add_argument("--once", action="store_true", help="start, wait until everything is up, print, stop")
+    cluster = local_sub.add_parser(
+        "cluster",
+        help="add a sub-cluster to the running `kfed local up`",
+        description="Change the running `kfed local up` federation (found through its --data-dir).",
+    )
+    cluster_sub = cluster.add_subparsers(dest="local_cluster_command", required=True, metavar="ACTION")
+    add = cluster_sub.add_parser(
+        "add",
+        help="start one more sub-cluster and its agent, which registers it",
+        description="Start one more sub-cluster (the kind and size `kfed local up` runs) with its agent, which "
+        "registers it; then e.g. `kfed topic expand U_TopicA --cluster c3 --partitions 4` places partitions on it. "
+        "The running `kfed local up` owns the new processes: its Ctrl-C stops them too.",
+    )
+    add.add_argument("cluster_id", help="id of the new sub-cluster, e.g. c3")
+    add.add_argument("--region", default="r1", help="its region (default r1, the demo topic's)")
+    add.add_argument(
+        "--data-dir", type=Path, default=Path("var/local"), help="that of `kfed local up` (default: var/local)"
+    )
     return parser
 
 
@@ -212,9 +296,16 @@ def main(argv: list[str] | None = None) -> int:
             result: int = args.func(args)
             return result
         if args.command == "local" and args.local_command == "up":
-            from deploy.local import local_up
+            from deploy.local_up import LocalLayout, local_up
 
-            return local_up(args.data_dir, args.http_base_port, args.raft_base_port, once=args.once)
+            layout = LocalLayout(args.data_dir, args.http_base_port, args.raft_base_port, args.broker, args.clusters,
+                                 args.brokers_per_cluster, args.broker_base_port, args.spark_workers,
+                                 args.spark_master_port, args.spark_ui_port)  # fmt: skip
+            return local_up(layout, once=args.once)
+        if args.command == "local" and args.local_command == "cluster":
+            from deploy.local_up import cluster_add
+
+            return cluster_add(args.data_dir, args.cluster_id, args.region)
     except (ConfigError, CorruptState, AccessError) as e:
         print(f"kfed: {e}", file=sys.stderr)
         return 2
@@ -226,13 +317,35 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _controller(args: argparse.Namespace) -> int:
-    from metadata_log.access import read_secret
-    from metadata_log.raft import RaftSettings
+def missing_secrets(args: argparse.Namespace) -> list[str]:
+    """The ``SECURITY_FLAGS`` a ``kfed controller`` command line leaves out."""
+    return [flag for flag in SECURITY_FLAGS if getattr(args, flag[2:].replace("-", "_")) is None]
 
-    from .auth import Tokens
-    from .config import load_quorum
-    from .node import NodeSettings, TlsFiles, run_node
+
+def _refuse_insecure(args: argparse.Namespace) -> bool:
+    """Whether to refuse to start: a secret is missing and --insecure was not given (the refusal, one line per
+    missing flag, is on stderr). With --insecure each missing secret is logged as a warning instead."""
+    missing = missing_secrets(args)
+    if not args.insecure:
+        for flag in missing:
+            print(
+                f"kfed controller: {flag} is required: without it {SECURITY_FLAGS[flag]}; "
+                "pass --insecure to run without it on a trusted network",
+                file=sys.stderr,
+            )
+        return bool(missing)
+    for flag in missing:
+        log.warning("INSECURE (--insecure): started without %s: %s", flag, SECURITY_FLAGS[flag])
+    return False
+
+
+def _controller(args: argparse.Namespace) -> int:
+    if _refuse_insecure(args):  # before anything is imported, read or bound
+        return 2
+    from controller.auth import Tokens
+    from controller.config import load_quorum
+    from controller.node import NodeSettings, TlsFiles, run_node
+    from metadata_log.access import read_secret
 
     if args.election_timeout_ms_max <= args.election_timeout_ms_min:
         raise ConfigError("--election-timeout-ms-max must be above --election-timeout-ms-min")
@@ -260,18 +373,27 @@ def _controller(args: argparse.Namespace) -> int:
         join=args.join,
         tokens=tokens,
         tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_ca) if args.tls_cert else None,
-        raft=RaftSettings(
-            election_timeout_ms_min=args.election_timeout_ms_min,
-            election_timeout_ms_max=args.election_timeout_ms_max,
-            journal_fsync=not args.no_journal_fsync,
-            compaction_min_entries=args.compaction_min_entries,
-            compaction_min_s=args.compaction_period_s,
-            bind_address=args.raft_bind,
-            password=read_secret(args.raft_secret_file, "--raft-secret-file") if args.raft_secret_file else None,
+        raft=raft_settings(
+            args, read_secret(args.raft_secret_file, "--raft-secret-file") if args.raft_secret_file else None
         ),
     )
     run_node(quorum, args.node_id, args.data_dir, settings)
     return 0
+
+
+def raft_settings(args: argparse.Namespace, password: str | None) -> RaftSettings:
+    """The Raft layer's settings of a ``kfed controller`` command line (its defaults are ``RaftSettings()``'s)."""
+    from metadata_log.raft import RaftSettings
+
+    return RaftSettings(
+        election_timeout_ms_min=args.election_timeout_ms_min,
+        election_timeout_ms_max=args.election_timeout_ms_max,
+        journal_fsync=not args.no_journal_fsync,
+        compaction_min_entries=args.compaction_min_entries,
+        compaction_min_s=args.compaction_period_s,
+        bind_address=args.raft_bind,
+        password=password,
+    )
 
 
 def _agent(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 import importlib
 from typing import Any
 
-from .jobs import JOBS
+from spark_pipeline.jobs import JOBS
 
 _EPILOG = """\
 jobs (each also runs as `python -m spark_pipeline.jobs.NAME`; `kfed pipeline NAME --help` for its options):

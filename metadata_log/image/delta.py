@@ -1,0 +1,216 @@
+"""``MetadataDelta`` and the one pure function that makes the next image (Kafka's ``MetadataDelta``).
+
+``apply(image, records)`` replays records into a ``MetadataDelta`` and freezes it once per batch. The delta
+is a dispatcher: each record type goes to the part of the image it changes (``ClusterDelta``,
+``TopicsDelta``, ``GroupsDelta``, ``QuorumDelta``), created on first use as a copy-on-write view of the
+image's map. A part replays a record at a time, or a whole run of records of one type given as columns
+(``_RUN_ROUTES``: a topic's partitions, an agent's leader reports, a group commit of registrations), with the
+same checks and the same first error.
+
+Replay checks every record against the image and raises ``InvalidRecord`` when it does not fit (an unknown
+cluster, a partition id that is not the next one, a state change off its allowed path): the Raft state
+machine turns that into a rejected proposal, so a race between two writers validated against the same image
+can never corrupt the log. No clock, no randomness, no I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import groupby
+from typing import Any, Final, cast
+
+from ..codec import Run, build_records, record_columns
+from ..records import (
+    ClusterFenced,
+    ClusterRegistered,
+    ClusterStateChanged,
+    ClusterUnfenced,
+    GroupCoordinatorAssigned,
+    GroupGenerationStarted,
+    MetadataVersionChanged,
+    NoOp,
+    PartitionsAdded,
+    PartitionStateChanged,
+    PhysicalPartitionsReported,
+    QuorumVoterChanged,
+    Record,
+    TopicCreated,
+    TopicDeleted,
+)
+from .cluster import ClusterDelta, LastRegistrations
+from .common import InvalidRecord
+from .groups import GroupsDelta
+from .metadata import MetadataImage
+from .quorum import QuorumDelta
+from .topics import TopicsDelta
+
+
+class MetadataDelta:
+    """Changes of one batch over a base image: ``replay`` records (or ``replay_run`` columns), then ``apply``
+    once. Counts the records replayed: the image after them is at ``base.offset`` + that many."""
+
+    __slots__ = ("_base", "_clusters", "_count", "_groups", "_memo", "_quorum", "_topics")
+
+    def __init__(self, base: MetadataImage) -> None:
+        self._base = base
+        self._clusters: ClusterDelta | None = None
+        self._topics: TopicsDelta | None = None
+        self._groups: GroupsDelta | None = None
+        self._quorum: QuorumDelta | None = None
+        self._memo = base.replay_memo
+        self._count = 0
+
+    @property
+    def base(self) -> MetadataImage:
+        """The image this delta applies to."""
+        return self._base
+
+    # -- the parts, each made on first use -----------------------------------------------------------
+    def cluster_delta(self) -> ClusterDelta:
+        part = self._clusters
+        if part is None:
+            if self._memo is None:
+                self._memo = LastRegistrations()
+            part = self._clusters = ClusterDelta(self._base.clusters, self._memo)
+        return part
+
+    def topics_delta(self) -> TopicsDelta:
+        part = self._topics
+        if part is None:
+            # The clusters as replayed so far, through the cluster delta itself: a method of this delta would
+            # make a reference cycle, and the garbage collector, not reference counting, would free each batch.
+            part = self._topics = TopicsDelta(self._base.topics, self.cluster_delta().current)
+        return part
+
+    def groups_delta(self) -> GroupsDelta:
+        part = self._groups
+        if part is None:
+            part = self._groups = GroupsDelta(self._base.groups)
+        return part
+
+    def quorum_delta(self) -> QuorumDelta:
+        part = self._quorum
+        if part is None:
+            part = self._quorum = QuorumDelta(self._base.voters, self._base.metadata_version)
+        return part
+
+    # -- replay --------------------------------------------------------------------------------------
+    def replay(self, record: Record) -> None:
+        """Fold one record into the delta; ``InvalidRecord`` if it does not fit."""
+        route = _ROUTES.get(type(record))
+        if route is None:
+            raise InvalidRecord(f"not a record: {type(record).__name__}")
+        part, replay = route
+        replay(part(self), record)
+        self._count += 1
+
+    def replay_run(self, cls: type[Record], columns: Sequence[Sequence[Any]], n: int) -> None:
+        """Fold ``n`` consecutive records of type ``cls``, given as checked columns (one per field, in order):
+        a whole run at a time where the part has a columnar path (``BULK_TYPES``), else record by record."""
+        route = _RUN_ROUTES.get(cls)
+        if route is None:
+            for record in build_records(cls, columns, n):
+                self.replay(record)
+            return
+        part, replay = route
+        replay(part(self), *columns)
+        self._count += n
+
+    def replay_records(self, records: Iterable[Record]) -> None:
+        """``replay`` of each record; runs of consecutive records of a ``BULK_TYPES`` type go as columns."""
+        for cls, group in groupby(records, type):
+            if cls in BULK_TYPES:
+                run = list(group)
+                self.replay_run(cls, record_columns(run, cls), len(run))
+            else:
+                for record in group:
+                    self.replay(record)
+
+    def replay_items(self, items: Iterable[Run | Record]) -> None:
+        """Records of which some come as a ``Run`` (records of one type as checked columns), as the codec
+        decodes a command or a snapshot: each run goes to ``replay_run`` as it is, the records between runs
+        to ``replay_records``."""
+        for is_run, group in groupby(items, _is_run):
+            if is_run:
+                for run in cast(Iterator[Run], group):
+                    self.replay_run(*run)
+            else:
+                self.replay_records(cast(Iterator[Record], group))
+
+    def apply(self) -> MetadataImage:
+        """The image after every replayed record; unchanged parts are the base image's own maps."""
+        base = self._base
+        clusters, topics, groups, quorum = self._clusters, self._topics, self._groups, self._quorum
+        return MetadataImage(  # by position: the fields in order (offset, clusters, topics, groups, voters, ...)
+            base.offset + self._count,
+            clusters.apply() if clusters is not None else base.clusters,
+            topics.apply() if topics is not None else base.topics,
+            groups.apply() if groups is not None else base.groups,
+            quorum.voters() if quorum is not None else base.voters,
+            quorum.metadata_version if quorum is not None else base.metadata_version,
+            self._memo,
+        )
+
+
+def _is_run(item: Run | Record) -> bool:
+    return type(item) is Run
+
+
+def _no_part(delta: MetadataDelta) -> None:
+    return None
+
+
+def _nothing(part: None, record: Record) -> None:
+    """``NoOp`` changes nothing but the offset."""
+
+
+_Route = tuple[Callable[[MetadataDelta], Any], Callable[[Any, Any], None]]
+
+_ROUTES: Final[Mapping[type[Record], _Route]] = {
+    ClusterRegistered: (MetadataDelta.cluster_delta, ClusterDelta.replay_registered),
+    ClusterStateChanged: (MetadataDelta.cluster_delta, ClusterDelta.replay_state_changed),
+    ClusterFenced: (MetadataDelta.cluster_delta, ClusterDelta.replay_fenced),
+    ClusterUnfenced: (MetadataDelta.cluster_delta, ClusterDelta.replay_unfenced),
+    PhysicalPartitionsReported: (MetadataDelta.cluster_delta, ClusterDelta.replay_leader_reported),
+    TopicCreated: (MetadataDelta.topics_delta, TopicsDelta.replay_created),
+    PartitionsAdded: (MetadataDelta.topics_delta, TopicsDelta.replay_partition_added),
+    PartitionStateChanged: (MetadataDelta.topics_delta, TopicsDelta.replay_partition_state),
+    TopicDeleted: (MetadataDelta.topics_delta, TopicsDelta.replay_deleted),
+    GroupCoordinatorAssigned: (MetadataDelta.groups_delta, GroupsDelta.replay_coordinator),
+    GroupGenerationStarted: (MetadataDelta.groups_delta, GroupsDelta.replay_generation),
+    QuorumVoterChanged: (MetadataDelta.quorum_delta, QuorumDelta.replay_voter),
+    MetadataVersionChanged: (MetadataDelta.quorum_delta, QuorumDelta.replay_metadata_version),
+    NoOp: (_no_part, _nothing),
+}
+"""Per record type: the part of the image it changes, and the part's method that replays it."""
+
+_RUN_ROUTES: Final[Mapping[type[Record], tuple[Callable[[MetadataDelta], Any], Callable[..., None]]]] = {
+    PartitionsAdded: (MetadataDelta.topics_delta, TopicsDelta.add_partitions),
+    PhysicalPartitionsReported: (MetadataDelta.cluster_delta, ClusterDelta.report_leaders),
+    ClusterRegistered: (MetadataDelta.cluster_delta, ClusterDelta.register),
+}
+"""Per record type replayed a run at a time: the part, and its method taking the run's columns."""
+
+BULK_TYPES: Final = frozenset(_RUN_ROUTES)
+"""Record types ``MetadataDelta.replay_run`` replays a whole run at a time (others: record by record)."""
+
+
+def apply(image: MetadataImage, records: Iterable[Record]) -> MetadataImage:
+    """The image after ``records``, each taking the next offset; ``InvalidRecord`` if any does not fit.
+
+    Atomic: on error the caller still holds the unchanged ``image``. Runs of consecutive ``PartitionsAdded``
+    (a topic creation, a scale-up), ``PhysicalPartitionsReported`` (an agent's report) and
+    ``ClusterRegistered`` (a group commit of registrations) are replayed as columns: the same checks and the
+    same first error as one at a time.
+    """
+    delta = MetadataDelta(image)
+    delta.replay_records(records)
+    return delta.apply()
+
+
+def apply_runs(image: MetadataImage, items: Iterable[Run | Record]) -> MetadataImage:
+    """``apply`` of records of which some come as a ``Run``, as the codec decodes them: a follower applies a
+    command, and a node loads a snapshot, without building their record objects."""
+    delta = MetadataDelta(image)
+    delta.replay_items(items)
+    return delta.apply()

@@ -1,0 +1,89 @@
+"""How effects leave the core: publishers get ``on_update(delta, image)`` (Kafka's ``MetadataPublisher``).
+
+Whoever advances an image (the Raft state machine on a controller, ``LogFollower`` in an agent, the SDK or a
+Spark job) hands each advance to its subscribed publishers: the HTTP read model, the agent's reconciler,
+the producer's routes. A publisher subscribed late first gets a catch-up: a snapshot delta from the empty
+image to the current one, then every later update, none missed and none twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
+
+from .image import EMPTY_IMAGE, MetadataImage
+from .records import Record
+
+__all__ = ["LogDelta", "MetadataPublisher", "Publishers"]
+
+log = logging.getLogger(__name__)
+
+
+class LogDelta(NamedTuple):
+    """What took ``base`` to the published image.
+
+    Either committed ``records``, at offsets ``first_offset``, ``first_offset + 1``, ... (a batch is never
+    split), or, with ``snapshot``, an image loaded whole (a node's dump, a snapshot from another node, the
+    catch-up of a late subscriber): no records, and the log continues after the new image's offset. A
+    NamedTuple: one is made per committed command, and a tuple is made faster than a frozen dataclass."""
+
+    base: MetadataImage
+    records: Sequence[Record] = ()
+    snapshot: bool = False
+
+    @classmethod
+    def replaced(cls, base: MetadataImage) -> LogDelta:
+        """The snapshot delta of an image loaded whole over ``base``."""
+        return cls(base, (), True)
+
+    @property
+    def first_offset(self) -> int:
+        """The offset of ``records[0]``."""
+        return self.base.offset + 1
+
+
+class MetadataPublisher(Protocol):
+    def on_update(self, delta: LogDelta, image: MetadataImage) -> None:
+        """Called after each advance, in order, on the thread that advanced the image: keep it short."""
+
+
+class Publishers:
+    """The publishers subscribed to one line of images, and the last image published to them.
+
+    ``publish`` and ``subscribe`` take the same lock, so a subscriber's catch-up is to exactly the image
+    after which its first update starts (re-entrant: a publisher may subscribe another from ``on_update``).
+    A publisher that raises is logged, not unsubscribed: the next update still reaches it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._subscribed: tuple[MetadataPublisher, ...] = ()
+        self._image = EMPTY_IMAGE
+
+    def subscribe(self, publisher: MetadataPublisher) -> None:
+        """Add ``publisher``; it first gets the catch-up from the empty image, unless nothing was published yet."""
+        with self._lock:
+            if self._image is not EMPTY_IMAGE:
+                _deliver(publisher, LogDelta.replaced(EMPTY_IMAGE), self._image)
+            self._subscribed += (publisher,)
+
+    def publish(self, image: MetadataImage, delta: Callable[..., LogDelta], *args: Any) -> None:
+        """Publish ``image`` and the delta that made it, made by ``delta(*args)`` only when a publisher is
+        subscribed: a Raft follower builds the records of a command from its runs for nobody else."""
+        with self._lock:
+            self._image = image
+            if self._subscribed:
+                made = delta(*args)
+                for publisher in self._subscribed:
+                    try:
+                        publisher.on_update(made, image)
+                    except Exception:  # one broken publisher must not stop the others, nor the image's advance
+                        log.exception("publisher %r failed", publisher)
+
+
+def _deliver(publisher: MetadataPublisher, delta: LogDelta, image: MetadataImage) -> None:
+    try:
+        publisher.on_update(delta, image)
+    except Exception:  # one broken publisher must not stop the others, nor whoever advances the image
+        log.exception("publisher %r failed", publisher)

@@ -1,0 +1,588 @@
+"""The bridge: the one module of kfed that reaches into pysyncobj 0.3.17's internals.
+
+pysyncobj is kfed's Raft engine. Here, and only here, kfed changes how it works:
+
+- ``Replica``, the ``SyncObj``: one replicated method taking bytes (``LogState.apply_command``, which never
+  raises); a follower's ``append_entries`` handled by Raft's rule (``rules.plan_append``); replies stamped with
+  their term; a pre-vote before every election (``rules.PreVote``); a tick's own stalls not counted as the
+  peers' silence (``rules.stall_excuse``); the Raft thread woken once per burst of proposals.
+- ``install``: pysyncobj builds its journal and dump serializer, pickles and unpickles, and compresses, through
+  module globals; ``install`` points them at kfed's (``journal.CheckedJournal``, ``DumpSerializer`` over
+  ``dump.DumpWriter``, ``wire.SafePickle``, ``wire.WireZlib``). Nothing changes at import: ``RaftNode`` calls
+  ``install`` when it starts, and again for every node (it is idempotent).
+- ``sync_obj_conf``: every pysyncobj option kfed sets, with its reason.
+
+Every private name of pysyncobj used here is in ``PRIVATE_NAMES``; ``tests/unit/test_raft_bridge.py`` pins each
+against the installed pysyncobj (it exists, with the signature given) and checks that no other module of kfed
+names one, so an upgrade of pysyncobj fails there, loudly, and not in production.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import pysyncobj.pickle as pso_pickle
+import pysyncobj.syncobj as _pso
+import pysyncobj.tcp_connection as pso_tcp
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.config import SERIALIZER_STATE
+from pysyncobj.journal import MemoryJournal
+from pysyncobj.monotonic import monotonic as pysyncobj_clock
+from pysyncobj.node import TCPNode
+from pysyncobj.serializer import Serializer
+
+from ..state import Outcome
+from .dump import DumpState, DumpWriter
+from .journal import CheckedJournal
+from .rules import (
+    Entry,
+    PreVote,
+    PreVoteStep,
+    TickMark,
+    follower_commit,
+    guard_snapshot_commit,
+    is_progress_reply,
+    next_index_after_progress,
+    plan_append,
+    pre_vote_step,
+    stale_reply,
+    stall_excuse,
+)
+from .wire import PICKLE_PROTOCOL, SafePickle, WireZlib
+
+if TYPE_CHECKING:
+    from .node import RaftNode, RaftSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Private:
+    """A name of pysyncobj that is not its public API, and what kfed does with it."""
+
+    owner: str  # "SyncObj": of a SyncObj (an instance attribute, or a method); otherwise the module
+    name: str  # as pysyncobj's source spells it: SyncObj's ``__raftLog`` is reached as ``_SyncObj__raftLog``
+    signature: str | None  # of a method or function, as ``inspect.signature`` shows it; None: not callable
+    use: str
+
+
+_SYNCOBJ: Final = "SyncObj"
+# fmt: off
+PRIVATE_NAMES: Final = (
+    # SyncObj's state: read, and written where the rules say so
+    Private(_SYNCOBJ, "__raftLog", None, "the journal: room checked before proposing, a message appended at once"),
+    Private(_SYNCOBJ, "__raftCommitIndex", None, "raised only to what a message verified (rules.follower_commit)"),
+    Private(_SYNCOBJ, "__raftNextIndex", None, "kept ahead after a success (rules.next_index_after_progress)"),
+    Private(_SYNCOBJ, "__raftCurrentTerm", None, "stamps replies, drops stale ones, names the pre-vote's term"),
+    Private(_SYNCOBJ, "__raftLastApplied", None, "a conflicting append that reaches it is logged as critical"),
+    Private(_SYNCOBJ, "__leaderCommitIndex", None, "set from each append_entries, as pysyncobj does"),
+    Private(_SYNCOBJ, "__recvTransmission", None, "the chunks of an entry too big for one message"),
+    Private(_SYNCOBJ, "__transport", None, "sends pre-votes and the stamped replies"),
+    Private(_SYNCOBJ, "__raftElectionDeadline", None, "moved by stalls, pre-votes and hold_elections_until_led"),
+    Private(_SYNCOBJ, "__lastResponseTime", None, "the leader's CheckQuorum clocks, moved by stalls"),
+    Private(_SYNCOBJ, "__raftState", None, "a leader neither pre-votes nor grants pre-votes"),
+    Private(_SYNCOBJ, "__transferInProgress", None, "a leadership transfer campaigns without a pre-vote"),
+    Private(_SYNCOBJ, "__commandsQueue", None, "_applyCommand queues proposals as pysyncobj does"),
+    Private(_SYNCOBJ, "__pipeNotifier", None, "_applyCommand wakes the Raft thread once per burst"),
+    Private(_SYNCOBJ, "__conf", None, "dynamicMembershipChange: membership entries are (un)done on append"),
+    # SyncObj's methods, called
+    Private(_SYNCOBJ, "__getEntries", "(self, fromIDx, count=None, maxSizeBytes=None)", "the follower's log"),
+    Private(_SYNCOBJ, "__getCurrentLogIndex", "(self)", "the follower's last index"),
+    Private(_SYNCOBJ, "__getCurrentLogTerm", "(self)", "the pre-vote compares logs"),
+    Private(_SYNCOBJ, "__deleteEntriesFrom", "(self, fromIDx)", "Raft step 3: drop a conflict and what follows"),
+    Private(_SYNCOBJ, "__parseChangeClusterRequest", "(self, command)", "membership entries appended or dropped"),
+    Private(_SYNCOBJ, "__doChangeCluster", "(self, request, reverse=False)", "... applied or undone"),
+    Private(_SYNCOBJ, "__generateRaftTimeout", "(self)", "a pre-vote round lasts one election timeout"),
+    Private(_SYNCOBJ, "__callErrCallback", "(self, err, callback)", "a full command queue fails the proposal"),
+    Private(_SYNCOBJ, "_getLeader", "(self)", "the leader's address, for status"),
+    # SyncObj's methods, overridden with the same signature (the override calls pysyncobj's)
+    Private(_SYNCOBJ, "__onMessageReceived", "(self, node, message)", "every Raft message comes through it"),
+    Private(_SYNCOBJ, "__sendNextNodeIdx", "(self, node, reset=False, nextNodeIdx=None, success=False)",
+            "the follower's reply, stamped with its term"),
+    Private(_SYNCOBJ, "_onTick", "(self, timeToWait=0.0)", "stalls excused and the pre-vote run first"),
+    Private(_SYNCOBJ, "_applyCommand", "(self, command, callback, commandType=None)", "one wake per burst"),
+    Private(_SYNCOBJ, "_checkCommandsToApply", "(self)", "clears the burst's wake mark"),
+    # module globals
+    Private("pysyncobj.syncobj", "_RAFT_STATE", None, "LEADER"),
+    Private("pysyncobj.syncobj", "createJournal", "(journalFile=None)", "replaced: builds a CheckedJournal"),
+    Private("pysyncobj.syncobj", "Serializer",
+            "(fileName, transmissionBatchSize, tryUseFork, serializer, deserializer, serializeChecker)",
+            "replaced: DumpSerializer (a dump written on a thread)"),
+    Private("pysyncobj.tcp_connection", "zlib", None, "replaced: WireZlib (the wire's compression level)"),
+    Private("pysyncobj.pickle", "__protocol", None, "set to wire.PICKLE_PROTOCOL"),
+    Private("pysyncobj.pickle", "loads", "(data)", "replaced: SafePickle.loads (frames and commands)"),
+    Private("pysyncobj.pickle", "load", "(file)", "replaced: SafePickle.load"),
+)
+# fmt: on
+
+SAFE_PICKLE: Final = SafePickle({("pysyncobj.node", "TCPNode"): TCPNode})
+"""Decodes every Raft frame and command: plain values, and the ``TCPNode`` a membership change carries (rebuilt
+from its attributes; nothing of it runs)."""
+
+
+def install(wire_compression: int) -> None:
+    """Route pysyncobj through kfed's parts, process-wide; idempotent (each node calls it when it starts).
+
+    Process-wide because pysyncobj reaches them through its module globals: every SyncObj of the process then
+    journals, dumps, decodes and compresses kfed's way (one node per process is the rule anyway)."""
+    _pso.createJournal = _create_journal
+    _pso.Serializer = DumpSerializer
+    vars(pso_pickle)["__protocol"] = PICKLE_PROTOCOL
+    pso_pickle.loads = SAFE_PICKLE.loads
+    pso_pickle.load = SAFE_PICKLE.load
+    wire = pso_tcp.zlib
+    if not (isinstance(wire, WireZlib) and wire.level == wire_compression):
+        pso_tcp.zlib = WireZlib(wire_compression)
+
+
+_journal_fsync = threading.local()  # what the journal about to be built syncs (set around Replica's construction)
+
+
+def _create_journal(journal_file: str | None) -> Any:
+    if journal_file is None:
+        return MemoryJournal()
+    return CheckedJournal(journal_file, fsync=getattr(_journal_fsync, "on", False))
+
+
+class DumpSerializer(Serializer):  # type: ignore[misc]  # pysyncobj is untyped
+    """pysyncobj's full-dump Serializer, writing through ``DumpWriter`` (a thread) instead of its fork().
+
+    ``serialize`` runs on the Raft thread and only calls the node's capture (an immutable image reference
+    and a copy of the keys). Until the writer is done, ``checkSerializing`` answers SERIALIZING, so pysyncobj
+    truncates its journal only once the new dump is durable. Reading and transmitting the dump to a lagging
+    follower stay pysyncobj's own code."""
+
+    _STATES: Final = {
+        DumpState.IDLE: SERIALIZER_STATE.NOT_SERIALIZING,
+        DumpState.WRITING: SERIALIZER_STATE.SERIALIZING,
+        DumpState.WRITTEN: SERIALIZER_STATE.SUCCESS,
+        DumpState.FAILED: SERIALIZER_STATE.FAILED,
+    }
+
+    def __init__(self, file_name: str, batch_size: int, try_use_fork: bool, capture: Any, deserializer: Any,
+                 checker: Any) -> None:  # fmt: skip
+        super().__init__(file_name, batch_size, False, capture, deserializer, checker)
+        self._capture = capture
+        self._writer = DumpWriter(file_name)
+
+    def serialize(self, data: Any, dump_id: Any) -> None:
+        if self._writer.busy:
+            return
+        _state, last, prev, cluster = data
+        self._writer.start(self._capture(last, prev, [n.address for n in cluster]), dump_id)
+
+    def checkSerializing(self) -> tuple[int, Any]:
+        state, dump_id = self._writer.poll()
+        return self._STATES[state], dump_id
+
+
+def _deserializer(restore: Callable[[str], tuple[list[Any], list[Any], list[str]]] | None) -> Any:
+    """pysyncobj's dump loader from the node's: entries as tuples (pysyncobj compares them with its log's) and
+    the voters as TCPNodes (it compares them with its own)."""
+    if restore is None:
+        return None
+
+    def deserialize(file_name: str) -> tuple[Any, Any, Any]:
+        last, prev, cluster = restore(file_name)
+        return tuple(last), tuple(prev), {TCPNode(a) for a in cluster}
+
+    return deserialize
+
+
+APPEND_ENTRIES_BATCH_BYTES: Final = 4 * 1024 * 1024
+SOCKET_BUFFER_BYTES: Final = 4 * 1024 * 1024
+"""Kernel send and receive buffer of each Raft connection (pysyncobj pins them to 64 KiB; see ``sync_obj_conf``)."""
+_ROLES: Final = {0: "follower", 1: "candidate", 2: "leader"}  # pysyncobj's _RAFT_STATE values
+
+
+def sync_obj_conf(settings: RaftSettings, data_dir: Path, node: RaftNode) -> SyncObjConf:
+    """Every pysyncobj option kfed sets, explicitly; ``node``'s hooks (None ones are left to pysyncobj)."""
+    on_role = node._on_role
+    return SyncObjConf(
+        # Entries leave at once instead of on the next heartbeat (100 ms commits otherwise);
+        # we batch records per command ourselves (group commit in the controller).
+        appendEntriesUseBatch=False,
+        # pysyncobj 0.3.17 splits a command above this size into chunks and detects the last chunk by
+        # the command's length, not the pickled entry's, so commands over 64 KiB (the default) fail
+        # to replicate ("pickle data was truncated"). Group commit makes such commands routinely.
+        appendEntriesBatchSizeBytes=APPEND_ENTRIES_BATCH_BYTES,
+        # pysyncobj sets SO_SNDBUF/SO_RCVBUF of every Raft socket to 64 KiB (which also stops Linux from
+        # sizing them itself) and sends a dump to a follower in 64 KiB messages. Catching a follower up
+        # means tens of MB queued on the leader, and each send() of 128 KiB copied the rest of that queue
+        # (pysyncobj slices a bytes buffer), holding the GIL. Bigger buffers, and dump messages as big as
+        # log batches, move the same bytes with ~30x fewer copies.
+        sendBufferSize=SOCKET_BUFFER_BYTES,
+        recvBufferSize=SOCKET_BUFFER_BYTES,
+        logCompactionBatchSize=APPEND_ENTRIES_BATCH_BYTES,
+        appendEntriesPeriod=settings.heartbeat_ms / 1000,
+        raftMinTimeout=settings.election_timeout_ms_min / 1000,
+        raftMaxTimeout=settings.election_timeout_ms_max / 1000,
+        # Reconnect to a peer that was down within half a second (default 5 s delays a restarted
+        # node's return, and a node started before its peers, by that long).
+        connectionRetryTime=0.5,
+        # CheckQuorum: a leader that heard from no majority for an election timeout steps down
+        # (default 30 s, during which an isolated leader keeps taking writes that cannot commit).
+        leaderFallbackTimeout=settings.election_timeout_ms_max / 1000,
+        # Fail fast without a leader: the HTTP edge answers 503 + Retry-After instead of queueing.
+        commandsWaitLeader=False,
+        # Voters can be added and removed one at a time (kfed quorum add-voter / remove-voter); the
+        # membership lives in the Raft log and the dump, the config only seeds a first start.
+        dynamicMembershipChange=True,
+        commandsQueueSize=settings.command_queue_size,
+        # Journal *and* full dump: a journal alone comes back empty after a compaction + restart.
+        journalFile=str(data_dir / "raft.journal"),
+        fullDumpFile=str(data_dir / "raft.dump"),
+        # The node's capture only freezes the state on the Raft thread; DumpSerializer (installed as
+        # pysyncobj's Serializer) encodes, fsyncs and renames it on a thread of its own.
+        serializer=node._capture,
+        deserializer=_deserializer(node._restore),
+        logCompactionMinEntries=settings.compaction_min_entries,
+        logCompactionMinTime=settings.compaction_min_s,
+        logCompactionSplit=True,  # nodes compact at different times, never all at once
+        password=settings.password,
+        bindAddress=settings.bind_address,
+        onStateChanged=None if on_role is None else lambda old, new: on_role(_ROLES.get(new, "unknown")),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why pysyncobj did not confirm a command, in kfed's terms."""
+
+    name: str  # pysyncobj's FAIL_REASON name
+    may_have_committed: bool  # False: certainly not committed (retry freely); True: the outcome is unknown
+
+
+_FAIL_NAMES: Final = {v: k for k, v in vars(FAIL_REASON).items() if isinstance(v, int)}
+_NOT_COMMITTED: Final = frozenset(
+    {FAIL_REASON.MISSING_LEADER, FAIL_REASON.NOT_LEADER, FAIL_REASON.QUEUE_FULL, FAIL_REASON.REQUEST_DENIED}
+)
+
+
+def failure(error: int) -> Failure | None:
+    """pysyncobj's callback error code: None for success; DISCARDED, LEADER_CHANGED and UNKNOWN_OUTCOME may
+    still commit, every other failure certainly did not."""
+    if error == FAIL_REASON.SUCCESS:
+        return None
+    return Failure(_FAIL_NAMES.get(error, str(error)), error not in _NOT_COMMITTED)
+
+
+def excuse_stall(replica: Replica, mark: TickMark, now: float) -> bool:
+    """Apply ``rules.stall_excuse`` to the replica's clocks after a tick that began at ``mark``; True if it was
+    a stall (counted in ``kfed_stalls``, reported by /metrics)."""
+    heard = replica._SyncObj__lastResponseTime
+    excuse = stall_excuse(mark, now, replica._SyncObj__raftElectionDeadline, heard)
+    if excuse is None:
+        return False
+    replica.kfed_stalls += 1
+    replica._SyncObj__raftElectionDeadline = excuse.election_deadline
+    heard.update(excuse.last_replies)
+    if excuse.stalled_s > 0.2:
+        log.info("raft tick stalled %.0f ms; the peers' silence during it is not counted", excuse.stalled_s * 1000)
+    return True
+
+
+class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
+    """The pysyncobj object. Its single replicated method is the whole state machine (see the module doc)."""
+
+    # pysyncobj's privates this class works on (see PRIVATE_NAMES)
+    _SyncObj__raftLog: Any
+    _SyncObj__raftCommitIndex: int
+    _SyncObj__raftNextIndex: dict[Any, int]
+    _SyncObj__raftCurrentTerm: int
+    _SyncObj__raftLastApplied: int
+    _SyncObj__leaderCommitIndex: int | None
+    _SyncObj__recvTransmission: Any
+    _SyncObj__transport: Any
+    _SyncObj__raftElectionDeadline: float
+    _SyncObj__lastResponseTime: dict[Any, float]
+    _SyncObj__raftState: int
+    _SyncObj__transferInProgress: bool
+    _SyncObj__commandsQueue: Any
+    _SyncObj__pipeNotifier: Any
+    _SyncObj__conf: Any
+
+    def __init__(self, self_raft: str, peers: list[str], conf: SyncObjConf, node: RaftNode) -> None:
+        self._kfed_state = node.state
+        self._kfed_settings = node.settings
+        # (term, index): the highest index this node has told that term's leader it holds (diagnostics only)
+        self._kfed_acknowledged = (-1, 0)
+        self._kfed_tick: TickMark | None = None  # how the last tick started
+        self._kfed_pre_vote = PreVote()
+        self._kfed_leader_heard = pysyncobj_clock()  # when an append_entries of a current leader came
+        self.kfed_stalls = 0  # ticks that took STALL_GUARD_MS longer than their socket wait (/metrics)
+        self._kfed_wake_sent = False  # the Raft thread was woken for the commands queued (``_applyCommand``)
+        _journal_fsync.on = node.settings.journal_fsync
+        try:
+            super().__init__(self_raft, peers, conf)
+        finally:
+            _journal_fsync.on = False
+
+    @replicated  # type: ignore[untyped-decorator]  # pysyncobj is untyped
+    def apply_command(self, data: bytes) -> list[Outcome]:
+        return self._kfed_state.apply_command(data)
+
+    # -- for RaftNode, in kfed's terms ----------------------------------------------------------------------
+    def journal_room_for(self, command_bytes: int) -> bool:
+        """Whether the journal can take a command of this size now (read-only: safe off the Raft thread)."""
+        journal = self._SyncObj__raftLog
+        return not isinstance(journal, CheckedJournal) or journal.room_for(command_bytes)
+
+    def leader_address(self) -> str | None:
+        leader = self._getLeader()
+        return None if leader is None else str(leader.address)
+
+    def peer_addresses(self) -> set[str]:
+        """The other voters' Raft addresses (``otherNodes`` is a set pysyncobj replaces, never mutates)."""
+        return {n.address for n in self.otherNodes}
+
+    def hold_elections_until_led(self) -> None:
+        """No election (and no pre-vote) until a leader is heard: for a node joining a running quorum."""
+        conf = self._SyncObj__conf
+        normal = (conf.raftMinTimeout, conf.raftMaxTimeout)
+        conf.raftMinTimeout, conf.raftMaxTimeout = 3600.0, 3601.0
+        self._SyncObj__raftElectionDeadline = pysyncobj_clock() + 3600.0
+
+        def restore() -> None:
+            while self._getLeader() is None:
+                time.sleep(0.05)
+            conf.raftMinTimeout, conf.raftMaxTimeout = normal
+            log.info("joined: following leader %s", self._getLeader().address)
+
+        threading.Thread(target=restore, name="join-wait", daemon=True).start()
+
+    # -- the tick ---------------------------------------------------------------------------------------------
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        """pysyncobj's tick, after taking out the time the last tick could not listen (``rules.stall_excuse``)
+        and running the pre-vote."""
+        now = pysyncobj_clock()
+        if self._kfed_tick is not None:
+            excuse_stall(self, self._kfed_tick, now)
+        self._pre_vote(now)
+        self._kfed_tick = TickMark(
+            now, timeToWait, self._SyncObj__raftElectionDeadline, dict(self._SyncObj__lastResponseTime)
+        )
+        SyncObj._onTick(self, timeToWait)
+
+    def _pre_vote(self, now: float) -> None:
+        """Before pysyncobj's tick would campaign (see ``PreVote``): ask first, or let it if a majority agreed."""
+        step = pre_vote_step(
+            is_leader=self._SyncObj__raftState == _pso._RAFT_STATE.LEADER,
+            election_deadline=self._SyncObj__raftElectionDeadline,
+            now=now,
+            transfer_in_progress=self._SyncObj__transferInProgress,
+            has_peers=bool(self.otherNodes),
+            is_voter=self.selfNode is not None,
+            won=self._kfed_pre_vote.won,
+        )
+        if step is PreVoteStep.WAIT:
+            return
+        if step is PreVoteStep.CAMPAIGN:
+            self._kfed_pre_vote.start(None)  # campaign now; a later timeout asks again
+            self._SyncObj__raftElectionDeadline = 0  # also when it was within the margin: pysyncobj must see it
+            return
+        term = self._SyncObj__raftCurrentTerm + 1
+        self._kfed_pre_vote.start(term)
+        own_log = [self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex()]
+        for peer in self.otherNodes:
+            self._SyncObj__transport.send(peer, {"type": PreVote.REQUEST, "term": term, "log": own_log})
+        # no answer in an election timeout: ask again then
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+
+    def _on_pre_vote_message(self, node: Any, message: dict[str, Any]) -> None:
+        if message["type"] == PreVote.REQUEST:
+            asked_log = message.get("log") or [0, 0]
+            granted = PreVote.agree(
+                (int(asked_log[0]), int(asked_log[1])),
+                (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex()),
+                pysyncobj_clock() - self._kfed_leader_heard,
+                # the configured timeout: a joining node's conf holds a much longer one while it waits
+                # to be led (``hold_elections_until_led``), and must not refuse everyone meanwhile
+                self._kfed_settings.election_timeout_ms_min / 1000,
+                self._SyncObj__raftState == _pso._RAFT_STATE.LEADER,
+            )
+            self._SyncObj__transport.send(node, {"type": PreVote.REPLY, "term": message["term"], "granted": granted})
+            return
+        if node not in self.otherNodes:
+            return  # not a voter (any more)
+        self._kfed_pre_vote.answer(node, message["term"], bool(message.get("granted")), len(self.otherNodes) + 1)
+        if self._kfed_pre_vote.won:
+            self._SyncObj__raftElectionDeadline = 0  # the next tick campaigns
+
+    # -- messages ---------------------------------------------------------------------------------------------
+    # SyncObj's transport callback is bound in SyncObj.__init__ as ``self.__onMessageReceived``, i.e. this
+    # name: every Raft message, from the first one, comes through here.
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
+        if isinstance(message, dict):
+            kind = message.get("type")
+            if kind in (PreVote.REQUEST, PreVote.REPLY):
+                self._on_pre_vote_message(node, message)
+                return
+            if kind == "append_entries" and message.get("term", -1) >= self._SyncObj__raftCurrentTerm:
+                self._kfed_leader_heard = pysyncobj_clock()
+                self._kfed_pre_vote.cancel()  # a leader is there: a round won before it must not campaign
+            if kind == "append_entries" and "prevLogIdx" in message:
+                if self._kfed_append_entries(node, message):
+                    return
+            elif stale_reply(message, self._SyncObj__raftCurrentTerm):
+                return
+            elif is_progress_reply(message):
+                sent_up_to = self._SyncObj__raftNextIndex.get(node)
+                SyncObj._SyncObj__onMessageReceived(self, node, message)
+                kept = next_index_after_progress(sent_up_to, self._SyncObj__raftNextIndex.get(node))
+                if kept is not None:
+                    self._SyncObj__raftNextIndex[node] = kept
+                return
+            else:
+                message = guard_snapshot_commit(message, self._SyncObj__raftCommitIndex)
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _SyncObj__sendNextNodeIdx(
+        self, node: Any, reset: bool = False, nextNodeIdx: int | None = None, success: bool = False
+    ) -> None:
+        """pysyncobj's follower reply, stamped with the term it answers (see ``rules.stale_reply``)."""
+        if nextNodeIdx is None:
+            nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
+        self._SyncObj__transport.send(node, {
+            "type": "next_node_idx", "next_node_idx": nextNodeIdx, "reset": reset, "success": success,
+            "term": self._SyncObj__raftCurrentTerm,
+        })  # fmt: skip
+
+    def _kfed_append_entries(self, node: Any, message: dict[str, Any]) -> bool:
+        """A regular ``append_entries`` (with ``prevLogIdx``), handled by Raft's rule; False: left to pysyncobj.
+
+        pysyncobj 0.3.17, once ``prevLogIdx``/``prevLogTerm`` match, deletes *every* entry after
+        ``prevLogIdx`` and appends the message's entries again. A leader re-sends from an older index after
+        every late "reset" answer, so followers routinely deleted entries they had acknowledged and re-appended
+        them one synced write at a time: for that long the journal on disk was shorter than what the leader
+        counted, and a kill -9 then made it so for good; a message carrying fewer entries than the follower
+        holds removed them outright. A committed entry then sat on a minority, a node without it could win the
+        election, and it was lost (``make faults SEED=4 DURATION=60``), while nodes that had applied it served a
+        record the new log did not have (``SEED=3``). Here the follower keeps every matching entry, deletes
+        only from the first conflicting one, appends only what it lacks (``rules.plan_append``), and raises
+        its commit index only up to what this message verified (``rules.follower_commit``).
+
+        Everything else an accepted ``append_entries`` does (election deadline, leader, term, follower
+        state, leadership-transfer rules) stays pysyncobj's: it is given the same message without log
+        entries, ``prevLogIdx`` or a commit index beyond its own, which touches neither log nor commit.
+        """
+        term = message["term"]
+        transmission = message.get("transmission")
+        if term < self._SyncObj__raftCurrentTerm or transmission not in (None, "finish"):
+            return False  # a stale leader's (ignored), or a chunk of a big entry (only buffered and answered)
+        entries: Sequence[Entry] = message.get("entries", [])
+        if transmission == "finish":  # the last chunk of one entry too big for a single message
+            entries = [SAFE_PICKLE.loads(self._SyncObj__recvTransmission + message["data"])]
+            self._SyncObj__recvTransmission = ""
+        SyncObj._SyncObj__onMessageReceived(
+            self, node, {"type": "append_entries", "term": term, "commit_index": self._SyncObj__raftCommitIndex}
+        )
+        self._SyncObj__leaderCommitIndex = leader_commit = message["commit_index"]
+
+        prev_idx, prev_term = message["prevLogIdx"], message["prevLogTerm"]
+        prev = self._SyncObj__getEntries(prev_idx, 1)
+        if not prev:  # not in the log (past its end, or below the dump): "send from my end"
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return True
+        if prev[0][2] != prev_term:  # Raft step 2: the log does not contain prevLogIdx with prevLogTerm
+            self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=prev_idx, success=False, reset=True)
+            return True
+
+        def term_at(idx: int) -> int | None:
+            found = self._SyncObj__getEntries(idx, 1)
+            return int(found[0][2]) if found else None
+
+        plan = plan_append(term_at, prev_idx, entries)
+        last = self._SyncObj__getCurrentLogIndex()
+        if plan.truncate_from is None and plan.verified < last:
+            self._note_kept_entries(term, plan.verified, last, prev_idx)
+        if plan.truncate_from is not None:  # Raft step 3: a conflicting entry and all that follow it
+            self._truncate_from(plan.truncate_from)
+        journal = self._SyncObj__raftLog  # Raft step 4: the entries not already in the log (journal-synced)
+        if isinstance(journal, CheckedJournal):
+            journal.add_entries(plan.append)  # one sync for the whole message, before the reply below
+        else:
+            for entry in plan.append:
+                journal.add(*entry)
+        if self._SyncObj__conf.dynamicMembershipChange:
+            for entry in plan.append:
+                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                if change is not None:
+                    self._SyncObj__doChangeCluster(change)
+
+        # Answered only once the entries are durable (``CheckedJournal.add_entries`` syncs before returning),
+        # and only for what this message verified: entries held past it are not claimed.
+        self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=plan.verified + 1, success=True)
+        if self._kfed_acknowledged[0] != term or self._kfed_acknowledged[1] < plan.verified:
+            self._kfed_acknowledged = (term, plan.verified)
+
+        # Raft step 5
+        commit = follower_commit(
+            self._SyncObj__raftCommitIndex, self._SyncObj__getCurrentLogIndex(), leader_commit, plan.verified
+        )
+        self._SyncObj__raftCommitIndex = commit
+        self._SyncObj__raftLog.setRaftCommitIndex(commit)
+        return True
+
+    def _truncate_from(self, index: int) -> None:
+        """Drop the entries from ``index`` on, undoing the membership changes they carried (pysyncobj applies
+        them on append)."""
+        if self._SyncObj__conf.dynamicMembershipChange:
+            for entry in reversed(self._SyncObj__getEntries(index)):
+                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                if change is not None:
+                    self._SyncObj__doChangeCluster(change, reverse=True)
+        if index <= self._SyncObj__raftLastApplied:
+            # Cannot happen in Raft (an applied entry is committed, and a leader holds every committed
+            # entry); kept as pysyncobj's loud signal that the state machine has diverged.
+            log.critical(
+                "a conflicting append_entries truncates applied entries from index %d (last applied %d): "
+                "this node's state has diverged from the quorum; wipe its data dir",
+                index,
+                self._SyncObj__raftLastApplied,
+            )
+        self._SyncObj__deleteEntriesFrom(index)
+
+    def _note_kept_entries(self, term: int, verified: int, last: int, prev_idx: int) -> None:
+        """A message that matched but carried fewer entries than this node holds: pysyncobj would have
+        deleted ``verified + 1 .. last``. Logged (it is the lost-write bug's trigger) and counted."""
+        acked_term, acked = self._kfed_acknowledged
+        acked_here = acked if acked_term == term else 0
+        log.info(
+            "append_entries (term %d, prevLogIdx %d) verified up to %d; kept entries %d..%d%s",
+            term,
+            prev_idx,
+            verified,
+            verified + 1,
+            last,
+            f", of which up to {acked_here} already acknowledged to this leader" if acked_here > verified else "",
+        )
+
+    # -- proposals --------------------------------------------------------------------------------------------
+    def _applyCommand(self, command: bytes, callback: Any, commandType: int | None = None) -> None:
+        """pysyncobj's: queue a command for the Raft thread; but that thread is woken (a byte down its pipe)
+        once per burst of commands, not once per command. A leader's event loop proposes a burst whenever
+        commits free its callers; each wake-up was a write() on this side and a poll() return and tick on
+        the Raft thread, for a queue it drains whole anyway (``_checkCommandsToApply`` clears the mark first,
+        so a command queued after the drain started wakes it again)."""
+        if commandType is not None:
+            command = bytes((commandType,)) + command
+        try:
+            self._SyncObj__commandsQueue.put_nowait((command, callback))
+        except queue.Full:
+            self._SyncObj__callErrCallback(FAIL_REASON.QUEUE_FULL, callback)
+            return
+        if not self._kfed_wake_sent:
+            self._kfed_wake_sent = True
+            self._SyncObj__pipeNotifier.notify()
+
+    def _checkCommandsToApply(self) -> None:
+        self._kfed_wake_sent = False
+        SyncObj._checkCommandsToApply(self)

@@ -1,0 +1,79 @@
+"""What differs between the brokers kfed federates, in one place (measured in shared/TANSU.md).
+
+Apache Kafka takes the normal path everywhere. Tansu, the light local broker, lacks some APIs and answers
+one wrongly:
+- ListOffsets(latest) answers the start of the last batch + 1, not the end: true end offsets come from the
+  high watermark of a fetch response instead (``exact_list_offsets``);
+- there is no CreatePartitions: a physical topic keeps the partition count it was created with
+  (``grows_topics``).
+
+A broker is told apart by the first of those gaps, which librdkafka learns from the broker's ApiVersions:
+asked to validate a CreatePartitions, it refuses before sending anything when the broker lacks the API
+(``_UNSUPPORTED_FEATURE``), and Apache Kafka answers for the topic (which does not exist: nothing changes).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Final
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewPartitions
+
+from metadata_log.errors import Unavailable
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """A kind of broker and the paths kfed takes on it."""
+
+    name: str
+    exact_list_offsets: bool  # ListOffsets(latest) is the end offset (the high watermark)
+    grows_topics: bool  # CreatePartitions adds partitions to an existing topic
+
+
+APACHE_KAFKA: Final = Broker("kafka", exact_list_offsets=True, grows_topics=True)
+TANSU: Final = Broker("tansu", exact_list_offsets=False, grows_topics=False)
+
+PROBE_TOPIC: Final = "__kfed_broker_probe"
+"""A topic name the probe asks about; a validate-only request never creates it."""
+
+
+class BrokerUnknown(Unavailable):
+    """The broker did not answer the probe in time (down, or not a Kafka broker)."""
+
+
+def probe(admin: AdminClient, timeout_s: float) -> Broker:
+    """Which broker ``admin`` talks to: one validate-only CreatePartitions (nothing changes on the broker)."""
+    futures = admin.create_partitions([NewPartitions(PROBE_TOPIC, 2)], validate_only=True, request_timeout=timeout_s)
+    try:
+        for future in futures.values():
+            future.result()
+    except KafkaException as e:
+        error = e.args[0] if e.args else None
+        code = error.code() if isinstance(error, KafkaError) else None
+        if code == KafkaError._UNSUPPORTED_FEATURE:
+            return TANSU
+        if code in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, None):
+            raise BrokerUnknown(error.str() if isinstance(error, KafkaError) else str(e)) from None
+    return APACHE_KAFKA  # it took the request: UNKNOWN_TOPIC_OR_PART, or any other answer of the broker's own
+
+
+_KNOWN: dict[str, Broker] = {}
+_KNOWN_LOCK = threading.Lock()
+
+
+def broker_at(bootstrap: str, timeout_s: float = 5.0) -> Broker:
+    """The broker of the cluster at ``bootstrap``, probed once per process (a cluster keeps its kind)."""
+    with _KNOWN_LOCK:
+        known = _KNOWN.get(bootstrap)
+    if known is not None:
+        return known
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, "log_level": 3, "socket.timeout.ms": max(1000, int(timeout_s * 1000))}
+    )
+    broker = probe(admin, timeout_s)
+    with _KNOWN_LOCK:
+        _KNOWN[bootstrap] = broker
+    return broker

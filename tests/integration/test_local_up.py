@@ -1,0 +1,128 @@
+"""``kfed local up`` and ``kfed local cluster add`` as a person runs them: real commands, real processes.
+
+Every test picks free base ports (never the fixed local ones: someone may be running ``kfed local up``).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from deploy.local import BrokerKind
+from deploy.local_up import LocalLayout, local_up
+from deploy.processes import port_in_use
+from kfed.cli import main as kfed
+
+from .conftest import wait_until
+
+UP_LINE = "kfed local federation is up"
+END_LINE = "Ctrl-C stops everything."  # the banner's last line
+
+
+def free_layout(data_dir: Path, broker: BrokerKind = "kafka", spark_workers: int = 0) -> LocalLayout:
+    """A layout whose every port is free now (random bases, tried until one fits)."""
+    rng = random.Random()
+    for _ in range(200):
+        layout = LocalLayout(data_dir, http_base_port=rng.randrange(20_000, 30_000, 10),
+                             raft_base_port=rng.randrange(30_000, 40_000, 10), broker=broker,
+                             broker_base_port=rng.randrange(40_000, 45_000, 10), spark_workers=spark_workers,
+                             spark_master_port=rng.randrange(46_000, 47_000),
+                             spark_ui_port=rng.randrange(47_000, 48_000))  # fmt: skip
+        if not any(port_in_use(port) for port, _, _ in layout.needed_ports()):
+            return layout
+    raise RuntimeError("no free set of ports")
+
+
+def up_args(layout: LocalLayout) -> list[str]:
+    return ["local", "up", "--data-dir", str(layout.data_dir), "--broker", layout.broker,
+            "--http-base-port", str(layout.http_base_port), "--raft-base-port", str(layout.raft_base_port),
+            "--broker-base-port", str(layout.broker_base_port), "--spark-workers", str(layout.spark_workers),
+            "--spark-master-port", str(layout.spark_master_port),
+            "--spark-ui-port", str(layout.spark_ui_port)]  # fmt: skip
+
+
+@pytest.mark.parametrize("held", ["http", "raft", "broker", "kraft-controller", "spark-master", "spark-ui"])
+def test_a_busy_port_is_one_line_naming_it_and_the_flag_that_moves_it_and_nothing_starts(
+    tmp_path: Path, held: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    layout = free_layout(tmp_path / "local", spark_workers=1 if held.startswith("spark") else 0)
+    port, flag = {
+        "http": (layout.http_base_port + 1, "--http-base-port"),
+        "raft": (layout.raft_base_port + 2, "--raft-base-port"),
+        "broker": (layout.broker_base_port + 10_000, "--broker-base-port"),  # c2's broker
+        "kraft-controller": (layout.broker_base_port + 100, "--broker-base-port"),  # c1's KRaft controller
+        "spark-master": (layout.spark_master_port, "--spark-master-port"),
+        "spark-ui": (layout.spark_ui_port, "--spark-ui-port"),
+    }[held]
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", port))
+        other.listen()
+        assert local_up(layout, once=True, out=io.StringIO()) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"port {port}" in err and flag in err and "Traceback" not in err
+    assert not (layout.data_dir / "quorum").exists(), "nothing was started"
+
+
+def test_bad_settings_are_refused_before_anything_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert kfed(["local", "up", "--data-dir", str(tmp_path), "--broker", "tansu", "--brokers-per-cluster", "3"]) == 2
+    assert "--brokers-per-cluster" in capsys.readouterr().err
+    assert kfed(["local", "up", "--data-dir", str(tmp_path), "--clusters", "99"]) == 2
+    assert "--clusters" in capsys.readouterr().err
+    assert kfed(["local", "up", "--data-dir", str(tmp_path), "--spark-workers", "-1"]) == 2
+    assert "--spark-workers" in capsys.readouterr().err
+    assert kfed(["local", "cluster", "add", "c3", "--data-dir", str(tmp_path)]) == 2
+    assert "no `kfed local up` is running" in capsys.readouterr().err
+    assert kfed(["local", "cluster", "add", "../c3", "--data-dir", str(tmp_path)]) == 2
+    assert "CLUSTER_ID" in capsys.readouterr().err
+    assert not (tmp_path / "quorum").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("broker", ["kafka", "tansu"])
+def test_local_up_then_cluster_add_lets_the_readme_expand_onto_c3_and_ctrl_c_stops_everything(
+    tmp_path: Path, broker: BrokerKind
+) -> None:
+    """The Tansu run also starts a Spark standalone master with one worker (--spark-workers 1)."""
+    layout = free_layout(tmp_path / "local", broker, spark_workers=1 if broker == "tansu" else 0)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = str(Path(sys.executable).parent / "kfed")  # the installed command, as a person runs it
+    up = subprocess.Popen([command, *up_args(layout)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=env)  # fmt: skip
+    lines: list[str] = []
+    try:
+        assert up.stdout is not None
+        for line in up.stdout:
+            lines.append(line)
+            if END_LINE in line:
+                break
+        assert any(UP_LINE in line for line in lines), "".join(lines)
+        assert any("c1 serves on" in line for line in lines), "startup prints progress"
+        if layout.spark_workers:
+            spark_ui = f"http://127.0.0.1:{layout.spark_ui_port}"
+            assert any(f"spark://127.0.0.1:{layout.spark_master_port}" in line and spark_ui in line for line in lines)
+            master = httpx.get(f"{spark_ui}/json/", timeout=10).json()
+            assert [w["state"] for w in master["workers"]] == ["ALIVE"], master["workers"]
+        controller = f"http://127.0.0.1:{layout.http_base_port}"
+        token = ["--token-file", str(layout.data_dir / "admin.token")]
+        assert kfed(["local", "cluster", "add", "c3", "--data-dir", str(layout.data_dir)]) == 0
+        assert kfed(["topic", "expand", "U_TopicA", "--cluster", "c3", "--partitions", "4",
+                     "--controller", controller, *token]) == 0  # fmt: skip
+        c3_port = layout.broker_base_port + 2 * 10_000
+        assert port_in_use(c3_port), "c3 listens on the third sub-cluster's port"
+        assert kfed(["local", "cluster", "add", "c3", "--data-dir", str(layout.data_dir)]) == 1, "already running"
+    finally:
+        up.send_signal(signal.SIGINT)  # Ctrl-C
+        up.wait(120)
+    ports = [port for port, _, _ in layout.needed_ports()] + [layout.broker_base_port + 2 * 10_000]
+    wait_until(lambda: not any(port_in_use(p) for p in ports), 30, "every port released: nothing left running")
+    assert up.returncode == 0
