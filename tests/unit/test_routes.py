@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,9 @@ from controller.http.log import SSE_MAX_PER_CLIENT, LogStreams, get_streams
 from controller.readmodel import ReadModel
 from controller.service import WriteReply, fingerprint
 from metadata_log.commands import Result
-from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
+from metadata_log.image import MetadataImage, apply
+from metadata_log.publisher import LogDelta
+from metadata_log.records import Record
 
 from .samples import ONE_OF_EACH
 
@@ -49,6 +51,11 @@ class _Raft:
         return _Status("leader" if self.service.leading else "follower")
 
 
+def committed(rm: ReadModel, records: Sequence[Record]) -> None:
+    """``records`` committed: the read model gets them as a node's publisher hands them over."""
+    rm.on_update(LogDelta(rm.image, tuple(records)), apply(rm.image, records))
+
+
 class FakeService:
     """The service as the routes use it: a real image, writes applied at once, every write recorded."""
 
@@ -61,7 +68,7 @@ class FakeService:
         self.replayed = replayed
         self.raft = _Raft(self)
         self.read_model = ReadModel()
-        self.read_model.publish(0, ONE_OF_EACH[:9], apply(EMPTY_IMAGE, ONE_OF_EACH[:9]))
+        committed(self.read_model, ONE_OF_EACH[:9])
         self.writes: list[tuple[str | None, str]] = []
 
     def is_leader(self) -> bool:
@@ -86,7 +93,7 @@ class FakeService:
         self.writes.append((key, request_fingerprint))
         rm = self.read_model
         result = command(rm.image)
-        rm.publish(rm.high_watermark, result.records, apply(rm.image, result.records))
+        committed(rm, result.records)
         if self.replayed:
             return WriteReply(render(self.read_model.image), self.read_model.image.offset, replayed=True)
         return WriteReply(result.reply, self.read_model.image.offset)
@@ -272,7 +279,7 @@ async def test_a_long_poll_answers_with_the_records_committed_while_it_waits() -
 async def test_offsets_below_the_window_are_gone_with_where_to_continue() -> None:
     service = FakeService()
     service.read_model = ReadModel(retention_records=2)
-    service.read_model.publish(0, ONE_OF_EACH[:9], apply(EMPTY_IMAGE, ONE_OF_EACH[:9]))
+    committed(service.read_model, ONE_OF_EACH[:9])
     async with client(routers_only(service)) as http:
         gone = await http.get("/v1/log", params={"offset": 0, "wait_ms": 10_000})
         kept = await http.get("/v1/log", params={"offset": service.read_model.log_start_offset})
