@@ -23,14 +23,15 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
+from metadata_log.errors import Conflict, Unavailable
 from sdk.brokers import Broker, BrokerUnknown, probe
 
 
-class ClusterUnreachable(Exception):
+class ClusterUnreachable(Unavailable):
     """The cluster did not answer a metadata request in time."""
 
 
-class CannotGrow(Exception):
+class CannotGrow(Conflict):
     """The broker has no CreatePartitions (Tansu): a physical topic keeps the count it was created with."""
 
 

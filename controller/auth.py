@@ -9,6 +9,10 @@ Three kinds of request:
   — need the read or the admin token when a read token is configured (``--read-token-file``).
 
 A missing or unknown token is 401, a read token on an admin request 403, both problem+json.
+
+The check is ASGI middleware, not a FastAPI dependency: FastAPI reads and decodes a request's body before
+any dependency runs, so a stranger's body would be read (and a malformed one answered 422, not 401), and
+the hot path answers leader-only requests before FastAPI sees them.
 """
 
 from __future__ import annotations

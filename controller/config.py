@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from metadata_log.errors import InvalidSetting
 
-class ConfigError(ValueError):
+
+class ConfigError(InvalidSetting, ValueError):
     """A config file that cannot be used; the message names the file and the key."""
 
 

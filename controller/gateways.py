@@ -6,20 +6,18 @@ renew its lease, soft state on the leader like an agent's. When a live gateway's
 commits ``GatewayExpired``, and every gateway leaves it out of its Metadata answers at its next log offset.
 A node that just became leader gives every live gateway one full lease to find it first.
 
-``GatewayLeases`` decides (pure, clock passed in); ``GatewayRegistry`` commits through the service.
+``GatewayLeases`` decides (pure, clock passed in); ``GatewayRegistry`` commits through the service; the
+routes are in ``controller/http/gateways.py``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.responses import Response
 
 from metadata_log import commands
 from metadata_log.errors import KfedError
@@ -123,7 +121,7 @@ class GatewayRegistry:
     async def heartbeat(self, body: GatewayHeartbeat) -> dict[str, Any]:
         """Register the gateway process when the image does not hold it as it is, and renew its lease."""
         service = self._service
-        service._require_leader()
+        service.require_leader()
 
         def register(image: MetadataImage) -> commands.Result:
             return commands.register_gateway(
@@ -143,7 +141,7 @@ class GatewayRegistry:
     async def enforce(self) -> None:
         """Expire the live gateways whose lease ran out (called by the service's lease loop)."""
         service = self._service
-        if not service._sync_term():
+        if not service.sync_term():
             return
         for record in self.leases.decide(service.state.image, time.monotonic(), _now_ms()):
             try:
@@ -170,34 +168,6 @@ class GatewayHeartbeat(BaseModel):
                           "only of gateways with the same (e.g. SASL_SSL).")  # fmt: skip
     connections: int = Field(0, ge=0, le=2**31 - 1, description="Kafka client connections open now (for display).")
     requests: int = Field(0, ge=0, le=2**63 - 1, description="Kafka requests served since it started (for display).")
-
-
-Forward = Callable[[Request], Awaitable[Response | None]]
-Respond = Callable[[Request, Any], Response]
-
-
-def router(service: Any, forward_to_leader: Forward, respond: Respond) -> APIRouter:
-    """``/v1/gateways``: the heartbeat (on the leader; a follower forwards it) and the list of gateways."""
-    routes = APIRouter(prefix="/v1/gateways", tags=["gateways"])
-
-    @routes.post("/heartbeat", summary="Register a gateway process or renew its lease (a record only on change)")
-    async def heartbeat(request: Request, body: GatewayHeartbeat) -> Response:
-        forwarded = await forward_to_leader(request)
-        if forwarded is not None:
-            return forwarded
-        return respond(request, await service.gateways.heartbeat(body))
-
-    @routes.get("", summary="Gateway instances: live or not, their lease and load (the leader's view)")
-    async def gateways(request: Request) -> Response:
-        forwarded = await forward_to_leader(request)  # leases are the leader's soft state
-        if forwarded is not None:
-            return forwarded
-        image = service.state.image
-        rows = service.gateways.leases.view(image, time.monotonic())
-        return respond(request, {"gateways": rows, "lease_ms": service.gateways.leases.lease_ms,
-                                 "offset": image.offset})  # fmt: skip
-
-    return routes
 
 
 def _now_ms() -> int:

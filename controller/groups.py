@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from metadata_log.errors import Conflict
 from metadata_log.image import MetadataImage
 from metadata_log.records import GroupCoordinatorAssigned, GroupGenerationStarted, GroupMember, Record
 
@@ -65,7 +66,7 @@ class GroupCoordinator:
         if member_id is None:
             member_id = f"m-{uuid.uuid4().hex[:12]}"
         if member_id not in members and len(members) >= MAX_MEMBERS_PER_GROUP:
-            raise ValueError(f"group {group!r} has {MAX_MEMBERS_PER_GROUP} members already")
+            raise Conflict(f"group {group!r} has {MAX_MEMBERS_PER_GROUP} members already")
         self._heard.setdefault(group, set()).add(member_id)
         members[member_id] = Member(
             member_id, tuple(sorted(set(topics))), session_timeout_ms / 1000, now_s, frozenset(owned)

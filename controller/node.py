@@ -21,10 +21,10 @@ from metadata_log.publisher import LogDelta, MetadataPublisher
 from metadata_log.raft import RaftNode, RaftSettings, hand_over
 from metadata_log.state import LogState
 
-from .app import build_app
 from .auth import Tokens
 from .config import QuorumConfig
 from .drain import DEFAULT_GRACE_MS
+from .http import build_app
 from .leases import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS
 from .readmodel import DEFAULT_RETENTION_RECORDS, ReadModel
 from .service import ControllerService
@@ -92,10 +92,6 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
         log.info("node %d serving %s (raft %s, data %s)", node_id, me.http, me.raft, data_dir)
         yield
         await service.stop()
-        try:
-            await app.state.forwarder.aclose()
-        finally:
-            await app.state.to_leader.aclose()
 
     peer_verify = Access(ca_file=str(settings.tls.ca) if settings.tls and settings.tls.ca else None).verify()
     app = build_app(service, lifespan, settings.tokens, peer_verify)

@@ -1,4 +1,5 @@
-"""The one place that turns errors into HTTP: RFC 9457 problem+json."""
+"""The one place that turns errors into HTTP answers: RFC 9457 problem+json, with the status each error
+class carries (``metadata_log/errors.py``)."""
 
 from __future__ import annotations
 
@@ -12,36 +13,11 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from metadata_log.errors import (
-    Conflict,
-    Forbidden,
-    Gone,
-    InvalidRequest,
-    KfedError,
-    NotFound,
-    OutcomeUnknown,
-    PayloadTooLarge,
-    TooManyRequests,
-    Unauthorized,
-    Unavailable,
-)
+from metadata_log.errors import InvalidRequest, KfedError
 
 log = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
-
-_STATUS: dict[type[KfedError], int] = {
-    InvalidRequest: 422,
-    Unauthorized: 401,
-    Forbidden: 403,
-    NotFound: 404,
-    Conflict: 409,
-    Gone: 410,
-    PayloadTooLarge: 413,
-    TooManyRequests: 429,
-    Unavailable: 503,
-    OutcomeUnknown: 504,
-}
 
 
 def problem(status: int, title: str, detail: str, headers: dict[str, str] | None = None, **extra: Any) -> Response:
@@ -50,13 +26,22 @@ def problem(status: int, title: str, detail: str, headers: dict[str, str] | None
 
 
 def kfed_error_response(error: KfedError) -> Response:
-    status = next((s for cls, s in _STATUS.items() if isinstance(error, cls)), 500)
+    """The answer to ``error``: its class's status and title (``metadata_log/errors.py``), its detail and
+    extension members, and the headers its status calls for."""
+    if error.status == 500:  # about this node's own state or set-up, not the request: a crash, logged
+        log.error("unhandled %s: %s", type(error).__name__, error.detail, exc_info=error)
+        return internal_error(error)
     headers = None
-    if isinstance(error, Unavailable | TooManyRequests):
+    if error.retry_after_s is not None:
         headers = {"Retry-After": str(max(1, math.ceil(error.retry_after_s)))}
-    elif isinstance(error, Unauthorized):
+    elif error.status == 401:
         headers = {"WWW-Authenticate": 'Bearer realm="kfed"'}
-    return problem(status, error.title, error.detail, headers, **error.extra)
+    return problem(error.status, error.title, error.detail, headers, **error.extra)
+
+
+def internal_error(error: Exception) -> Response:
+    """The answer to a crash: its type only (the node's log has the rest)."""
+    return problem(500, "Internal error", f"{type(error).__name__}; see the node's log")
 
 
 def install(app: FastAPI) -> None:
@@ -72,8 +57,8 @@ def install(app: FastAPI) -> None:
         field = ".".join(loc) or "body"
         detail = f"{field}: {first.get('msg', 'invalid')}"
         return problem(
-            422,
-            "Invalid request",
+            InvalidRequest.status,
+            InvalidRequest.title,
             detail,
             field=field,
             errors=[
@@ -91,4 +76,4 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _crash(request: Request, error: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem(500, "Internal error", f"{type(error).__name__}; see the node's log")
+        return internal_error(error)

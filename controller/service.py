@@ -200,7 +200,7 @@ class ControllerService:
     async def add_voter(self, voter_id: int, raft: str, http: str, reads_up_to: int = 1) -> dict[str, Any]:
         """Make a started node (``kfed controller --join``) a voter: in Raft first, then in the log.
         ``reads_up_to``: the newest metadata version the node says it reads (``/v1/node``)."""
-        self._require_leader()
+        self.require_leader()
         current = self.voters()
         same_id = next((v for v in current.voters if v.id == voter_id), None)
         if same_id is not None and (same_id.raft, same_id.http) != (raft, http):
@@ -222,7 +222,7 @@ class ControllerService:
 
     async def remove_voter(self, voter_id: int) -> dict[str, Any]:
         """Remove a voter; the leader hands its leadership over first (the caller retries)."""
-        self._require_leader()
+        self.require_leader()
         current = self.voters()
         voter = next((v for v in current.voters if v.id == voter_id), None)
         if voter is None:
@@ -269,7 +269,7 @@ class ControllerService:
 
         ``render`` rebuilds the reply body from an image, for a retry answered from the first outcome.
         """
-        self._require_leader()
+        self.require_leader()
         if idempotency_key is not None:
             replay = self._replay(idempotency_key, request_fingerprint, render)
             if replay is not None:
@@ -305,7 +305,7 @@ class ControllerService:
         return WriteReply(render(self.state.image), outcome.last_offset, replayed=True)
 
     # -- agents: leases and fencing -------------------------------------------------------------
-    def _sync_term(self) -> bool:
+    def sync_term(self) -> bool:
         """Whether this node leads; a node that just became leader starts its lease table afresh."""
         leading = self.is_leader()
         if leading and not self._was_leader:
@@ -317,16 +317,16 @@ class ControllerService:
         self._was_leader = leading
         return leading
 
-    def _require_leader(self, role: str = "") -> None:
+    def require_leader(self, role: str = "") -> None:
         """Refuse a leader-only call on a follower (503: retry, the client finds the leader)."""
-        if not self._sync_term():
+        if not self.sync_term():
             raise Unavailable(f"this node is not the leader{role}", retry_after_s=0.2)
 
     async def heartbeat(
         self, cluster_id: str, healthy: bool, reason: str | None, applied_offset: int
     ) -> dict[str, Any]:
         """Renew a cluster's lease (soft state, no record); fence or unfence at once if its health changed."""
-        self._require_leader()
+        self.require_leader()
         cluster = self.state.image.clusters.get(cluster_id)
         if cluster is None:
             raise NotFound(f"cluster {cluster_id!r} is not registered; register it first")
@@ -347,7 +347,7 @@ class ControllerService:
 
     async def enforce_leases(self) -> None:
         """Propose the fencing changes the leases call for (one proposal per cluster, none in flight twice)."""
-        if not self._sync_term():
+        if not self.sync_term():
             return
         by_cluster: dict[str, list[FencingRecord]] = {}
         for r in self.leases.decide(self.state.image, time.monotonic(), _now_ms()):
@@ -382,7 +382,7 @@ class ControllerService:
         a new quorum, or one whose last node was just upgraded, moves to the compact command layout. Each
         voter is asked (``/v1/node``); while one does not answer, nothing changes. Never goes down."""
         ask = self.node_status_of
-        if self.state.image.metadata_version >= LATEST_METADATA_VERSION or ask is None or not self._sync_term():
+        if self.state.image.metadata_version >= LATEST_METADATA_VERSION or ask is None or not self.sync_term():
             return
         async with self._membership_lock:  # no voter joins between the question and the record
             voters = self.voters().voters
@@ -420,19 +420,19 @@ class ControllerService:
     # -- lossless scale-down: drain reports and decisions ----------------------------------------
     def report_drain(self, cluster_id: str, partitions: dict[tuple[str, int], PartitionDrain]) -> dict[str, Any]:
         """Keep an agent's drain measurements (soft state, no record)."""
-        self._require_leader()
+        self.require_leader()
         if cluster_id not in self.state.image.clusters:
             raise NotFound(f"cluster {cluster_id!r} is not registered")
         self.drains.report(cluster_id, partitions, time.monotonic())
         return {"cluster_id": cluster_id, "accepted": len(partitions), "offset": self.state.image.offset}
 
     def drain_rows(self) -> list[DrainRow]:
-        self._require_leader()
+        self.require_leader()
         return self.drains.rows(self.state.image, time.monotonic())
 
     async def enforce_drains(self) -> None:
         """Remove drained partitions and decommission drained clusters (one batch at a time)."""
-        if not self._sync_term():
+        if not self.sync_term():
             return
         async with self._drain_commit_lock:
             records = self.drains.decide(self.state.image, time.monotonic())
@@ -449,23 +449,20 @@ class ControllerService:
         session_timeout_ms: int,
     ) -> dict[str, Any]:
         """Join or renew a member; rebalance when needed; answer with its assignment and what it may start."""
-        self._require_leader(" (the group coordinator)")
-        try:
-            member_id = self.groups.heartbeat(group, member_id, topics, owned, session_timeout_ms, time.monotonic())
-        except ValueError as e:
-            raise Conflict(str(e)) from None
+        self.require_leader(" (the group coordinator)")
+        member_id = self.groups.heartbeat(group, member_id, topics, owned, session_timeout_ms, time.monotonic())
         await self.enforce_groups()
         return self.groups.reply(group, member_id, self.state.image)
 
     async def group_leave(self, group: str, member_id: str) -> dict[str, Any]:
-        self._require_leader(" (the group coordinator)")
+        self.require_leader(" (the group coordinator)")
         left = self.groups.leave(group, member_id)
         await self.enforce_groups()
         return {"group": group, "member_id": member_id, "left": left}
 
     async def enforce_groups(self) -> None:
         """Commit the generations the live members and the topics call for (one batch at a time)."""
-        if not self._sync_term():
+        if not self.sync_term():
             return
         async with self._group_commit_lock:
             records = self.groups.decide(self.state.image, self.node_id, time.monotonic())

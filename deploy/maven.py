@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from metadata_log.errors import InvalidSetting
+
 POMS: Final = Path(__file__).parent / "kafka"
 
 
-class JarsNotInstalled(RuntimeError):
+class JarsNotInstalled(InvalidSetting, RuntimeError):
     """A set of jars is not in the cache, or fetching it failed; the message says how to install it."""
 
 

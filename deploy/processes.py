@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, Self
 
+from metadata_log.errors import KfedError
+
 STOP_GRACE_S = 5.0
 
 
@@ -93,7 +95,7 @@ def wait_port(
             time.sleep(0.02)
 
 
-class ProcessExited(RuntimeError):
+class ProcessExited(KfedError, RuntimeError):
     """A child process ended while it was being started; the message ends with its log's last lines."""
 
     def __init__(self, what: str, log: Path | None) -> None:

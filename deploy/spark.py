@@ -34,6 +34,7 @@ from typing import IO, Any, Final, Self
 import httpx
 
 from deploy.local import free_ports
+from metadata_log.errors import KfedError
 
 MASTER_PORT: Final = 7077
 UI_PORT: Final = 8080
@@ -58,7 +59,7 @@ MASTER_CLASS: Final = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS: Final = "org.apache.spark.deploy.worker.Worker"
 
 
-class SparkClusterError(RuntimeError):
+class SparkClusterError(KfedError, RuntimeError):
     """The standalone cluster did not start (the message names the daemon and its log file)."""
 
 

@@ -13,10 +13,11 @@ import hmac
 import uuid
 from typing import TYPE_CHECKING, Any, Final
 
+from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
+
 from . import protocol as kp
 from .producers import MAX_EPOCH, ProducerIdsExhausted
 from .protocol import ErrorCode
-from .quorum import QuorumError
 from .view import NO_LEADER, ClusterView, TopicView, topic_uuid
 
 if TYPE_CHECKING:
@@ -156,16 +157,12 @@ async def _create_topic(
         reply = await gw.quorum.post("/v1/topics", {"name": topic.name, "region": region,
                                                      "partitions_per_cluster": count // len(clusters),
                                                      "retention_ms": retention_ms})  # fmt: skip
-    except QuorumError as e:
-        if e.status == 409:
+    except KfedError as e:
+        if isinstance(e, Conflict):
             return ErrorCode.topic_already_exists, e.detail, None
-        if e.status in (400, 422):
+        if isinstance(e, InvalidRequest):
             return ErrorCode.invalid_topic_exception, e.detail, None
-        return (
-            ErrorCode.request_timed_out if e.status in (0, 502, 503, 504) else ErrorCode.unknown_server_error,
-            (e.detail),
-            None,
-        )
+        return ErrorCode.request_timed_out if e.retryable else ErrorCode.unknown_server_error, e.detail, None
     return ErrorCode.none, None, (topic_uuid(str(reply.get("topic_id", topic.name))), len(reply.get("partitions", ())))
 
 
@@ -192,12 +189,10 @@ async def _delete_topic(gw: Gateway, conn: ClientConnection, name: str | None) -
         return ErrorCode.unknown_topic_id, "no topic has this id"
     try:
         await gw.quorum.delete(f"/v1/topics/{name}")
-    except QuorumError as e:
-        if e.status == 404:
+    except KfedError as e:
+        if isinstance(e, NotFound):
             return ErrorCode.unknown_topic_or_partition, e.detail
-        return ErrorCode.request_timed_out if e.status in (0, 502, 503, 504) else ErrorCode.unknown_server_error, (
-            e.detail
-        )
+        return ErrorCode.request_timed_out if e.retryable else ErrorCode.unknown_server_error, e.detail
     return ErrorCode.none, None
 
 

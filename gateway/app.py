@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from metadata_log.access import NO_ACCESS, Access
+from metadata_log.errors import Conflict, KfedError
 from metadata_log.follower import LogFollower
 
 from . import admin, data, groups
 from . import protocol as kp
 from .producers import ProducerIds
-from .quorum import QuorumClient, QuorumError
+from .quorum import QuorumClient
 from .server import Handler, KafkaServer, Limits
 from .upstream import Upstream
 from .view import Broker, ClusterView, TopicView
@@ -157,8 +158,8 @@ class Gateway:
                 "requests": self.server.requests}  # fmt: skip
         try:
             reply = await self.quorum.post("/v1/gateways/heartbeat", body)
-        except QuorumError as e:
-            if e.status == 409 and self.config.gateway_id is None:
+        except KfedError as e:
+            if isinstance(e, Conflict) and self.config.gateway_id is None:
                 self.gateway_id = None  # the id this gateway had went to another: take a free one
             log.warning("gateway heartbeat failed: %s", e.detail)
             return False

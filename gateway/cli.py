@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from metadata_log.access import Access, AccessError, read_secret
+from metadata_log.access import Access, read_secret
+from metadata_log.errors import InvalidSetting
 
 from .app import Gateway, GatewayConfig
 from .server import Limits
@@ -87,15 +88,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace) -> GatewayConfig:
-    """The gateway's config from parsed arguments; ``AccessError`` names a file that cannot be used."""
+    """The gateway's config from parsed arguments; ``InvalidSetting`` names the flags that cannot be used
+    (as given, or together); its subclass ``AccessError`` a file."""
     if (args.tls_cert is None) != (args.tls_key is None):
-        raise AccessError("--tls-cert and --tls-key go together")
+        raise InvalidSetting("--tls-cert and --tls-key go together")
     if args.sasl and args.token_file is None:
-        raise AccessError("--sasl needs --token-file (the admin token is the admin's SASL password)")
+        raise InvalidSetting("--sasl needs --token-file (the admin token is the admin's SASL password)")
     listen_host, listen_port = args.listen
     advertise_host, advertise_port = args.advertise or (None, None)
     if advertise_host is None and listen_host in ("0.0.0.0", "::", ""):
-        raise AccessError("listening on every address needs --advertise HOST:PORT (what clients connect to)")
+        raise InvalidSetting("listening on every address needs --advertise HOST:PORT (what clients connect to)")
     return GatewayConfig(
         controllers=[u for u in args.controller.split(",") if u.strip()],
         listen_host=listen_host,
@@ -153,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         config = config_from(args)
-    except AccessError as e:
+    except InvalidSetting as e:
         print(f"kfed gateway: {e}", file=sys.stderr)
         return 2
     try:

@@ -30,10 +30,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from metadata_log.errors import Conflict, InvalidRequest, KfedError
+
 from . import offsets
 from . import protocol as kp
 from .protocol import ErrorCode
-from .quorum import QuorumError
 from .server import ClientConnection
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class GroupBridge:
         return self._locks.setdefault((group, member_id), asyncio.Lock())
 
     async def beat(self, member: Member, owned: Iterable[TopicPartition]) -> dict[str, Any]:
-        """One quorum heartbeat of ``member`` reporting ``owned``; ``QuorumError`` when it fails."""
+        """One quorum heartbeat of ``member`` reporting ``owned``; a ``KfedError`` when it fails."""
         body = {"member_id": member.member_id, "topics": list(member.topics), "owned": [list(tp) for tp in owned],
                 "session_timeout_ms": member.session_timeout_ms}  # fmt: skip
         reply = await self.gateway.quorum.post(f"/v1/groups/{member.group}/heartbeat", body, QUORUM_DEADLINE_S)
@@ -101,11 +102,11 @@ class GroupBridge:
         self.members.clear()
 
 
-def _error(e: QuorumError) -> ErrorCode:
+def _error(e: KfedError) -> ErrorCode:
     """The group error a client retries (or gives up on) for a failed quorum call."""
-    if e.status in (400, 422):
+    if isinstance(e, InvalidRequest):
         return ErrorCode.invalid_group_id
-    if e.status == 409:
+    if isinstance(e, Conflict):
         return ErrorCode.group_max_size_reached
     return ErrorCode.coordinator_not_available
 
@@ -150,7 +151,7 @@ async def join_group(gw: Gateway, conn: ClientConnection, request: kp.Request) -
                 reply = await _join(bridge, member)
         else:
             reply = await _join(bridge, member)
-    except QuorumError as e:
+    except KfedError as e:
         return {**refused, "error_code": _error(e)}
     return {"error_code": 0, "generation_id": reply["generation"], "protocol_type": "consumer",
             "protocol_name": protocol, "leader": LEADER, "skip_assignment": False, "member_id": member.member_id,
@@ -180,7 +181,7 @@ async def sync_group(gw: Gateway, conn: ClientConnection, request: kp.Request) -
         member.last_seen_s = time.monotonic()
         try:
             given = await _claim(bridge, member)
-        except QuorumError as e:
+        except KfedError as e:
             return {**answer, "error_code": _error(e), "assignment": b""}
     return {**answer, "error_code": 0, "assignment": kp.encode_assignment(sorted(given))}
 
@@ -217,7 +218,7 @@ async def heartbeat(gw: Gateway, conn: ClientConnection, request: kp.Request) ->
         member.last_seen_s = time.monotonic()
         try:
             reply = await bridge.beat(member, member.reported)
-        except QuorumError:
+        except KfedError:
             cut_off = time.monotonic() - member.last_quorum_s > member.session_timeout_ms / 2000
             return {"error_code": ErrorCode.rebalance_in_progress if cut_off else ErrorCode.none}
     assignment = {tuple(tp) for tp in reply["assignment"]}
@@ -237,7 +238,7 @@ async def leave_group(gw: Gateway, conn: ClientConnection, request: kp.Request) 
         try:
             await gw.quorum.post(f"/v1/groups/{body.group_id}/leave", {"member_id": member_id}, QUORUM_DEADLINE_S)
             code = ErrorCode.none
-        except QuorumError as e:
+        except KfedError as e:
             code = _error(e)
         results.append({"member_id": member_id, "group_instance_id": None, "error_code": code})
     error = results[0]["error_code"] if len(results) == 1 else ErrorCode.none

@@ -26,6 +26,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Final
 
+from metadata_log.errors import KfedError
+
 from . import protocol as kp
 from .protocol import ErrorCode
 from .upstream import ClusterClient, UpstreamError
@@ -47,7 +49,7 @@ STATE_LOST: Final = frozenset(
 PhysicalKey = tuple[int, int, str, str, int]  # client id, client epoch, cluster, physical topic, partition
 
 
-class ProducerIdsExhausted(Exception):
+class ProducerIdsExhausted(KfedError):
     """This process minted every id of its incarnation (16M): it must restart to register anew."""
 
 

@@ -2,7 +2,9 @@
 
 Fails over between controller URLs and retries what may be retried (no leader yet, a node down) within a
 deadline, like ``metadata_log.client.ControllerClient``, without blocking the event loop. Writes carry one
-``Idempotency-Key`` for all their attempts.
+``Idempotency-Key`` for all their attempts. A failure is raised as the error tree's class of the reply
+(``metadata_log.client.reply_error``): ``Conflict``, ``NotFound``, ``InvalidRequest``..., or ``Unavailable``
+(no controller reached) and ``OutcomeUnknown`` (a write timed out) when the deadline passes.
 """
 
 from __future__ import annotations
@@ -15,19 +17,11 @@ from typing import Any, Final
 import httpx
 
 from metadata_log.access import NO_ACCESS, Access, tls_context
-from metadata_log.client import RETRYABLE_STATUSES, controller_urls
+from metadata_log.client import controller_urls, reply_error
+from metadata_log.errors import KfedError, OutcomeUnknown, Unavailable
 
 DEFAULT_DEADLINE_S: Final = 5.0
 REQUEST_TIMEOUT_S: Final = 5.0
-
-
-class QuorumError(Exception):
-    """The quorum refused a request (``status`` 4xx) or could not be reached within the deadline (0 or 5xx)."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
 
 
 class QuorumClient:
@@ -48,18 +42,21 @@ class QuorumClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + deadline_s
         delay = 0.05
+        last: KfedError
         while True:
             url = self.urls[self._current]
             try:
                 r = await self._http.request(method, url + path, json=body, headers=headers)
+            except httpx.TimeoutException as e:
+                last = OutcomeUnknown(f"{url}: timed out ({type(e).__name__})")
             except httpx.HTTPError as e:
-                last = QuorumError(0, f"{url}: {type(e).__name__}: {e}")
+                last = Unavailable(f"{url}: {type(e).__name__}: {e}")
             else:
                 if r.status_code < 400:
                     reply = r.json()
                     return reply if isinstance(reply, dict) else {"value": reply}
-                last = QuorumError(r.status_code, _detail(r))
-                if r.status_code not in RETRYABLE_STATUSES:
+                last = reply_error(url, r)
+                if not last.retryable:
                     raise last
             if loop.time() + delay > deadline:
                 raise last
@@ -78,13 +75,3 @@ class QuorumClient:
 
     async def close(self) -> None:
         await self._http.aclose()
-
-
-def _detail(r: httpx.Response) -> str:
-    try:
-        body = r.json()
-    except ValueError:
-        return r.text[:300] or r.reason_phrase
-    if isinstance(body, dict):
-        return str(body.get("detail") or body.get("title") or r.reason_phrase)
-    return r.reason_phrase

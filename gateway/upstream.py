@@ -27,6 +27,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from metadata_log.errors import Unavailable
+
 from . import protocol as kp
 from .protocol import ErrorCode
 
@@ -59,7 +61,7 @@ METADATA_MAX_AGE_S: Final = 30.0
 """How long partition leaders learnt from a broker are trusted without an error saying they moved."""
 
 
-class UpstreamError(Exception):
+class UpstreamError(Unavailable):
     """A broker could not be reached, did not answer in time, or answered something unusable."""
 
 

@@ -19,12 +19,22 @@ from typing import Final
 
 import httpx
 
+from .errors import InvalidSetting
+
 MIN_SECRET_CHARS: Final = 16
 LOCAL_TOKEN_FILE: Final = Path("var/local/admin.token")  # what `kfed local up` generates (its default data dir)
 
 
-class AccessError(ValueError):
-    """A token, secret or CA file that cannot be used; the message names the file."""
+CA_FILE: Final = "CA file"
+
+
+class AccessError(InvalidSetting, ValueError):
+    """A token, secret or CA file that cannot be used. ``what``: which setting (the flag, ``CA_FILE``,
+    ``"token file"``), ``path``: the file; the message names both."""
+
+    def __init__(self, what: str, path: str | Path, problem: str) -> None:
+        super().__init__(f"{what} {path}: {problem}")
+        self.what, self.path = what, str(path)
 
 
 def read_secret(path: str | Path, what: str) -> str:
@@ -32,11 +42,11 @@ def read_secret(path: str | Path, what: str) -> str:
     try:
         text = Path(path).read_text(encoding="utf-8").strip()
     except FileNotFoundError:
-        raise AccessError(f"{what} {path}: no such file") from None
+        raise AccessError(what, path, "no such file") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise AccessError(f"{what} {path}: cannot be read: {e}") from None
+        raise AccessError(what, path, f"cannot be read: {e}") from None
     if len(text) < MIN_SECRET_CHARS or any(c.isspace() for c in text):
-        raise AccessError(f"{what} {path}: must hold one token of at least {MIN_SECRET_CHARS} characters, no spaces")
+        raise AccessError(what, path, f"must hold one token of at least {MIN_SECRET_CHARS} characters, no spaces")
     return text
 
 
@@ -64,7 +74,7 @@ class Access:
     def from_files(cls, token_file: str | Path | None = None, ca_file: str | Path | None = None) -> Access:
         token = read_secret(token_file, "token file") if token_file else None
         if ca_file and not Path(ca_file).is_file():
-            raise AccessError(f"CA file {ca_file}: no such file")
+            raise AccessError(CA_FILE, ca_file, "no such file")
         return cls(token, str(ca_file) if ca_file else None, str(token_file) if token_file else None)
 
     @property
@@ -94,7 +104,7 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
     try:
         return ssl.create_default_context(cafile=ca_file)
     except (OSError, ssl.SSLError) as e:
-        raise AccessError(f"CA file {ca_file}: not a PEM certificate bundle: {e}") from None
+        raise AccessError(CA_FILE, ca_file, f"not a PEM certificate bundle: {e}") from None
 
 
 NO_ACCESS: Final = Access()

@@ -14,19 +14,10 @@ from typing import Any, Final
 import httpx
 
 from .access import NO_ACCESS, Access
-from .errors import (
-    Conflict,
-    Forbidden,
-    Gone,
-    InvalidRequest,
-    KfedError,
-    NotFound,
-    OutcomeUnknown,
-    Unauthorized,
-    Unavailable,
-)
+from .errors import KfedError, NotAController, OutcomeUnknown, Unavailable, class_for_status
 
-RETRYABLE_STATUSES: Final = frozenset({502, 503, 504})
+PROBLEM_JSON: Final = "application/problem+json"
+_PROBLEM_FIELDS: Final = frozenset({"type", "title", "status", "detail"})
 
 
 def controller_urls(controllers: Sequence[str] | str) -> list[str]:
@@ -82,10 +73,10 @@ class ControllerClient:
             except httpx.TransportError as e:
                 last = Unavailable(f"{url}: {type(e).__name__}: {e}")
             else:
-                if r.status_code < 400:
+                if r.status_code < 400 and _media_type(r) == "application/json":
                     return r.json()
-                error = _error_from(r)
-                if r.status_code not in RETRYABLE_STATUSES:
+                error = reply_error(url, r)
+                if not error.retryable:
                     raise error
                 last = error
                 retry_after = r.headers.get("retry-after")
@@ -120,34 +111,27 @@ class ControllerClient:
         self.close()
 
 
-_BY_STATUS: Final[dict[int, type[KfedError]]] = {
-    401: Unauthorized,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    410: Gone,
-    503: Unavailable,
-    504: OutcomeUnknown,
-}
-
-
-def _error_from(r: httpx.Response) -> KfedError:
-    """The kfed error for a problem+json reply (its extension members kept in ``extra``)."""
-    try:
-        body = r.json()
-    except ValueError:
-        body = {}
-    if not isinstance(body, dict):
-        body = {}
-    detail = str(body.get("detail") or r.text[:200] or r.reason_phrase)
-    extra = {k: v for k, v in body.items() if k not in ("type", "title", "status", "detail")}
-    extra["status"] = r.status_code
-    if r.status_code in (400, 422):
-        field = str(extra.pop("field", "body"))
-        return InvalidRequest(field, detail, **extra)
-    cls = _BY_STATUS.get(r.status_code)
-    if cls is not None:
-        return cls(detail, **extra)
-    error = KfedError(detail, **extra)
-    error.title = str(body.get("title") or "Error")
+def reply_error(url: str, r: httpx.Response) -> KfedError:
+    """The kfed error a reply from ``url`` stands for: the class of its status (``errors.class_for_status``)
+    with the problem+json members, or ``NotAController`` when the reply is not kfed's (its body is not
+    quoted: it may be a whole HTML page)."""
+    body: Any = None
+    if _media_type(r) == PROBLEM_JSON and r.status_code >= 400:
+        try:
+            body = r.json()
+        except ValueError:
+            body = None
+    if not isinstance(body, dict) or not isinstance(body.get("detail"), str):
+        return NotAController(url, r.status_code, r.headers.get("content-type", ""))
+    members = {k: v for k, v in body.items() if k not in _PROBLEM_FIELDS}
+    cls = class_for_status(r.status_code)
+    error = cls.from_problem(body["detail"], members)
+    if cls is KfedError:  # a status no kfed error class has (a crash's 500, a 405): keep what it said
+        error.status = r.status_code
+        error.title = str(body.get("title") or "Error")
     return error
+
+
+def _media_type(r: httpx.Response) -> str:
+    content_type: str = r.headers.get("content-type", "")
+    return content_type.split(";")[0].strip().lower()

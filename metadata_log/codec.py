@@ -33,6 +33,7 @@ from typing import Any, Final, NamedTuple
 
 import msgpack
 
+from .errors import CorruptData
 from .records import RECORD_TYPES, GroupGenerationStarted, GroupMember, Record
 
 __all__ = [
@@ -80,7 +81,7 @@ PACK_CHUNK_RUNS: Final = 16
 each at 1M partitions, where all 2,082 runs in one call held the GIL for 0.4 s."""
 
 
-class CodecError(ValueError):
+class CodecError(CorruptData, ValueError):
     """Bytes or values that are not a valid encoding of records."""
 
 

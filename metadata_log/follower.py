@@ -17,8 +17,9 @@ from typing import Any, Final
 import httpx
 
 from .access import NO_ACCESS, Access
-from .client import controller_urls
+from .client import controller_urls, reply_error
 from .codec import MAX_DECODE_BYTES, CodecError, record_from_dict, unpack
+from .errors import NotAController, Unavailable
 from .heap import gc_paused
 from .image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply
 from .publisher import LogDelta, MetadataPublisher, Publishers
@@ -34,7 +35,7 @@ BACKOFF_MIN_S: Final = 0.05
 BACKOFF_MAX_S: Final = 2.0
 
 
-class FollowerError(Exception):
+class FollowerError(Unavailable):
     """No controller could be reached, or they answered something that is not the kfed log."""
 
 
@@ -109,7 +110,7 @@ class LogFollower:
             self.load_snapshot()
             return 0
         if r.status_code != 200:
-            raise FollowerError(f"GET /v1/log answered {r.status_code}: {r.text[:200]}")
+            raise FollowerError(f"GET /v1/log answered {r.status_code}: {reply_error(self.url, r)}")
         body = _unpack(r)
         records: list[Record] = []
         expected = self.next_offset
@@ -130,7 +131,7 @@ class LogFollower:
         """Replace the image by the controller's snapshot, unless that would move it backwards."""
         r = self._get("/v1/snapshot", {"layout": "runs"})
         if r.status_code != 200:
-            raise FollowerError(f"GET /v1/snapshot answered {r.status_code}: {r.text[:200]}")
+            raise FollowerError(f"GET /v1/snapshot answered {r.status_code}: {reply_error(self.url, r)}")
         with gc_paused():
             body = _unpack(r)
             try:
@@ -151,6 +152,9 @@ class LogFollower:
         """GET a msgpack body, read at most MAX_DECODE_BYTES of it: a broken or hostile server cannot
         make the follower hold more than that in memory."""
         with self._client.stream("GET", self.url + path, params=params, headers={"Accept": MSGPACK}) as r:
+            media_type = r.headers.get("content-type", "").split(";")[0].strip()
+            if r.status_code == 200 and media_type != MSGPACK:  # not kfed's answer: do not read it
+                raise FollowerError(str(NotAController(self.url, r.status_code, media_type)))
             declared = r.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > MAX_DECODE_BYTES:
                 raise FollowerError(f"{self.url}{path} answered {declared} bytes, above {MAX_DECODE_BYTES}")

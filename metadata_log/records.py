@@ -15,6 +15,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Literal
 
+from .errors import KfedError
+
 ClusterState = Literal["active", "read_only", "draining", "decommissioned"]
 PartitionState = Literal["writable", "read_only", "removed"]
 
@@ -24,7 +26,7 @@ LATEST_METADATA_VERSION: Final = 2
 """The newest ``MetadataVersionChanged.version`` this software reads and writes."""
 
 
-class NewerMetadataVersion(ValueError):
+class NewerMetadataVersion(KfedError, ValueError):
     """Metadata (a command, a record, a snapshot) of a version newer than this software reads.
 
     Unlike a record that does not fit its image (``InvalidRecord``, the same on every node), this depends on

@@ -35,6 +35,7 @@ from .codec import (
     records_of,
     unpack,
 )
+from .errors import CorruptData
 from .heap import freeze_survivors, gc_paused
 from .image import BULK_TYPES, EMPTY_IMAGE, InvalidRecord, MetadataImage, apply_runs
 from .publisher import LogDelta, MetadataPublisher, Publishers
@@ -449,7 +450,7 @@ class _ProposedCommands:
             return proposals
 
 
-class CorruptState(Exception):
+class CorruptState(CorruptData):
     """A dump or snapshot file that is truncated or damaged; never served."""
 
 

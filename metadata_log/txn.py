@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
-from .errors import Conflict, InvalidRequest, NotFound
+from .errors import Conflict, CorruptData, InvalidRequest, NotFound
 from .records import (
     TxnDecided,
     TxnGroupAdded,
@@ -67,7 +67,7 @@ MAX_EXPIRIES_PER_CALL: Final = 1_000
 _CLUSTER_FIELD: Final = "cluster_id"
 
 
-class TxnRecordRejected(ValueError):
+class TxnRecordRejected(CorruptData, ValueError):
     """A transaction record that does not fit the state (the image turns it into ``InvalidRecord``)."""
 
 

@@ -21,6 +21,8 @@ from typing import Final
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
+from metadata_log.errors import Unavailable
+
 
 @dataclass(frozen=True, slots=True)
 class Broker:
@@ -38,7 +40,7 @@ PROBE_TOPIC: Final = "__kfed_broker_probe"
 """A topic name the probe asks about; a validate-only request never creates it."""
 
 
-class BrokerUnknown(Exception):
+class BrokerUnknown(Unavailable):
     """The broker did not answer the probe in time (down, or not a Kafka broker)."""
 
 

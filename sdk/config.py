@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from metadata_log.access import Access, AccessError
+from metadata_log.access import Access
 from metadata_log.client import controller_urls
 
 KFED_KEYS_HELP = """\
@@ -37,10 +37,7 @@ def split_config(config: Mapping[str, Any]) -> ClientConfig:
     ca_file = rest.pop("kfed.ssl.ca.location", None)
     if token and token_file:
         raise ValueError("set 'kfed.token' or 'kfed.token.file', not both")
-    try:
-        access = Access.from_files(token_file, ca_file)
-    except AccessError as e:
-        raise ValueError(str(e)) from None
+    access = Access.from_files(token_file, ca_file)  # AccessError, a ValueError like the checks above
     if token:
         access = Access(str(token), access.ca_file)
     return ClientConfig(controller_urls(controllers), access, rest)

@@ -25,6 +25,7 @@ from typing import Any, Final, NamedTuple, cast
 
 from confluent_kafka import KafkaError, Message
 
+from metadata_log.errors import KfedError
 from metadata_log.image import MetadataImage
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ _POINTER: Final = ctypes.sizeof(ctypes.c_void_p)
 _INT32: Final = 4
 
 
-class _LayoutNotFound(Exception):
+class _LayoutNotFound(KfedError):
     pass
 
 

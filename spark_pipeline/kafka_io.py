@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, TopicPartition
 
+from metadata_log.errors import Unavailable
 from metadata_log.heap import gc_paused
 from sdk.brokers import BrokerUnknown, broker_at
 
@@ -73,7 +74,7 @@ def consumer_config(bootstrap: str, kafka: Mapping[str, str], fail_on_data_loss:
     }
 
 
-class ClusterUnavailable(RuntimeError):
+class ClusterUnavailable(Unavailable):
     """A physical cluster did not answer in time."""
 
 

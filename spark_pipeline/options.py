@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from metadata_log.access import NO_ACCESS, Access, AccessError
+from metadata_log.access import CA_FILE, NO_ACCESS, Access, AccessError
 from metadata_log.client import controller_urls
+from metadata_log.errors import InvalidSetting
 
 EARLIEST: Final = -2
 LATEST: Final = -1
@@ -57,11 +58,11 @@ _FORBIDDEN_KAFKA: Final = {
 }
 
 
-class SourceOptionError(ValueError):
-    """An option of the ``kfed`` source is missing, unknown or malformed; the message names it."""
+class SourceOptionError(InvalidSetting, ValueError):
+    """An option of the ``kfed`` source is missing, unknown or malformed; ``option`` names it."""
 
     def __init__(self, option: str, detail: str) -> None:
-        super().__init__(f"kfed source option '{option}': {detail}")
+        super().__init__(f"kfed source option '{option}': {detail}", option=option)
         self.option = option
 
 
@@ -140,8 +141,8 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
     try:
         access = Access.from_files(opts.get("kfed.token.file"), opts.get("kfed.ssl.ca.location"))
     except AccessError as e:
-        option = "kfed.ssl.ca.location" if str(e).startswith("CA file") else "kfed.token.file"
-        raise SourceOptionError(option, str(e)) from None
+        option = "kfed.ssl.ca.location" if e.what == CA_FILE else "kfed.token.file"
+        raise SourceOptionError(option, e.detail) from None
     return SourceOptions(
         controllers=controllers,
         topics=topics,

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from metadata_log.errors import Gone
 from metadata_log.image import MetadataImage
 
 from .options import EARLIEST, LATEST, OffsetSpec, SourceOptionError
@@ -26,7 +27,7 @@ STREAM_OFFSET_VERSION: Final = 1
 LogicalKey = tuple[str, int]  # (logical topic, logical partition)
 
 
-class DataLossError(RuntimeError):
+class DataLossError(Gone):
     """Records the query should read are gone (or a partition went backwards); see ``failOnDataLoss``."""
 
 

@@ -13,9 +13,11 @@ from typing import Any, Final
 import httpx
 
 from metadata_log.access import NO_ACCESS, Access
-from metadata_log.codec import CodecError, record_from_dict, unpack
+from metadata_log.client import reply_error
+from metadata_log.codec import record_from_dict, unpack
+from metadata_log.errors import KfedError, Unavailable
 from metadata_log.follower import MSGPACK, FollowerError, LogFollower
-from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply
+from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
 from metadata_log.records import Record
 from metadata_log.snapshot import read_body
 
@@ -24,7 +26,7 @@ from .options import SourceOptionError
 PAGE_RECORDS: Final = 5_000
 
 
-class MetadataUnavailable(RuntimeError):
+class MetadataUnavailable(Unavailable):
     """No controller answered with the metadata log."""
 
 
@@ -54,7 +56,7 @@ def image_at(
         for url in controllers:
             try:
                 return _replay(client, url, offset)
-            except (httpx.HTTPError, CodecError, InvalidRecord, KeyError, TypeError, ValueError) as e:
+            except (httpx.HTTPError, KfedError, KeyError, TypeError, ValueError) as e:
                 if isinstance(e, SourceOptionError):
                     raise
                 errors.append(f"{url}: {type(e).__name__}: {e}")
@@ -63,10 +65,8 @@ def image_at(
 
 def _get(client: httpx.Client, url: str, path: str, **params: Any) -> tuple[int, Any]:
     r = client.get(url + path, params=params, headers={"Accept": MSGPACK})
-    if r.status_code >= 500:
-        raise httpx.HTTPStatusError(f"{path} answered {r.status_code}", request=r.request, response=r)
     if r.status_code not in (200, 410):
-        raise ValueError(f"{path} answered {r.status_code}: {r.text[:200]}")
+        raise reply_error(url, r)
     return r.status_code, unpack(r.content)
 
 

@@ -44,6 +44,8 @@ from kio.serial.readers import tz_aware_from_i64
 from kio.static.constants import EntityType
 from kio.static.primitive import i64
 
+from metadata_log.errors import CorruptData
+
 from .writer import compiled
 
 __all__ = ["ErrorCode"]
@@ -115,7 +117,7 @@ def kio_versions(api_key: int) -> tuple[int, int] | None:
 
 
 # -- decoding and encoding -------------------------------------------------------------------------
-class ProtocolError(ValueError):
+class ProtocolError(CorruptData, ValueError):
     """Bytes that are not a valid message of the version they claim (the connection is closed)."""
 
 

@@ -6,8 +6,10 @@ from collections.abc import Iterator, Sequence
 from itertools import groupby
 from typing import Any, Protocol, TypeVar
 
+from ..errors import CorruptData
 
-class InvalidRecord(ValueError):
+
+class InvalidRecord(CorruptData, ValueError):
     """A record that does not apply to the image it was replayed on."""
 
 

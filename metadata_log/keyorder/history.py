@@ -30,6 +30,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from ..errors import CorruptData
 from .routing import FIRST_EPOCH, NO_PARTITION, KeyMap, Move, initial_map, map_after, map_of, moves_between, next_map
 
 MAX_EPOCHS_KEPT: Final = 64
@@ -43,7 +44,7 @@ Parent = tuple[int, int]
 """``(epoch, from_partition)``: the change of ``epoch`` moved slots away from ``from_partition``."""
 
 
-class KeyOrderError(ValueError):
+class KeyOrderError(CorruptData, ValueError):
     """A key-order change that does not fit the history it is applied to."""
 
 

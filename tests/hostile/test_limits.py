@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.app import LOG_LIMIT_MAX, MAX_REQUEST_BYTES, SSE_MAX_PER_CLIENT, WAIT_MS_MAX
+from controller.http.limits import MAX_REQUEST_BYTES
+from controller.http.log import LOG_LIMIT_MAX, SSE_MAX_PER_CLIENT, WAIT_MS_MAX
 from deploy.local import LocalQuorum
 from metadata_log.codec import MAX_DECODE_BYTES, CodecError, decode, record_from_dict, record_from_wire, unpack
 from metadata_log.follower import FollowerError, LogFollower

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from controller.hotpath import FORWARDED_HEADER, LeaderForwarder
+from controller.http.peers import FORWARDED_HEADER, LeaderForwarder
 from deploy.local import free_ports
 from metadata_log.errors import OutcomeUnknown, Unavailable
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from controller.app import ChangeState, partition_state_plan
-from controller.hotpath import HotRoute
+from controller.http.bodies import ChangeState
+from controller.http.routing import LeaderRoute
+from controller.http.topics import change_partition_state
 
-ROUTE = HotRoute("PUT", "/v1/topics/{name}/partitions/{partition}/state", ChangeState, partition_state_plan,
-                 int_params=frozenset({"partition"}))  # fmt: skip
+ROUTE = LeaderRoute("PUT", "/v1/topics/{name}/partitions/{partition}/state", ChangeState, change_partition_state,
+                    int_params=frozenset({"partition"}))  # fmt: skip
 
 
 def test_a_matching_request_gets_its_typed_path_parameters() -> None:

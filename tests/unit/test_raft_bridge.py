@@ -327,7 +327,7 @@ pristine = (pysyncobj.syncobj.createJournal is pysyncobj.journal.createJournal
             and pysyncobj.tcp_connection.zlib is zlib and before[1] == 2)
 import metadata_log.raft
 from metadata_log.raft import STALL_GUARD_MS
-import controller.app  # imports STALL_GUARD_MS from the package
+import controller.http.health  # imports STALL_GUARD_MS from the package
 after = snapshot()
 changed = sorted(k for k in before[0].keys() | after[0].keys() if before[0].get(k) != after[0].get(k))
 signatures = {}
@@ -344,8 +344,8 @@ print(json.dumps({"pristine": pristine, "changed": changed, "protocol": after[1]
 
 
 def test_importing_the_raft_package_changes_nothing_in_pysyncobj() -> None:
-    """A fresh interpreter imports ``metadata_log.raft`` (and ``controller.app``, which takes a constant from it):
-    pysyncobj's module globals and SyncObj's methods are the same objects as before, and every module-level name
+    """A fresh interpreter imports ``metadata_log.raft`` (and ``controller.http.health``, which takes a constant from
+    it): pysyncobj's module globals and SyncObj's methods are the same objects as before, and every module-level name
     in the bridge's table exists with its signature in the pristine pysyncobj."""
     result = subprocess.run([sys.executable, "-c", NOTHING_PATCHED_AT_IMPORT], capture_output=True, text=True,
                             timeout=120, cwd=REPO)  # fmt: skip

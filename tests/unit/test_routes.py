@@ -1,0 +1,300 @@
+"""The HTTP edge without a quorum: the routers over a fake service, given through FastAPI's dependency
+overrides (``deps.get_service``, ``deps.get_peers``), and the hot path built from the routers' declarations.
+
+The fake service applies commands to a real image at once (no Raft); what is tested is the edge: what a
+route passes to the service, how it encodes the answer, which node answers, and that the hot path and the
+FastAPI route answer a write alike."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import msgpack
+from fastapi import FastAPI
+from starlette.responses import Response
+
+from controller import problems
+from controller.config import QuorumConfig, Voter
+from controller.http import build_app, deps
+from controller.http.app import ROUTERS
+from controller.http.log import SSE_MAX_PER_CLIENT, LogStreams, get_streams
+from controller.readmodel import ReadModel
+from controller.service import WriteReply, fingerprint
+from metadata_log.commands import Result
+from metadata_log.image import MetadataImage, apply
+from metadata_log.publisher import LogDelta
+from metadata_log.records import Record
+
+from .samples import ONE_OF_EACH
+
+VOTERS = QuorumConfig(tuple(Voter(i, f"127.0.0.1:{9100 + i}", f"http://127.0.0.1:{8000 + i}") for i in (1, 2, 3)))
+
+
+@dataclass
+class _Status:
+    role: str
+    term: int = 4
+    leader_raft: str | None = None
+    stalls: int = 0
+
+
+class _Raft:
+    def __init__(self, service: FakeService) -> None:
+        self.service = service
+
+    def status(self) -> _Status:
+        return _Status("leader" if self.service.leading else "follower")
+
+
+def committed(rm: ReadModel, records: Sequence[Record]) -> None:
+    """``records`` committed: the read model gets them as a node's publisher hands them over."""
+    rm.on_update(LogDelta(rm.image, tuple(records)), apply(rm.image, records))
+
+
+class FakeService:
+    """The service as the routes use it: a real image, writes applied at once, every write recorded."""
+
+    commit_timeout_s = 5.0
+    node_status_of = None
+
+    def __init__(self, leading: bool = True, replayed: bool = False) -> None:
+        self.node_id = 1
+        self.leading = leading
+        self.replayed = replayed
+        self.raft = _Raft(self)
+        self.read_model = ReadModel()
+        committed(self.read_model, ONE_OF_EACH[:9])
+        self.writes: list[tuple[str | None, str]] = []
+
+    def is_leader(self) -> bool:
+        return self.leading
+
+    def leader(self) -> Voter | None:
+        return VOTERS.voters[0]
+
+    def voters(self) -> QuorumConfig:
+        return VOTERS
+
+    async def image_at_least(self, min_offset: int | None, timeout_s: float) -> MetadataImage:
+        return self.read_model.image
+
+    async def write(
+        self,
+        command: Callable[[MetadataImage], Result],
+        render: Callable[[MetadataImage], dict[str, Any]],
+        key: str | None,
+        request_fingerprint: str,
+    ) -> WriteReply:
+        self.writes.append((key, request_fingerprint))
+        rm = self.read_model
+        result = command(rm.image)
+        committed(rm, result.records)
+        if self.replayed:
+            return WriteReply(render(self.read_model.image), self.read_model.image.offset, replayed=True)
+        return WriteReply(result.reply, self.read_model.image.offset)
+
+
+class FakePeers:
+    """Other voters that answer what the test says; requests passed on to the leader are recorded."""
+
+    def __init__(self, statuses: Mapping[str, dict[str, Any] | None] | None = None) -> None:
+        self.statuses = dict(statuses or {})
+        self.forwarded: list[tuple[str, str, bytes]] = []
+
+    async def forward(
+        self, method: str, raw_path: str, query: str, headers: Mapping[str, str], body: bytes
+    ) -> Response:
+        self.forwarded.append((method, raw_path.split("?")[0], body))
+        return Response(b'{"from":"leader"}', status_code=202, media_type="application/json")
+
+    async def node_status(self, voter_http: str, timeout_s: float = 0.5) -> dict[str, Any] | None:
+        return self.statuses.get(voter_http)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def routers_only(service: FakeService, peers: FakePeers | None = None) -> FastAPI:
+    """The routers alone (no hot path, no middleware), their dependencies overridden."""
+    app = FastAPI()
+    problems.install(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    app.dependency_overrides[deps.get_service] = lambda: service
+    app.dependency_overrides[deps.get_peers] = lambda: peers or FakePeers()
+    return app
+
+
+def client(app: FastAPI) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://node")
+
+
+CLUSTER = {"cluster_id": "c9", "region": "r1", "bootstrap_servers": "127.0.0.1:9092"}
+
+
+async def test_a_write_commits_its_plan_under_the_key_and_answers_with_the_offset() -> None:
+    service = FakeService()
+    async with client(routers_only(service)) as http:
+        r = await http.post("/v1/clusters", json=CLUSTER, headers={"Idempotency-Key": "k1"})
+    assert r.status_code == 201 and r.headers["content-type"] == "application/json"
+    assert r.json() == {**r.json(), "cluster_id": "c9", "region": "r1", "offset": service.read_model.image.offset}
+    assert service.writes == [("k1", fingerprint("POST", "/v1/clusters", r.request.content))]
+    assert "c9" in service.read_model.image.clusters
+
+
+async def test_the_hot_path_and_the_fastapi_route_answer_a_write_alike() -> None:
+    answers = []
+    for app_of in (routers_only, lambda s: build_app(s, peers=FakePeers())):  # type: ignore[arg-type]
+        for replayed in (False, True):
+            service = FakeService(replayed=replayed)
+            async with client(app_of(service)) as http:
+                for accept in ("application/json", "application/msgpack"):
+                    r = await http.put("/v1/topics/U_TopicA/partitions/1/state", json={"state": "read_only"},
+                                       headers={"Accept": accept, "Idempotency-Key": "k"})  # fmt: skip
+                    answers.append((replayed, accept, r.status_code, dict(r.headers), r.content))
+            assert len(service.writes) == 2
+    fastapi_route, hot_path = answers[:4], answers[4:]
+    assert fastapi_route == hot_path
+    assert [a[3].get("idempotent-replayed") for a in hot_path] == [None, None, "true", "true"]
+    assert msgpack.unpackb(hot_path[1][4])["offset"] == json.loads(hot_path[0][4])["offset"]
+
+
+async def test_a_bad_write_gets_fastapis_answer_from_the_hot_path() -> None:
+    async with client(build_app(FakeService(), peers=FakePeers())) as http:
+        r = await http.post("/v1/clusters", json={**CLUSTER, "extra": 1})
+        assert r.status_code == 422 and r.json()["field"] == "extra"
+        r = await http.post("/v1/topics", json={"name": "bad name", "region": "r1", "partitions_per_cluster": 1})
+        assert r.status_code == 422 and r.json()["field"] == "name"
+        r = await http.post("/v1/clusters", json=CLUSTER, headers={"Idempotency-Key": ""})
+        assert r.status_code == 422 and r.json()["field"] == "Idempotency-Key"
+
+
+async def test_a_follower_passes_leader_routes_on_unparsed_and_answers_reads_itself() -> None:
+    peers = FakePeers()
+    async with client(build_app(FakeService(leading=False), peers=peers)) as http:
+        for method, path, body in [
+            ("POST", "/v1/clusters", b"{not json"),
+            ("PUT", "/v1/topics/T/partitions/+7/state", b"{}"),  # FastAPI would read +7 as 7: the leader decides
+            ("DELETE", "/v1/topics/T", b""),
+            ("GET", "/v1/agents", b""),
+            ("POST", "/v1/groups/g/leave", b'{"member_id":"m"}'),
+            ("DELETE", "/v1/quorum/voters/3", b""),
+        ]:
+            r = await http.request(method, path, content=body)
+            assert (r.status_code, r.json()) == (202, {"from": "leader"}), (method, path)
+            assert peers.forwarded[-1] == (method, path, body)
+        for path in ("/v1/clusters", "/v1/topics/U_TopicA", "/v1/groups/g1/coordinator", "/v1/node"):
+            assert (await http.get(path)).status_code == 200, path
+    assert len(peers.forwarded) == 6
+
+
+async def test_a_leader_route_reached_on_a_follower_is_refused_for_a_retry() -> None:
+    async with client(routers_only(FakeService(leading=False))) as http:
+        for method, path in [("GET", "/v1/agents"), ("POST", "/v1/clusters"), ("GET", "/v1/drain")]:
+            r = await http.request(method, path, json=CLUSTER if method == "POST" else None)
+            assert r.status_code == 503 and r.headers["retry-after"] == "1", path
+            assert r.headers["content-type"] == "application/problem+json"
+
+
+async def test_reads_answer_in_the_encoding_asked_for_and_errors_as_problems() -> None:
+    async with client(routers_only(FakeService())) as http:
+        as_json = (await http.get("/v1/clusters/c1")).json()
+        as_msgpack = await http.get("/v1/clusters/c1", headers={"Accept": "application/msgpack"})
+        assert as_msgpack.headers["content-type"] == "application/msgpack"
+        assert msgpack.unpackb(as_msgpack.content) == as_json and as_json["cluster_id"] == "c1"
+        missing = await http.get("/v1/topics/nope")
+        assert missing.status_code == 404 and missing.headers["content-type"] == "application/problem+json"
+        assert missing.json()["detail"] == "topic 'nope' does not exist"
+
+
+async def test_the_quorum_view_merges_what_each_voter_says_about_itself() -> None:
+    peers = FakePeers({"http://127.0.0.1:8002": {"role": "follower", "term": 4, "applied_offset": 3,
+                                                 "high_watermark": 99}})  # fmt: skip
+    service = FakeService()
+    async with client(routers_only(service, peers)) as http:
+        view = (await http.get("/v1/quorum")).json()
+    assert [(v["id"], v["role"], v["applied_offset"]) for v in view["voters"]] == [
+        (1, "leader", service.read_model.image.offset),
+        (2, "follower", 3),
+        (3, "unreachable", None),
+    ]
+    assert view["high_watermark"] == 99 and view["leader_id"] == 1
+
+
+async def test_a_voter_is_added_only_when_the_node_answers_as_that_id() -> None:
+    peers = FakePeers({"http://127.0.0.1:8004": {"id": 5}})
+    async with client(routers_only(FakeService(), peers)) as http:
+        for http_url in ("http://127.0.0.1:8004", "http://127.0.0.1:8005"):
+            r = await http.post("/v1/quorum/voters", json={"id": 4, "raft": "127.0.0.1:9104", "http": http_url})
+            assert r.status_code == 409 and r.json()["field"] == "http"
+
+
+async def test_a_client_gets_a_bounded_number_of_log_streams() -> None:
+    app = routers_only(FakeService())
+    streams = LogStreams()
+    app.dependency_overrides[get_streams] = lambda: streams
+    for _ in range(SSE_MAX_PER_CLIENT):
+        streams.admit("127.0.0.1")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app, client=("127.0.0.1", 5000))) as http:
+        r = await http.get("http://node/v1/log/stream")
+    assert r.status_code == 429 and r.json()["limit"] == SSE_MAX_PER_CLIENT and r.headers["retry-after"] == "5"
+    streams.release("127.0.0.1")
+    streams.admit("127.0.0.1")  # a closed stream makes room
+    assert streams.open == SSE_MAX_PER_CLIENT
+
+
+async def test_the_built_app_gives_routes_its_own_service_and_peers() -> None:
+    service = FakeService()
+    service.raft.alive = lambda: True  # type: ignore[attr-defined]
+    peers = FakePeers({"http://127.0.0.1:8003": {"role": "follower", "term": 4, "applied_offset": 1,
+                                                 "high_watermark": 5}})  # fmt: skip
+    async with client(build_app(service, peers=peers)) as http:  # type: ignore[arg-type]
+        assert (await http.get("/v1/metadata")).json()["offset"] == service.read_model.image.offset
+        assert [v["role"] for v in (await http.get("/v1/quorum")).json()["voters"]] == [
+            "leader", "unreachable", "follower"
+        ]  # fmt: skip
+        assert (await http.get("/healthz")).status_code == 200
+
+
+async def test_a_long_poll_answers_with_the_records_committed_while_it_waits() -> None:
+    service = FakeService()
+    rm = service.read_model
+    next_offset = rm.high_watermark
+    async with client(routers_only(service)) as http:
+        waiting = asyncio.create_task(http.get("/v1/log", params={"offset": next_offset, "wait_ms": 10_000}))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        async with client(routers_only(service)) as writer:
+            await writer.post("/v1/clusters", json=CLUSTER)
+        page = (await asyncio.wait_for(waiting, 5)).json()
+    assert [r["offset"] for r in page["records"]] == [next_offset]
+    assert page["records"][0]["type"] == "ClusterRegistered" and page["next_offset"] == next_offset + 1
+
+
+async def test_offsets_below_the_window_are_gone_with_where_to_continue() -> None:
+    service = FakeService()
+    service.read_model = ReadModel(retention_records=2)
+    committed(service.read_model, ONE_OF_EACH[:9])
+    async with client(routers_only(service)) as http:
+        gone = await http.get("/v1/log", params={"offset": 0, "wait_ms": 10_000})
+        kept = await http.get("/v1/log", params={"offset": service.read_model.log_start_offset})
+    assert gone.status_code == 410 and gone.headers["content-type"] == "application/problem+json"
+    assert gone.json()["log_start_offset"] == service.read_model.log_start_offset > 0
+    assert gone.json()["snapshot_offset"] == 8 and kept.json()["next_offset"] == 9
+
+
+def test_each_write_is_declared_once_and_the_hot_path_takes_those_with_a_body() -> None:
+    from controller.http.app import LEADER_ROUTES
+
+    declared = [(r.method, r.template) for r in LEADER_ROUTES]
+    assert len(declared) == len(set(declared))
+    writes = {template for _, template in declared if template.startswith("/v1/topics")}
+    assert writes == {"/v1/topics", "/v1/topics/{name}/partitions", "/v1/topics/{name}/partitions/{partition}/state",
+                      "/v1/topics/{name}", "/v1/topics/{name}/shrink"}  # fmt: skip
+    hot = {r.template for r in LEADER_ROUTES if r.hot}
+    assert "/v1/topics/{name}/partitions/{partition}/state" in hot and "/v1/topics/{name}" not in hot
