@@ -55,7 +55,7 @@ from .rules import (
     stale_reply,
     stall_excuse,
 )
-from .wire import PICKLE_PROTOCOL, SafePickle, WireZlib
+from .wire import PICKLE_PROTOCOL, ForbiddenPickle, SafePickle, WireZlib, value_class
 
 if TYPE_CHECKING:
     from .node import RaftNode, RaftSettings
@@ -122,9 +122,23 @@ PRIVATE_NAMES: Final = (
 )
 # fmt: on
 
-SAFE_PICKLE: Final = SafePickle({("pysyncobj.node", "TCPNode"): TCPNode})
+MAX_ADDRESS_CHARS: Final = 261
+"""The longest Raft address a pickle may carry: a DNS name (253), a colon, a port."""
+
+
+def received_node(address: Any) -> TCPNode:
+    """The ``TCPNode`` a pickled one stands for, built from its address once that is checked to be one."""
+    if not isinstance(address, str) or len(address) > MAX_ADDRESS_CHARS:
+        raise ForbiddenPickle(f"a pickled TCPNode's address must be a str of at most {MAX_ADDRESS_CHARS} chars")
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ForbiddenPickle(f"a pickled TCPNode's address {address!r} is not host:port")
+    return TCPNode(address)
+
+
+SAFE_PICKLE: Final = SafePickle({("pysyncobj.node", "TCPNode"): value_class(TCPNode, received_node, "_id")})
 """Decodes every Raft frame and command: plain values, and the ``TCPNode`` a membership change carries (rebuilt
-from its attributes; nothing of it runs)."""
+as ``TCPNode(address)`` builds it, from an address checked first)."""
 
 
 def install(wire_compression: int) -> None:
