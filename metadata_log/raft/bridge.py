@@ -10,7 +10,7 @@ pysyncobj is kfed's Raft engine. Here, and only here, kfed changes how it works:
   module globals; ``install`` points them at kfed's (``journal.CheckedJournal``, ``DumpSerializer`` over
   ``dump.DumpWriter``, ``wire.SafePickle``, ``wire.WireZlib``). Nothing changes at import: ``RaftNode`` calls
   ``install`` when it starts, and again for every node (it is idempotent).
-- ``sync_obj_conf``: every pysyncobj option kfed sets, with its reason.
+- ``sync_obj_conf``: pysyncobj's options (``RaftSettings.options``) and the node's hooks.
 
 Every private name of pysyncobj used here is in ``PRIVATE_NAMES``; ``tests/unit/test_raft_bridge.py`` pins each
 against the installed pysyncobj (it exists, with the signature given) and checks that no other module of kfed
@@ -210,58 +210,18 @@ def _deserializer(restore: Callable[[str], tuple[list[Any], list[Any], list[str]
     return deserialize
 
 
-APPEND_ENTRIES_BATCH_BYTES: Final = 4 * 1024 * 1024
-SOCKET_BUFFER_BYTES: Final = 4 * 1024 * 1024
-"""Kernel send and receive buffer of each Raft connection (pysyncobj pins them to 64 KiB; see ``sync_obj_conf``)."""
 _ROLES: Final = {0: "follower", 1: "candidate", 2: "leader"}  # pysyncobj's _RAFT_STATE values
 
 
 def sync_obj_conf(settings: RaftSettings, data_dir: Path, node: RaftNode) -> SyncObjConf:
-    """Every pysyncobj option kfed sets, explicitly; ``node``'s hooks (None ones are left to pysyncobj)."""
-    on_role = node._on_role
+    """pysyncobj's options: every one kfed sets (``RaftSettings.options``), and ``node``'s hooks (None ones are
+    left to pysyncobj). The node's capture only freezes the state on the Raft thread; ``DumpSerializer``
+    (installed as pysyncobj's Serializer) encodes, fsyncs and renames it on a thread of its own."""
+    on_role = node.on_role
     return SyncObjConf(
-        # Entries leave at once instead of on the next heartbeat (100 ms commits otherwise);
-        # we batch records per command ourselves (group commit in the controller).
-        appendEntriesUseBatch=False,
-        # pysyncobj 0.3.17 splits a command above this size into chunks and detects the last chunk by
-        # the command's length, not the pickled entry's, so commands over 64 KiB (the default) fail
-        # to replicate ("pickle data was truncated"). Group commit makes such commands routinely.
-        appendEntriesBatchSizeBytes=APPEND_ENTRIES_BATCH_BYTES,
-        # pysyncobj sets SO_SNDBUF/SO_RCVBUF of every Raft socket to 64 KiB (which also stops Linux from
-        # sizing them itself) and sends a dump to a follower in 64 KiB messages. Catching a follower up
-        # means tens of MB queued on the leader, and each send() of 128 KiB copied the rest of that queue
-        # (pysyncobj slices a bytes buffer), holding the GIL. Bigger buffers, and dump messages as big as
-        # log batches, move the same bytes with ~30x fewer copies.
-        sendBufferSize=SOCKET_BUFFER_BYTES,
-        recvBufferSize=SOCKET_BUFFER_BYTES,
-        logCompactionBatchSize=APPEND_ENTRIES_BATCH_BYTES,
-        appendEntriesPeriod=settings.heartbeat_ms / 1000,
-        raftMinTimeout=settings.election_timeout_ms_min / 1000,
-        raftMaxTimeout=settings.election_timeout_ms_max / 1000,
-        # Reconnect to a peer that was down within half a second (default 5 s delays a restarted
-        # node's return, and a node started before its peers, by that long).
-        connectionRetryTime=0.5,
-        # CheckQuorum: a leader that heard from no majority for an election timeout steps down
-        # (default 30 s, during which an isolated leader keeps taking writes that cannot commit).
-        leaderFallbackTimeout=settings.election_timeout_ms_max / 1000,
-        # Fail fast without a leader: the HTTP edge answers 503 + Retry-After instead of queueing.
-        commandsWaitLeader=False,
-        # Voters can be added and removed one at a time (kfed quorum add-voter / remove-voter); the
-        # membership lives in the Raft log and the dump, the config only seeds a first start.
-        dynamicMembershipChange=True,
-        commandsQueueSize=settings.command_queue_size,
-        # Journal *and* full dump: a journal alone comes back empty after a compaction + restart.
-        journalFile=str(data_dir / "raft.journal"),
-        fullDumpFile=str(data_dir / "raft.dump"),
-        # The node's capture only freezes the state on the Raft thread; DumpSerializer (installed as
-        # pysyncobj's Serializer) encodes, fsyncs and renames it on a thread of its own.
-        serializer=node._capture,
-        deserializer=_deserializer(node._restore),
-        logCompactionMinEntries=settings.compaction_min_entries,
-        logCompactionMinTime=settings.compaction_min_s,
-        logCompactionSplit=True,  # nodes compact at different times, never all at once
-        password=settings.password,
-        bindAddress=settings.bind_address,
+        **settings.options(data_dir),
+        serializer=node.capture,
+        deserializer=_deserializer(node.restore),
         onStateChanged=None if on_role is None else lambda old, new: on_role(_ROLES.get(new, "unknown")),
     )
 

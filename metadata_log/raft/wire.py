@@ -241,12 +241,20 @@ class SafePickle:
         return self.loads(file.read())
 
 
-# -- compression ------------------------------------------------------------------------------------------
+# -- how big a message and a frame get -------------------------------------------------------------------------
+APPEND_ENTRIES_BATCH_BYTES: Final = 4 * 1024 * 1024
+"""pysyncobj's ``appendEntriesBatchSizeBytes`` and ``logCompactionBatchSize``: what one append_entries carries,
+and one chunk of a dump sent to a follower."""
+SOCKET_BUFFER_BYTES: Final = 4 * 1024 * 1024
+"""Kernel send and receive buffer of each Raft connection (pysyncobj pins them to 64 KiB otherwise)."""
 MAX_MESSAGE_BYTES: Final = 128 * 1024 * 1024
 """The most one Raft message may inflate to. The largest a node sends is an append_entries of 4 MiB of entries
-(``bridge.APPEND_ENTRIES_BATCH_BYTES``) plus one more entry, a command that the codec decodes only up to 64 MiB
+(``APPEND_ENTRIES_BATCH_BYTES``) plus one more entry, a command that the codec decodes only up to 64 MiB
 (``codec.MAX_DECODE_BYTES``); dump chunks are 4 MiB. A stranger's zlib bomb (deflate expands up to 1032:1) is
 refused once it inflates past this, instead of taking the node's memory."""
+
+
+# -- compression ------------------------------------------------------------------------------------------
 _DEFLATE_MAX_RATIO: Final = 1032
 
 
