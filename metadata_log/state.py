@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .codec import (
+    MAX_DECODE_BYTES,
     CodecError,
     Run,
     decode_rows,
@@ -232,7 +233,7 @@ class LogState:
         """``encode_command`` for a command this node proposes (as leader). When applying it here needs no
         decoding (see ``_ProposedCommands``), the proposals are kept until it is applied."""
         data, exact, writes = _encode_command(proposals, self.image.metadata_version)
-        if exact:
+        if exact and len(data) <= MAX_DECODE_BYTES:  # applied here from these, where others could not decode it
             self._proposed.add(data, writes)
         return data
 

@@ -14,7 +14,8 @@ What this layer adds to pysyncobj 0.3.17, each for a measured reason (see docs/P
 - a bridge from the Raft thread to asyncio (``propose`` returns an awaitable; callbacks never block);
 - guards against self-inflicted elections: time this node's Raft thread spent on its own work or could
   not run does not count against its peers; and a pre-vote (pysyncobj has none);
-- Raft frames and commands decoded with an unpickler that builds plain values only: no frame runs code.
+- Raft frames and commands decoded with an unpickler that builds plain values only: no frame runs code; a
+  frame's size and the connections a stranger can hold are bounded before anything is authenticated.
 
 The modules, from pure to pysyncobj-facing:
 

@@ -6,10 +6,13 @@ pysyncobj is kfed's Raft engine. Here, and only here, kfed changes how it works:
   raises); a follower's ``append_entries`` handled by Raft's rule (``rules.plan_append``); replies stamped with
   their term; a pre-vote before every election (``rules.PreVote``); a tick's own stalls not counted as the
   peers' silence (``rules.stall_excuse``); the Raft thread woken once per burst of proposals.
-- ``install``: pysyncobj builds its journal and dump serializer, pickles and unpickles, and compresses, through
-  module globals; ``install`` points them at kfed's (``journal.CheckedJournal``, ``DumpSerializer`` over
-  ``dump.DumpWriter``, ``wire.SafePickle``, ``wire.WireZlib``). Nothing changes at import: ``RaftNode`` calls
-  ``install`` when it starts, and again for every node (it is idempotent).
+- ``install``: pysyncobj builds its journal and dump serializer, pickles and unpickles, compresses, and makes
+  its TCP connections through module globals; ``install`` points them at kfed's (``journal.CheckedJournal``,
+  ``DumpSerializer`` over ``dump.DumpWriter``, ``wire.SafePickle``, ``wire.WireZlib``, ``BoundedConnection``).
+  Nothing changes at import: ``RaftNode`` calls ``install`` when it starts, and again for every node (it is
+  idempotent).
+- ``BoundedConnection`` and ``GuardedTransport``: what a stranger on the Raft port can make the node hold is
+  bounded before anything is authenticated (a frame's length, the connections that never say who they are).
 - ``sync_obj_conf``: pysyncobj's options (``RaftSettings.options``) and the node's hooks.
 
 Every private name of pysyncobj used here is in ``PRIVATE_NAMES``; ``tests/unit/test_raft_bridge.py`` pins each
@@ -31,12 +34,15 @@ from typing import TYPE_CHECKING, Any, Final
 import pysyncobj.pickle as pso_pickle
 import pysyncobj.syncobj as _pso
 import pysyncobj.tcp_connection as pso_tcp
+import pysyncobj.tcp_server as pso_tcp_server
+import pysyncobj.transport as pso_transport
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.journal import MemoryJournal
 from pysyncobj.monotonic import monotonic as pysyncobj_clock
 from pysyncobj.node import TCPNode
 from pysyncobj.serializer import Serializer
+from pysyncobj.transport import TCPTransport
 
 from ..state import Outcome
 from .dump import DumpState, DumpWriter
@@ -55,7 +61,19 @@ from .rules import (
     stale_reply,
     stall_excuse,
 )
-from .wire import PICKLE_PROTOCOL, ForbiddenPickle, SafePickle, WireZlib, value_class
+from .wire import (
+    ENTRY_PICKLE_BYTES,
+    HELLO_FRAME_BYTES,
+    MAX_FRAME_BYTES,
+    PICKLE_PROTOCOL,
+    ForbiddenPickle,
+    FrameBuffer,
+    FrameTooLarge,
+    SafePickle,
+    WireZlib,
+    inflate,
+    value_class,
+)
 
 if TYPE_CHECKING:
     from .node import RaftNode, RaftSettings
@@ -67,13 +85,16 @@ log = logging.getLogger(__name__)
 class Private:
     """A name of pysyncobj that is not its public API, and what kfed does with it."""
 
-    owner: str  # "SyncObj": of a SyncObj (an instance attribute, or a method); otherwise the module
+    owner: str  # "SyncObj", "TcpConnection", "TCPTransport": of that class (an instance attribute, or a
+    # method); otherwise the module
     name: str  # as pysyncobj's source spells it: SyncObj's ``__raftLog`` is reached as ``_SyncObj__raftLog``
     signature: str | None  # of a method or function, as ``inspect.signature`` shows it; None: not callable
     use: str
 
 
 _SYNCOBJ: Final = "SyncObj"
+_CONNECTION: Final = "TcpConnection"
+_TRANSPORT: Final = "TCPTransport"
 # fmt: off
 PRIVATE_NAMES: Final = (
     # SyncObj's state: read, and written where the rules say so
@@ -93,7 +114,6 @@ PRIVATE_NAMES: Final = (
     Private(_SYNCOBJ, "__pipeNotifier", None, "_applyCommand wakes the Raft thread once per burst"),
     Private(_SYNCOBJ, "__conf", None, "dynamicMembershipChange: membership entries are (un)done on append"),
     # SyncObj's methods, called
-    Private(_SYNCOBJ, "__getEntries", "(self, fromIDx, count=None, maxSizeBytes=None)", "the follower's log"),
     Private(_SYNCOBJ, "__getCurrentLogIndex", "(self)", "the follower's last index"),
     Private(_SYNCOBJ, "__getCurrentLogTerm", "(self)", "the pre-vote compares logs"),
     Private(_SYNCOBJ, "__deleteEntriesFrom", "(self, fromIDx)", "Raft step 3: drop a conflict and what follows"),
@@ -102,13 +122,26 @@ PRIVATE_NAMES: Final = (
     Private(_SYNCOBJ, "__generateRaftTimeout", "(self)", "a pre-vote round lasts one election timeout"),
     Private(_SYNCOBJ, "__callErrCallback", "(self, err, callback)", "a full command queue fails the proposal"),
     Private(_SYNCOBJ, "_getLeader", "(self)", "the leader's address, for status"),
-    # SyncObj's methods, overridden with the same signature (the override calls pysyncobj's)
+    # SyncObj's methods, overridden with the same signature (the override calls pysyncobj's, unless said)
+    Private(_SYNCOBJ, "__getEntries", "(self, fromIDx, count=None, maxSizeBytes=None)",
+            "replaced: a batch counts what its entries pickle to"),
     Private(_SYNCOBJ, "__onMessageReceived", "(self, node, message)", "every Raft message comes through it"),
     Private(_SYNCOBJ, "__sendNextNodeIdx", "(self, node, reset=False, nextNodeIdx=None, success=False)",
             "the follower's reply, stamped with its term"),
     Private(_SYNCOBJ, "_onTick", "(self, timeToWait=0.0)", "stalls excused and the pre-vote run first"),
     Private(_SYNCOBJ, "_applyCommand", "(self, command, callback, commandType=None)", "one wake per burst"),
     Private(_SYNCOBJ, "_checkCommandsToApply", "(self)", "clears the burst's wake mark"),
+    # the TCP connection and transport, subclassed
+    Private(_CONNECTION, "__init__", "(self, poller, onMessageReceived=None, onConnected=None, onDisconnected=None, "
+            "socket=None, timeout=10.0, sendBufferSize=8192, recvBufferSize=8192, keepalive=None)",
+            "public, but BoundedConnection's takes the same parameters"),
+    Private(_CONNECTION, "__readBuffer", None, "what __processRead received, moved into a FrameBuffer"),
+    Private(_CONNECTION, "__processRead", "(self)", "one recv(); the bytes are bounded and kept in a FrameBuffer"),
+    Private(_CONNECTION, "__processParseMessage", "(self)", "replaced: frames from the FrameBuffer, decoded safely"),
+    Private(_TRANSPORT, "_onNewIncomingConnection", "(self, conn)", "counts the connections not yet known"),
+    Private(_TRANSPORT, "_onTick", "(self)", "drops those that did not say who they are in time"),
+    Private(_TRANSPORT, "_unknownConnections", None, "the accepted connections not yet known as a voter's"),
+    Private(_TRANSPORT, "_syncObj", None, "its conf: how long a connection may stay unknown"),
     # module globals
     Private("pysyncobj.syncobj", "_RAFT_STATE", None, "LEADER"),
     Private("pysyncobj.syncobj", "createJournal", "(journalFile=None)", "replaced: builds a CheckedJournal"),
@@ -116,6 +149,9 @@ PRIVATE_NAMES: Final = (
             "(fileName, transmissionBatchSize, tryUseFork, serializer, deserializer, serializeChecker)",
             "replaced: DumpSerializer (a dump written on a thread)"),
     Private("pysyncobj.tcp_connection", "zlib", None, "replaced: WireZlib (the wire's compression level)"),
+    Private("pysyncobj.tcp_connection", "TcpConnection", None, "subclassed: BoundedConnection"),
+    Private("pysyncobj.transport", "TcpConnection", None, "replaced: BoundedConnection (connections it dials)"),
+    Private("pysyncobj.tcp_server", "TcpConnection", None, "replaced: BoundedConnection (connections it accepts)"),
     Private("pysyncobj.pickle", "__protocol", None, "set to wire.PICKLE_PROTOCOL"),
     Private("pysyncobj.pickle", "loads", "(data)", "replaced: SafePickle.loads (frames and commands)"),
     Private("pysyncobj.pickle", "load", "(file)", "replaced: SafePickle.load"),
@@ -137,8 +173,10 @@ def received_node(address: Any) -> TCPNode:
 
 
 SAFE_PICKLE: Final = SafePickle({("pysyncobj.node", "TCPNode"): value_class(TCPNode, received_node, "_id")})
-"""Decodes every Raft frame and command: plain values, and the ``TCPNode`` a membership change carries (rebuilt
-as ``TCPNode(address)`` builds it, from an address checked first)."""
+"""Decodes every Raft command: plain values, and the ``TCPNode`` a membership change carries (rebuilt as
+``TCPNode(address)`` builds it, from an address checked first)."""
+SAFE_FRAMES: Final = SafePickle()
+"""Decodes every Raft frame (``BoundedConnection``): plain values only (a frame carries commands as bytes)."""
 
 
 def install(wire_compression: int) -> None:
@@ -154,6 +192,107 @@ def install(wire_compression: int) -> None:
     wire = pso_tcp.zlib
     if not (isinstance(wire, WireZlib) and wire.level == wire_compression):
         pso_tcp.zlib = WireZlib(wire_compression)
+    pso_transport.TcpConnection = BoundedConnection
+    pso_tcp_server.TcpConnection = BoundedConnection
+
+
+class BoundedConnection(pso_tcp.TcpConnection):  # type: ignore[misc]  # pysyncobj is untyped
+    """pysyncobj's TCP connection, with what it receives in a ``wire.FrameBuffer``: a frame's declared length is
+    checked as soon as it arrives (``wire.MAX_FRAME_BYTES``; the first frame of an accepted connection:
+    ``wire.HELLO_FRAME_BYTES``), before anything is authenticated; reading stops once a frame is whole; frames are
+    decoded with ``SAFE_FRAMES``. Everything else (sockets, sending, timeouts, encryption) is pysyncobj's."""
+
+    _TcpConnection__readBuffer: bytes
+    recvLastTimestamp: int
+
+    def __init__(self, poller: Any, onMessageReceived: Any = None, onConnected: Any = None,
+                 onDisconnected: Any = None, socket: Any = None, timeout: float = 10.0, sendBufferSize: int = 8192,
+                 recvBufferSize: int = 8192, keepalive: Any = None) -> None:  # fmt: skip
+        # accepted (a socket given): a stranger until its first frame decodes (with a password: authenticates)
+        self.kfed_frames = FrameBuffer(MAX_FRAME_BYTES if socket is None else HELLO_FRAME_BYTES)
+        super().__init__(poller, onMessageReceived, onConnected, onDisconnected, socket, timeout, sendBufferSize,
+                         recvBufferSize, keepalive)  # fmt: skip
+
+    def disconnect(self) -> None:
+        self.kfed_frames.clear()
+        super().disconnect()
+
+    def _TcpConnection__processRead(self) -> bool:
+        """One recv() by pysyncobj's code; False (stop reading) once a frame is whole, or the connection dropped."""
+        if not pso_tcp.TcpConnection._TcpConnection__processRead(self):
+            return False
+        received, self._TcpConnection__readBuffer = self._TcpConnection__readBuffer, b""  # b"" + bytes: no copy
+        try:
+            return self.kfed_frames.add(received)
+        except FrameTooLarge as e:
+            log.warning("dropped a Raft connection: %s", e)
+            self.disconnect()
+            return False
+
+    def _TcpConnection__processParseMessage(self) -> Any:
+        """The next whole frame's message, or None; a frame that does not decode drops the connection (as
+        pysyncobj does), one that is too large too."""
+        try:
+            data = self.kfed_frames.next_frame()
+            if data is None:
+                return None
+            if self.encryptor:
+                stamp = self.encryptor.extract_timestamp(data)
+                if stamp < self.recvLastTimestamp:
+                    raise ValueError("a frame older than the last one")
+                self.recvLastTimestamp = stamp
+                data = self.encryptor.decrypt(data)
+            message = SAFE_FRAMES.loads(inflate(data))
+            if self.recvRandKey:
+                rand_key, message = message
+                if rand_key != self.recvRandKey:
+                    raise ValueError("a frame of another connection")
+        except Exception as e:  # whatever a peer sends must not raise in the tick
+            log.warning("dropped a Raft connection: %s: %s", type(e).__name__, e)
+            self.disconnect()
+            return None
+        self.kfed_frames.limit = MAX_FRAME_BYTES
+        return message
+
+
+MAX_UNKNOWN_CONNECTIONS: Final = 16
+"""Accepted connections that have not said which voter they are, at most; the oldest is dropped past it."""
+
+
+class GuardedTransport(TCPTransport):  # type: ignore[misc]  # pysyncobj is untyped
+    """pysyncobj's TCP transport, bounding the connections it accepts until they say which voter they are (with
+    a password: until they authenticate): at most ``MAX_UNKNOWN_CONNECTIONS``, each for at most pysyncobj's
+    ``connectionTimeout``. pysyncobj kept each until it sent something wrong: idle ones, forever."""
+
+    def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
+        self._kfed_unknown: dict[Any, float] = {}  # accepted connection -> when, oldest first
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    def _onNewIncomingConnection(self, conn: Any) -> None:
+        super()._onNewIncomingConnection(conn)
+        unknown = self._kfed_unknown
+        for known in [c for c in unknown if c not in self._unknownConnections]:
+            del unknown[known]
+        unknown[conn] = pysyncobj_clock()
+        while len(unknown) > MAX_UNKNOWN_CONNECTIONS:
+            oldest = next(iter(unknown))
+            del unknown[oldest]
+            log.warning("dropped a Raft connection: more than %d that did not say who they are",
+                        MAX_UNKNOWN_CONNECTIONS)  # fmt: skip
+            oldest.disconnect()
+
+    def _onTick(self) -> None:
+        super()._onTick()
+        if not self._kfed_unknown:
+            return
+        deadline = pysyncobj_clock() - self._syncObj.conf.connectionTimeout
+        for conn, since in list(self._kfed_unknown.items()):
+            if conn not in self._unknownConnections:
+                del self._kfed_unknown[conn]
+            elif since < deadline:
+                del self._kfed_unknown[conn]
+                log.warning("dropped a Raft connection that did not say who it is in time")
+                conn.disconnect()
 
 
 _journal_fsync = threading.local()  # what the journal about to be built syncs (set around Replica's construction)
@@ -295,7 +434,7 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         self._kfed_wake_sent = False  # the Raft thread was woken for the commands queued (``_applyCommand``)
         _journal_fsync.on = node.settings.journal_fsync
         try:
-            super().__init__(self_raft, peers, conf)
+            super().__init__(self_raft, peers, conf, transportClass=GuardedTransport)
         finally:
             _journal_fsync.on = False
 
@@ -432,16 +571,13 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
     def _kfed_append_entries(self, node: Any, message: dict[str, Any]) -> bool:
         """A regular ``append_entries`` (with ``prevLogIdx``), handled by Raft's rule; False: left to pysyncobj.
 
-        pysyncobj 0.3.17, once ``prevLogIdx``/``prevLogTerm`` match, deletes *every* entry after
-        ``prevLogIdx`` and appends the message's entries again. A leader re-sends from an older index after
-        every late "reset" answer, so followers routinely deleted entries they had acknowledged and re-appended
-        them one synced write at a time: for that long the journal on disk was shorter than what the leader
-        counted, and a kill -9 then made it so for good; a message carrying fewer entries than the follower
-        holds removed them outright. A committed entry then sat on a minority, a node without it could win the
-        election, and it was lost (``make faults SEED=4 DURATION=60``), while nodes that had applied it served a
-        record the new log did not have (``SEED=3``). Here the follower keeps every matching entry, deletes
-        only from the first conflicting one, appends only what it lacks (``rules.plan_append``), and raises
-        its commit index only up to what this message verified (``rules.follower_commit``).
+        pysyncobj 0.3.17, once ``prevLogIdx``/``prevLogTerm`` match, deletes *every* entry after ``prevLogIdx``
+        and appends the message's entries again. A leader re-sends from an older index after every late "reset"
+        answer, so a follower deleted entries it had acknowledged (the journal on disk shorter than what the
+        leader counted: a kill -9 then loses a committed entry), and a message carrying fewer entries than the
+        follower holds removed them outright. Here the follower keeps every matching entry, deletes only from
+        the first conflicting one, appends only what it lacks (``rules.plan_append``), and raises its commit
+        index only up to what this message verified (``rules.follower_commit``).
 
         Everything else an accepted ``append_entries`` does (election deadline, leader, term, follower
         state, leadership-transfer rules) stays pysyncobj's: it is given the same message without log
@@ -516,12 +652,9 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         if index <= self._SyncObj__raftLastApplied:
             # Cannot happen in Raft (an applied entry is committed, and a leader holds every committed
             # entry); kept as pysyncobj's loud signal that the state machine has diverged.
-            log.critical(
-                "a conflicting append_entries truncates applied entries from index %d (last applied %d): "
-                "this node's state has diverged from the quorum; wipe its data dir",
-                index,
-                self._SyncObj__raftLastApplied,
-            )
+            log.critical("a conflicting append_entries truncates applied entries from index %d (last applied "
+                         "%d): this node's state has diverged from the quorum; wipe its data dir",
+                         index, self._SyncObj__raftLastApplied)  # fmt: skip
         self._SyncObj__deleteEntriesFrom(index)
 
     def _note_kept_entries(self, term: int, verified: int, last: int, prev_idx: int) -> None:
@@ -529,15 +662,33 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         deleted ``verified + 1 .. last``. Logged (it is the lost-write bug's trigger) and counted."""
         acked_term, acked = self._kfed_acknowledged
         acked_here = acked if acked_term == term else 0
-        log.info(
-            "append_entries (term %d, prevLogIdx %d) verified up to %d; kept entries %d..%d%s",
-            term,
-            prev_idx,
-            verified,
-            verified + 1,
-            last,
-            f", of which up to {acked_here} already acknowledged to this leader" if acked_here > verified else "",
-        )
+        log.info("append_entries (term %d, prevLogIdx %d) verified up to %d; kept entries %d..%d%s", term, prev_idx,
+                 verified, verified + 1, last,
+                 f", of which up to {acked_here} already acknowledged to this leader" if acked_here > verified else "",
+                 )  # fmt: skip
+
+    def _SyncObj__getEntries(
+        self, fromIDx: int | None, count: int | None = None, maxSizeBytes: int | None = None
+    ) -> list[Entry]:
+        """pysyncobj's: the entries from index ``fromIDx`` (``count`` of them), up to and including the one that
+        makes ``maxSizeBytes``; but each entry counted with what it pickles to (``wire.ENTRY_PICKLE_BYTES``), so
+        that a message is bounded (``wire.MAX_MESSAGE_BYTES``) whatever its entries, and without copying the
+        rest of the log first."""
+        journal = self._SyncObj__raftLog
+        first = journal[0][1]
+        if fromIDx is None or fromIDx < first:
+            return []
+        start = fromIDx - first
+        stop = len(journal) if count is None else min(len(journal), start + count)
+        if maxSizeBytes is None:
+            return journal[start:stop]  # type: ignore[no-any-return]  # the journal is pysyncobj's or ours
+        candidates: list[Entry] = journal[start : min(stop, start + maxSizeBytes // ENTRY_PICKLE_BYTES + 1)]
+        size = 0
+        for taken, entry in enumerate(candidates, 1):
+            size += len(entry[0]) + ENTRY_PICKLE_BYTES
+            if size >= maxSizeBytes:
+                return candidates[:taken]
+        return candidates
 
     # -- proposals --------------------------------------------------------------------------------------------
     def _applyCommand(self, command: bytes, callback: Any, commandType: int | None = None) -> None:

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ..errors import OutcomeUnknown, Unavailable
+from ..errors import OutcomeUnknown, PayloadTooLarge, Unavailable
 from ..state import LogState, Outcome, Proposal
 from . import bridge
 from .dump import NodeDump, RaftBookkeeping
 from .journal import finish_compaction
-from .wire import APPEND_ENTRIES_BATCH_BYTES, SOCKET_BUFFER_BYTES
+from .wire import APPEND_ENTRIES_BATCH_BYTES, MAX_COMMAND_BYTES, SOCKET_BUFFER_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -194,12 +194,17 @@ class RaftNode:
     def propose(self, proposals: Sequence[Proposal]) -> asyncio.Future[list[Outcome]]:
         """Replicate one command carrying ``proposals``; the future resolves on the calling loop.
 
-        Raises (through the future) ``Unavailable`` when the command certainly did not commit and
-        ``OutcomeUnknown`` when it may have. Callers add their own timeout.
+        Raises (through the future) ``Unavailable`` when the command certainly did not commit,
+        ``OutcomeUnknown`` when it may have, and ``PayloadTooLarge`` for a command above
+        ``wire.MAX_COMMAND_BYTES``. Callers add their own timeout.
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Outcome]] = loop.create_future()
         data = self.state.encode_proposal(proposals)
+        if len(data) > MAX_COMMAND_BYTES:  # no node could decode it; and Raft frames are bounded by it
+            future.set_exception(PayloadTooLarge(f"a Raft command of {len(data)} bytes; at most {MAX_COMMAND_BYTES}",
+                                                 limit_bytes=MAX_COMMAND_BYTES))  # fmt: skip
+            return future
         if not self._syncobj.journal_room_for(len(data) + 64):
             # Refuse before proposing: a leader whose journal append fails (JournalFull) drops the command
             # without answering, so the client would only learn "outcome unknown" after the commit timeout.

@@ -24,6 +24,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import IO, Any, Final
 
+from .. import codec
 from ..errors import KfedError
 
 log = logging.getLogger(__name__)
@@ -243,15 +244,94 @@ class SafePickle:
 
 # -- how big a message and a frame get -------------------------------------------------------------------------
 APPEND_ENTRIES_BATCH_BYTES: Final = 4 * 1024 * 1024
-"""pysyncobj's ``appendEntriesBatchSizeBytes`` and ``logCompactionBatchSize``: what one append_entries carries,
-and one chunk of a dump sent to a follower."""
+"""pysyncobj's ``appendEntriesBatchSizeBytes`` and ``logCompactionBatchSize``: what one append_entries carries
+(each entry counted with ``ENTRY_PICKLE_BYTES``, see ``bridge.Replica``), and one chunk of a dump sent to a
+follower."""
 SOCKET_BUFFER_BYTES: Final = 4 * 1024 * 1024
 """Kernel send and receive buffer of each Raft connection (pysyncobj pins them to 64 KiB otherwise)."""
-MAX_MESSAGE_BYTES: Final = 128 * 1024 * 1024
-"""The most one Raft message may inflate to. The largest a node sends is an append_entries of 4 MiB of entries
-(``APPEND_ENTRIES_BATCH_BYTES``) plus one more entry, a command that the codec decodes only up to 64 MiB
-(``codec.MAX_DECODE_BYTES``); dump chunks are 4 MiB. A stranger's zlib bomb (deflate expands up to 1032:1) is
-refused once it inflates past this, instead of taking the node's memory."""
+MAX_COMMAND_BYTES: Final = codec.MAX_DECODE_BYTES
+"""The largest command a node proposes (``RaftNode.propose`` refuses more): no node could decode a bigger one."""
+ENTRY_PICKLE_BYTES: Final = 32
+"""What a log entry (command, index, term) pickles to besides its command's bytes: at most 25."""
+MAX_MESSAGE_BYTES: Final = APPEND_ENTRIES_BATCH_BYTES + MAX_COMMAND_BYTES + ENTRY_PICKLE_BYTES + 64 * 1024
+"""The most one Raft message pickles to: an append_entries of entries up to ``APPEND_ENTRIES_BATCH_BYTES``,
+the entry that crosses it (a command of up to ``MAX_COMMAND_BYTES``), and its other fields (a dump chunk or a
+chunk of a big entry is smaller). What a frame may inflate to: a stranger's zlib bomb (deflate expands up to
+1032:1) is refused past this."""
+
+
+def _fernet_bytes(size: int) -> int:
+    """The length of a Fernet token of ``size`` bytes: base64 of version, time, IV, padded AES-CBC, HMAC."""
+    return 4 * -(-(1 + 8 + 16 + 16 * (size // 16 + 1) + 32) // 3)
+
+
+def _zlib_bound(size: int) -> int:
+    """zlib's compressBound (any level, ``zlib_stored`` included)."""
+    return size + (size >> 12) + (size >> 14) + (size >> 25) + 13
+
+
+MAX_FRAME_BYTES: Final = _fernet_bytes(_zlib_bound(MAX_MESSAGE_BYTES + 64))  # + the pickled key with a password
+"""The most a Raft frame may declare (its 4-byte length): ``MAX_MESSAGE_BYTES`` compressed (at worst a little
+bigger) and, with a password, Fernet-encrypted (base64: 4/3 of it). A connection whose next frame declares
+more, or a negative length, is dropped as soon as the length has arrived, before anything is buffered."""
+HELLO_FRAME_BYTES: Final = 64 * 1024
+"""The most the first frame of an accepted connection may declare: it is a voter's address, a key exchange
+or an admin command of pysyncobj's, all small; a stranger gets no further without the password."""
+
+
+class FrameTooLarge(KfedError, ValueError):
+    """A Raft frame whose declared length is negative or above the connection's limit."""
+
+
+_FRAME_HEAD: Final = struct.Struct("i")  # pysyncobj's: struct.pack('i', len(data)), native order
+
+
+class FrameBuffer:
+    """What a Raft connection has received: frames of ``length (4 bytes) | payload``, each at most ``limit``.
+
+    A bytearray, appended to in place and consumed from the front: receiving a frame costs its size, not the
+    square of it (pysyncobj's buffer was a bytes object copied whole on every receive, on the Raft thread).
+    Reading stops once the first frame is whole (``add``), so a peer sending faster than the node parses
+    cannot grow the buffer past one frame and one receive."""
+
+    __slots__ = ("data", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.data = bytearray()
+        self.limit = limit
+
+    def add(self, received: bytes) -> bool:
+        """Append what was received; False once the first frame is whole (parse it before reading more).
+        ``FrameTooLarge`` as soon as the first frame's length is there and out of bounds."""
+        data = self.data
+        data += received
+        if len(data) < _FRAME_HEAD.size:
+            return True
+        return len(data) - _FRAME_HEAD.size < self._first_size()
+
+    def next_frame(self) -> bytes | None:
+        """The payload of the first frame, taken out of the buffer, once it is whole (``FrameTooLarge`` if its
+        length is out of bounds)."""
+        data = self.data
+        if len(data) < _FRAME_HEAD.size:
+            return None
+        size = self._first_size()
+        end = _FRAME_HEAD.size + size
+        if len(data) < end:
+            return None
+        with memoryview(data) as view:
+            frame = bytes(view[_FRAME_HEAD.size : end])
+        del data[:end]  # O(1) from the front of a bytearray
+        return frame
+
+    def clear(self) -> None:
+        self.data = bytearray()
+
+    def _first_size(self) -> int:
+        (size,) = _FRAME_HEAD.unpack_from(self.data)
+        if not 0 <= size <= self.limit:
+            raise FrameTooLarge(f"a Raft frame declares {size} bytes; at most {self.limit} are taken here")
+        return int(size)
 
 
 # -- compression ------------------------------------------------------------------------------------------

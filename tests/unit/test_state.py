@@ -288,6 +288,21 @@ def test_a_proposer_applies_its_own_command_as_its_followers_decode_it() -> None
     assert leader.image == follower.image and leader._proposed.take(data) is None
 
 
+def test_a_command_too_big_for_any_node_to_decode_is_not_applied_by_its_proposer_either(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The proposer applied its own commands from the proposals it kept, without decoding them: one above the
+    codec's limit committed on the leader and was rejected as undecodable by every follower."""
+    monkeypatch.setattr(state_module, "MAX_DECODE_BYTES", 1000)
+    monkeypatch.setattr("metadata_log.codec.MAX_DECODE_BYTES", 1000)
+    proposals = [Proposal((ClusterRegistered("c1", "r1", "h" * 2000 + ":1"),))]
+    leader, follower = LogState(), LogState()
+    data = leader.encode_proposal(proposals)
+    assert len(data) > 1000
+    assert leader.apply_command(data) == follower.apply_command(data)
+    assert follower.apply_command(data)[0].status == "rejected" and leader.image == follower.image
+
+
 def test_a_follower_publishes_the_records_its_leader_proposed() -> None:
     """In metadata version 2 a follower applies a command's runs as columns; the records it publishes are
     built from them and equal the leader's, at the same offsets."""
