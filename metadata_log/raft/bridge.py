@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -432,6 +431,7 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         self._kfed_leader_heard = pysyncobj_clock()  # when an append_entries of a current leader came
         self.kfed_stalls = 0  # ticks that took STALL_GUARD_MS longer than their socket wait (/metrics)
         self._kfed_wake_sent = False  # the Raft thread was woken for the commands queued (``_applyCommand``)
+        self._kfed_held_timeouts: tuple[float, float] | None = None  # the election timeouts, while held
         _journal_fsync.on = node.settings.journal_fsync
         try:
             super().__init__(self_raft, peers, conf, transportClass=GuardedTransport)
@@ -457,25 +457,24 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         return {n.address for n in self.otherNodes}
 
     def hold_elections_until_led(self) -> None:
-        """No election (and no pre-vote) until a leader is heard: for a node joining a running quorum."""
+        """No election (and no pre-vote) until a leader is heard: for a node joining a running quorum. The tick
+        restores the election timeouts once it knows a leader (``_onTick``)."""
         conf = self._SyncObj__conf
         normal = (conf.raftMinTimeout, conf.raftMaxTimeout)
         conf.raftMinTimeout, conf.raftMaxTimeout = 3600.0, 3601.0
         self._SyncObj__raftElectionDeadline = pysyncobj_clock() + 3600.0
-
-        def restore() -> None:
-            while self._getLeader() is None:
-                time.sleep(0.05)
-            conf.raftMinTimeout, conf.raftMaxTimeout = normal
-            log.info("joined: following leader %s", self._getLeader().address)
-
-        threading.Thread(target=restore, name="join-wait", daemon=True).start()
+        self._kfed_held_timeouts = normal  # last: the tick thread may restore them at once
 
     # -- the tick ---------------------------------------------------------------------------------------------
     def _onTick(self, timeToWait: float = 0.0) -> None:
         """pysyncobj's tick, after taking out the time the last tick could not listen (``rules.stall_excuse``)
         and running the pre-vote."""
         now = pysyncobj_clock()
+        if self._kfed_held_timeouts is not None and self._getLeader() is not None:
+            conf = self._SyncObj__conf
+            conf.raftMinTimeout, conf.raftMaxTimeout = self._kfed_held_timeouts
+            self._kfed_held_timeouts = None
+            log.info("joined: following leader %s", self._getLeader().address)
         if self._kfed_tick is not None:
             excuse_stall(self, self._kfed_tick, now)
         self._pre_vote(now)

@@ -12,6 +12,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -207,6 +208,28 @@ def test_a_follower_asks_before_it_campaigns(tmp_path: Path) -> None:
         node.hold_elections_until_led()
         replica._SyncObj__onMessageReceived(peer_c, {"type": PreVote.REQUEST, "term": 9, "log": own_log})
         assert sent == [(peer_c, {"type": PreVote.REPLY, "term": 9, "granted": True})]
+    finally:
+        node.close()
+
+
+def test_a_joining_node_holds_its_elections_until_its_tick_hears_a_leader_and_leaves_no_thread(tmp_path: Path) -> None:
+    node, leader = manual_tick_node(tmp_path)
+    replica = node._syncobj
+    replica._SyncObj__transport.send = lambda to, message: True
+    conf = replica._SyncObj__conf
+    normal = (conf.raftMinTimeout, conf.raftMaxTimeout)
+    threads = set(threading.enumerate())
+    try:
+        node.hold_elections_until_led()
+        assert conf.raftMinTimeout > 1000 and set(threading.enumerate()) == threads  # nothing polls
+        replica._onTick(0)
+        assert conf.raftMinTimeout > 1000  # no leader yet
+        peer = next(n for n in replica.otherNodes if n.address == leader)
+        replica._SyncObj__onMessageReceived(peer, {
+            "type": "append_entries", "term": 1, "commit_index": 0, "prevLogIdx": 1, "prevLogTerm": 0, "entries": [],
+        })  # fmt: skip
+        replica._onTick(0)
+        assert (conf.raftMinTimeout, conf.raftMaxTimeout) == normal
     finally:
         node.close()
 
