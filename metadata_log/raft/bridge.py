@@ -308,8 +308,8 @@ class DumpSerializer(Serializer):  # type: ignore[misc]  # pysyncobj is untyped
 
     ``serialize`` runs on the Raft thread and only calls the node's capture (an immutable image reference
     and a copy of the keys). Until the writer is done, ``checkSerializing`` answers SERIALIZING, so pysyncobj
-    truncates its journal only once the new dump is durable. Reading and transmitting the dump to a lagging
-    follower stay pysyncobj's own code."""
+    truncates its journal only once the new dump is durable; a dump received from the leader goes through the
+    writer too (``setTransmissionData``). Reading and sending the dump to a lagging follower stay pysyncobj's."""
 
     _STATES: Final = {
         DumpState.IDLE: SERIALIZER_STATE.NOT_SERIALIZING,
@@ -333,6 +333,10 @@ class DumpSerializer(Serializer):  # type: ignore[misc]  # pysyncobj is untyped
     def checkSerializing(self) -> tuple[int, Any]:
         state, dump_id = self._writer.poll()
         return self._STATES[state], dump_id
+
+    def setTransmissionData(self, data: Any) -> bool:
+        """A chunk of the leader's dump (``DumpWriter.receive``: durable before pysyncobj clears its journal)."""
+        return data is not None and self._writer.receive(*data)
 
 
 def _deserializer(restore: Callable[[str], tuple[list[Any], list[Any], list[str]]] | None) -> Any:
