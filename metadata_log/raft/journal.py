@@ -283,12 +283,18 @@ class CheckedJournal:
         return meta
 
     def _store_meta(self) -> None:
-        """pysyncobj's way: ``<meta>.tmp`` written and renamed over (synced by ``setCurrentTerm`` only)."""
+        """``<meta>.tmp`` written and renamed over, as pysyncobj does; with fsync on, the file is synced before
+        the rename and the directory after, so a power loss leaves the old ``.meta`` or the new one, never an
+        empty one (a node that forgot its vote could vote twice in one term)."""
         tmp = self._meta_path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(pickle.dumps(self._meta, PICKLE_PROTOCOL))
             f.flush()
+            if self._fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, self._meta_path)
+        if self._fsync:
+            fsync_path(os.path.dirname(self._meta_path) or ".")
         self._meta_saved = True
 
     def _write(self, offset: int, data: bytes) -> None:
@@ -399,9 +405,6 @@ class CheckedJournal:
         self._meta["currentTerm"] = term
         self._meta["votedForNodeId"] = votedForNodeId
         self._store_meta()  # Raft: term + vote durable before any vote is sent
-        if self._fsync:  # the file, then its rename
-            fsync_path(self._meta_path)
-            fsync_path(os.path.dirname(self._meta_path) or ".")
 
     def getCurrentTerm(self) -> int:
         return int(self._meta.get("currentTerm", 0))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
+import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,6 +201,35 @@ def test_a_compaction_that_finds_the_disk_full_keeps_the_journal_usable(tiny_dis
     journal.add(b"later", 42, 1)
     journal._destroy()
     assert raft_journal.read_journal(path)[1] == [*entries[10:], (b"after", 41, 1), (b"later", 42, 1)]
+
+
+def test_the_term_and_vote_file_is_synced_before_it_replaces_the_last_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``.meta`` was renamed over unsynced: a power loss could leave it empty, a node that forgot its vote."""
+    path = tmp_path / "raft.journal"
+    journal = checked_journal(path)
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(f"fsync {Path(os.readlink(f'/proc/self/fd/{fd}')).name}")
+        real_fsync(fd)
+
+    def replace(src: str, dst: str) -> None:
+        events.append(f"rename {Path(src).name} {Path(dst).name}")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(raft_journal.os, "fsync", fsync)
+    monkeypatch.setattr(raft_journal.os, "replace", replace)
+    journal.setCurrentTerm(7, "127.0.0.1:1")
+    synced = ["fsync raft.journal.meta.tmp", "rename raft.journal.meta.tmp raft.journal.meta", f"fsync {tmp_path.name}"]
+    assert events == synced
+    events.clear()
+    journal.setRaftCommitIndex(5)
+    journal.onOneSecondTimer()
+    assert events == synced
+    journal._destroy()
 
 
 def test_term_vote_and_commit_index_survive_a_reopen_in_pysyncobjs_meta_format(tmp_path: Path) -> None:
