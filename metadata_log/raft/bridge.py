@@ -121,6 +121,7 @@ PRIVATE_NAMES: Final = (
     Private(_SYNCOBJ, "__generateRaftTimeout", "(self)", "a pre-vote round lasts one election timeout"),
     Private(_SYNCOBJ, "__callErrCallback", "(self, err, callback)", "a full command queue fails the proposal"),
     Private(_SYNCOBJ, "_getLeader", "(self)", "the leader's address, for status"),
+    Private(_SYNCOBJ, "__connectedToAnyone", "(self)", "pysyncobj's tick campaigns only when connected to a peer"),
     # SyncObj's methods, overridden with the same signature (the override calls pysyncobj's, unless said)
     Private(_SYNCOBJ, "__getEntries", "(self, fromIDx, count=None, maxSizeBytes=None)",
             "replaced: a batch counts what its entries pickle to"),
@@ -388,6 +389,16 @@ def failure(error: int) -> Failure | None:
     if error == FAIL_REASON.SUCCESS:
         return None
     return Failure(_FAIL_NAMES.get(error, str(error)), error not in _NOT_COMMITTED)
+
+
+def journal_of(syncobj: SyncObj) -> Any:
+    """The journal a SyncObj keeps its log in (a Replica's, or a bare one's: the benchmark compares both)."""
+    return syncobj._SyncObj__raftLog
+
+
+def leads(syncobj: SyncObj) -> bool:
+    """Whether a SyncObj is the leader, as it sees itself now (not a lease: see docs/PYSYNCOBJ.md)."""
+    return bool(syncobj._SyncObj__raftState == _pso._RAFT_STATE.LEADER)
 
 
 def excuse_stall(replica: Replica, mark: TickMark, now: float) -> bool:

@@ -20,7 +20,7 @@ from metadata_log.raft import RaftNode, RaftSettings, hand_over, journal, wire
 from metadata_log.records import ClusterRegistered, NoOp
 from metadata_log.state import LogState, Proposal
 
-from .raft_support import restart_and_replay, tmpfs, wait_leader
+from .raft_support import private_name, restart_and_replay, tmpfs, wait_leader
 
 
 async def test_a_journal_pickled_by_pysyncobjs_own_protocol_replays(tmp_path: Path) -> None:
@@ -79,7 +79,7 @@ async def test_propose_dump_and_restart(tmp_path: Path) -> None:
     node = RaftNode(address, [], tmp_path, state, settings)
     try:
         await wait_leader(node)
-        assert hasattr(node._syncobj, "_SyncObj__raftElectionDeadline")
+        assert hasattr(node._syncobj, private_name("__raftElectionDeadline"))
         for i in range(60):
             outcomes = await asyncio.wait_for(
                 node.propose([Proposal((ClusterRegistered(f"c{i}", "r1", "h:1"),), f"k{i}", "fp")]), 5
@@ -170,7 +170,7 @@ def tick_parked(node: RaftNode) -> Iterator[None]:
 
 async def test_a_burst_of_proposals_wakes_the_raft_thread_once_and_every_one_commits(tmp_path: Path) -> None:
     node = RaftNode(f"127.0.0.1:{free_ports(1)[0]}", [], tmp_path, LogState(), RaftSettings(journal_fsync=False))
-    notifier = node._syncobj._SyncObj__pipeNotifier
+    notifier = getattr(node._syncobj, private_name("__pipeNotifier"))
     wakes = 0
     notify = notifier.notify
 

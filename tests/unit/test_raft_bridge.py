@@ -362,6 +362,32 @@ def test_no_other_module_of_kfed_imports_pysyncobj_or_names_its_privates() -> No
     assert offenders == []
 
 
+MANGLED = re.compile(r"\b_(SyncObj|FileJournal|ResizableFile|MetaStorer|TcpConnection|TCPTransport|Serializer)(__\w+)")
+PYSYNCOBJ_MODULE = re.compile(r"^\s*import (pysyncobj(?:\.\w+)*)(?: as (\w+))?$", re.MULTILINE)
+
+
+def test_outside_the_bridge_only_tests_name_pysyncobjs_privates_and_only_those_the_bridge_lists() -> None:
+    """The benchmark names none and patches no pysyncobj module (it uses ``bridge.journal_of`` and ``leads``);
+    a test may name one only if ``PRIVATE_NAMES`` lists it, so that the table pins it."""
+    listed = {(p.owner, p.name) for p in bridge.PRIVATE_NAMES}
+    bridge_file = Path(bridge.__file__).resolve()
+    for path in sorted((REPO / "bench").rglob("*.py")):
+        text = path.read_text()
+        assert not MANGLED.search(text), path
+        underscored = {n for n in re.findall(r"\.(_[a-zA-Z]\w*)\(", text) if hasattr(pso.SyncObj, n)}
+        assert not underscored, (path, underscored)
+        for module, alias in PYSYNCOBJ_MODULE.findall(text):
+            assert not re.search(rf"^\s*{re.escape(alias or module)}\.\w+\s*=[^=]", text, re.MULTILINE), path
+    scanned = 0
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        if path.resolve() == bridge_file:
+            continue
+        for owner, name in MANGLED.findall(path.read_text()):
+            scanned += 1
+            assert (owner, name) in listed, f"{path.relative_to(REPO)} names {owner}.{name}, which PRIVATE_NAMES lacks"
+    assert scanned  # the scan works: this file drives a Replica through them
+
+
 def test_the_journal_implements_pysyncobjs_journal_interface() -> None:
     for name, method in vars(pso_journal.Journal).items():
         if callable(method) and (not name.startswith("__") or name in ("__getitem__", "__len__")):
