@@ -44,35 +44,11 @@ from pysyncobj.serializer import Serializer
 from pysyncobj.transport import TCPTransport
 
 from ..state import Outcome
+from . import rules, wire
 from .dump import DumpState, DumpWriter
 from .journal import CheckedJournal
-from .rules import (
-    Entry,
-    PreVote,
-    PreVoteStep,
-    TickMark,
-    follower_commit,
-    guard_snapshot_commit,
-    is_progress_reply,
-    next_index_after_progress,
-    plan_append,
-    pre_vote_step,
-    stale_reply,
-    stall_excuse,
-)
-from .wire import (
-    ENTRY_PICKLE_BYTES,
-    HELLO_FRAME_BYTES,
-    MAX_FRAME_BYTES,
-    PICKLE_PROTOCOL,
-    ForbiddenPickle,
-    FrameBuffer,
-    FrameTooLarge,
-    SafePickle,
-    WireZlib,
-    inflate,
-    value_class,
-)
+from .rules import Entry, TickMark
+from .wire import ForbiddenPickle, FrameBuffer, FrameTooLarge, SafePickle, WireZlib, inflate, value_class
 
 if TYPE_CHECKING:
     from .node import RaftNode, RaftSettings
@@ -186,11 +162,11 @@ def install(wire_compression: int) -> None:
     journals, dumps, decodes and compresses kfed's way (one node per process is the rule anyway)."""
     _pso.createJournal = _create_journal
     _pso.Serializer = DumpSerializer
-    vars(pso_pickle)["__protocol"] = PICKLE_PROTOCOL
+    vars(pso_pickle)["__protocol"] = wire.PICKLE_PROTOCOL
     pso_pickle.loads = SAFE_PICKLE.loads
     pso_pickle.load = SAFE_PICKLE.load
-    wire = pso_tcp.zlib
-    if not (isinstance(wire, WireZlib) and wire.level == wire_compression):
+    installed = pso_tcp.zlib
+    if not (isinstance(installed, WireZlib) and installed.level == wire_compression):
         pso_tcp.zlib = WireZlib(wire_compression)
     pso_transport.TcpConnection = BoundedConnection
     pso_tcp_server.TcpConnection = BoundedConnection
@@ -209,7 +185,7 @@ class BoundedConnection(pso_tcp.TcpConnection):  # type: ignore[misc]  # pysynco
                  onDisconnected: Any = None, socket: Any = None, timeout: float = 10.0, sendBufferSize: int = 8192,
                  recvBufferSize: int = 8192, keepalive: Any = None) -> None:  # fmt: skip
         # accepted (a socket given): a stranger until its first frame decodes (with a password: authenticates)
-        self.kfed_frames = FrameBuffer(MAX_FRAME_BYTES if socket is None else HELLO_FRAME_BYTES)
+        self.kfed_frames = FrameBuffer(wire.MAX_FRAME_BYTES if socket is None else wire.HELLO_FRAME_BYTES)
         super().__init__(poller, onMessageReceived, onConnected, onDisconnected, socket, timeout, sendBufferSize,
                          recvBufferSize, keepalive)  # fmt: skip
 
@@ -251,7 +227,7 @@ class BoundedConnection(pso_tcp.TcpConnection):  # type: ignore[misc]  # pysynco
             log.warning("dropped a Raft connection: %s: %s", type(e).__name__, e)
             self.disconnect()
             return None
-        self.kfed_frames.limit = MAX_FRAME_BYTES
+        self.kfed_frames.limit = wire.MAX_FRAME_BYTES
         return message
 
 
@@ -405,7 +381,7 @@ def excuse_stall(replica: Replica, mark: TickMark, now: float) -> bool:
     """Apply ``rules.stall_excuse`` to the replica's clocks after a tick that began at ``mark``; True if it was
     a stall (counted in ``kfed_stalls``, reported by /metrics)."""
     heard = replica._SyncObj__lastResponseTime
-    excuse = stall_excuse(mark, now, replica._SyncObj__raftElectionDeadline, heard)
+    excuse = rules.stall_excuse(mark, now, replica._SyncObj__raftElectionDeadline, heard)
     if excuse is None:
         return False
     replica.kfed_stalls += 1
@@ -439,10 +415,8 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
     def __init__(self, self_raft: str, peers: list[str], conf: SyncObjConf, node: RaftNode) -> None:
         self._kfed_state = node.state
         self._kfed_settings = node.settings
-        # (term, index): the highest index this node has told that term's leader it holds (diagnostics only)
-        self._kfed_acknowledged = (-1, 0)
         self._kfed_tick: TickMark | None = None  # how the last tick started
-        self._kfed_pre_vote = PreVote()
+        self._kfed_pre_vote = rules.PreVote()
         self._kfed_leader_heard = pysyncobj_clock()  # when an append_entries of a current leader came
         self.kfed_stalls = 0  # ticks that took STALL_GUARD_MS longer than their socket wait (/metrics)
         self._kfed_wake_sent = False  # the Raft thread was woken for the commands queued (``_applyCommand``)
@@ -500,7 +474,7 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
 
     def _pre_vote(self, now: float) -> None:
         """Before pysyncobj's tick would campaign (see ``PreVote``): ask first, or let it if a majority agreed."""
-        step = pre_vote_step(
+        step = rules.pre_vote_step(
             is_leader=self._SyncObj__raftState == _pso._RAFT_STATE.LEADER,
             election_deadline=self._SyncObj__raftElectionDeadline,
             now=now,
@@ -509,9 +483,9 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
             is_voter=self.selfNode is not None,
             won=self._kfed_pre_vote.won,
         )
-        if step is PreVoteStep.WAIT:
+        if step is rules.PreVoteStep.WAIT:
             return
-        if step is PreVoteStep.CAMPAIGN:
+        if step is rules.PreVoteStep.CAMPAIGN:
             self._kfed_pre_vote.start(None)  # campaign now; a later timeout asks again
             self._SyncObj__raftElectionDeadline = 0  # also when it was within the margin: pysyncobj must see it
             return
@@ -519,14 +493,14 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         self._kfed_pre_vote.start(term)
         own_log = [self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex()]
         for peer in self.otherNodes:
-            self._SyncObj__transport.send(peer, {"type": PreVote.REQUEST, "term": term, "log": own_log})
+            self._SyncObj__transport.send(peer, {"type": rules.PreVote.REQUEST, "term": term, "log": own_log})
         # no answer in an election timeout: ask again then
         self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
 
     def _on_pre_vote_message(self, node: Any, message: dict[str, Any]) -> None:
-        if message["type"] == PreVote.REQUEST:
+        if message["type"] == rules.PreVote.REQUEST:
             asked_log = message.get("log") or [0, 0]
-            granted = PreVote.agree(
+            granted = rules.PreVote.agree(
                 (int(asked_log[0]), int(asked_log[1])),
                 (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex()),
                 pysyncobj_clock() - self._kfed_leader_heard,
@@ -535,7 +509,9 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
                 self._kfed_settings.election_timeout_ms_min / 1000,
                 self._SyncObj__raftState == _pso._RAFT_STATE.LEADER,
             )
-            self._SyncObj__transport.send(node, {"type": PreVote.REPLY, "term": message["term"], "granted": granted})
+            self._SyncObj__transport.send(
+                node, {"type": rules.PreVote.REPLY, "term": message["term"], "granted": granted}
+            )
             return
         if node not in self.otherNodes:
             return  # not a voter (any more)
@@ -549,7 +525,7 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
         if isinstance(message, dict):
             kind = message.get("type")
-            if kind in (PreVote.REQUEST, PreVote.REPLY):
+            if kind in (rules.PreVote.REQUEST, rules.PreVote.REPLY):
                 self._on_pre_vote_message(node, message)
                 return
             if kind == "append_entries" and message.get("term", -1) >= self._SyncObj__raftCurrentTerm:
@@ -558,17 +534,17 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
             if kind == "append_entries" and "prevLogIdx" in message:
                 if self._kfed_append_entries(node, message):
                     return
-            elif stale_reply(message, self._SyncObj__raftCurrentTerm):
+            elif rules.stale_reply(message, self._SyncObj__raftCurrentTerm):
                 return
-            elif is_progress_reply(message):
+            elif rules.is_progress_reply(message):
                 sent_up_to = self._SyncObj__raftNextIndex.get(node)
                 SyncObj._SyncObj__onMessageReceived(self, node, message)
-                kept = next_index_after_progress(sent_up_to, self._SyncObj__raftNextIndex.get(node))
+                kept = rules.next_index_after_progress(sent_up_to, self._SyncObj__raftNextIndex.get(node))
                 if kept is not None:
                     self._SyncObj__raftNextIndex[node] = kept
                 return
             else:
-                message = guard_snapshot_commit(message, self._SyncObj__raftCommitIndex)
+                message = rules.guard_snapshot_commit(message, self._SyncObj__raftCommitIndex)
         SyncObj._SyncObj__onMessageReceived(self, node, message)
 
     def _SyncObj__sendNextNodeIdx(
@@ -623,10 +599,11 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
             found = self._SyncObj__getEntries(idx, 1)
             return int(found[0][2]) if found else None
 
-        plan = plan_append(term_at, prev_idx, entries)
+        plan = rules.plan_append(term_at, prev_idx, entries)
         last = self._SyncObj__getCurrentLogIndex()
-        if plan.truncate_from is None and plan.verified < last:
-            self._note_kept_entries(term, plan.verified, last, prev_idx)
+        if plan.truncate_from is None and plan.verified < last:  # pysyncobj would have deleted them
+            log.info("append_entries (term %d, prevLogIdx %d) verified up to %d; entries up to %d kept",
+                     term, prev_idx, plan.verified, last)  # fmt: skip
         if plan.truncate_from is not None:  # Raft step 3: a conflicting entry and all that follow it
             self._truncate_from(plan.truncate_from)
         journal = self._SyncObj__raftLog  # Raft step 4: the entries not already in the log (journal-synced)
@@ -644,11 +621,9 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         # Answered only once the entries are durable (``CheckedJournal.add_entries`` syncs before returning),
         # and only for what this message verified: entries held past it are not claimed.
         self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=plan.verified + 1, success=True)
-        if self._kfed_acknowledged[0] != term or self._kfed_acknowledged[1] < plan.verified:
-            self._kfed_acknowledged = (term, plan.verified)
 
         # Raft step 5
-        commit = follower_commit(
+        commit = rules.follower_commit(
             self._SyncObj__raftCommitIndex, self._SyncObj__getCurrentLogIndex(), leader_commit, plan.verified
         )
         self._SyncObj__raftCommitIndex = commit
@@ -671,16 +646,6 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
                          index, self._SyncObj__raftLastApplied)  # fmt: skip
         self._SyncObj__deleteEntriesFrom(index)
 
-    def _note_kept_entries(self, term: int, verified: int, last: int, prev_idx: int) -> None:
-        """A message that matched but carried fewer entries than this node holds: pysyncobj would have
-        deleted ``verified + 1 .. last``. Logged (it is the lost-write bug's trigger) and counted."""
-        acked_term, acked = self._kfed_acknowledged
-        acked_here = acked if acked_term == term else 0
-        log.info("append_entries (term %d, prevLogIdx %d) verified up to %d; kept entries %d..%d%s", term, prev_idx,
-                 verified, verified + 1, last,
-                 f", of which up to {acked_here} already acknowledged to this leader" if acked_here > verified else "",
-                 )  # fmt: skip
-
     def _SyncObj__getEntries(
         self, fromIDx: int | None, count: int | None = None, maxSizeBytes: int | None = None
     ) -> list[Entry]:
@@ -696,10 +661,10 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         stop = len(journal) if count is None else min(len(journal), start + count)
         if maxSizeBytes is None:
             return journal[start:stop]  # type: ignore[no-any-return]  # the journal is pysyncobj's or ours
-        candidates: list[Entry] = journal[start : min(stop, start + maxSizeBytes // ENTRY_PICKLE_BYTES + 1)]
+        candidates: list[Entry] = journal[start : min(stop, start + maxSizeBytes // wire.ENTRY_PICKLE_BYTES + 1)]
         size = 0
         for taken, entry in enumerate(candidates, 1):
-            size += len(entry[0]) + ENTRY_PICKLE_BYTES
+            size += len(entry[0]) + wire.ENTRY_PICKLE_BYTES
             if size >= maxSizeBytes:
                 return candidates[:taken]
         return candidates
@@ -709,8 +674,9 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         """pysyncobj's: queue a command for the Raft thread; but that thread is woken (a byte down its pipe)
         once per burst of commands, not once per command. A leader's event loop proposes a burst whenever
         commits free its callers; each wake-up was a write() on this side and a poll() return and tick on
-        the Raft thread, for a queue it drains whole anyway (``_checkCommandsToApply`` clears the mark first,
-        so a command queued after the drain started wakes it again)."""
+        the Raft thread, which reads the pipe whole and drains the queue for up to ``appendEntriesPeriod``
+        (what is left waits for its next tick, as before). ``_checkCommandsToApply`` clears the mark before it
+        drains, so a command queued after that wakes the thread again."""
         if commandType is not None:
             command = bytes((commandType,)) + command
         try:
