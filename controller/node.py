@@ -59,12 +59,6 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
     """Run until SIGTERM/SIGINT. pysyncobj must be built in this (main, long-lived) thread."""
     me = quorum.voter(node_id)
     peers = [v.raft for v in quorum.voters if v.id != node_id]
-    if settings.raft.password is None:
-        log.warning(
-            "Raft traffic of %s is neither encrypted nor authenticated: anyone who can reach that port can "
-            "join or run code in this process (pysyncobj unpickles what it receives). Use --raft-secret-file.",
-            me.raft,
-        )
     loop = _new_event_loop()
     asyncio.set_event_loop(loop)
 

@@ -8,7 +8,7 @@ deterministic: every node computes the same outcomes. The one thing that is not 
 what its code can read: a committed command of a newer metadata version than this node reads stops the node
 (``halt``) rather than be skipped here and applied everywhere else.
 
-This module does not import pysyncobj; ``raft.py`` is the thin shell around it.
+This module does not import pysyncobj; ``metadata_log/raft/`` is the layer around it.
 """
 
 from __future__ import annotations
