@@ -22,7 +22,7 @@ The modules, from pure to pysyncobj-facing:
 - ``rules``: the Raft rules as pure functions of values, each citing the paper;
 - ``wire``: the frame encoding (compression, the restricted unpickler);
 - ``journal``: the log on disk; ``dump``: the full dump;
-- ``node``: ``RaftNode``, ``RaftSettings``, ``RaftStatus``, and ``hand_over`` to asyncio;
+- ``node``: ``RaftNode``, ``RaftSettings``, ``RaftStatus``, and ``Mailboxes`` (results handed over to asyncio);
 - ``bridge``: the only module that touches pysyncobj's internals, all listed in its ``PRIVATE_NAMES``.
 
 Importing this package changes nothing in pysyncobj: a ``RaftNode`` installs the bridge when it starts.
@@ -31,15 +31,15 @@ Importing this package changes nothing in pysyncobj: a ``RaftNode`` installs the
 from __future__ import annotations
 
 from .journal import JournalFull, read_journal
-from .node import RaftNode, RaftSettings, RaftStatus, hand_over
+from .node import Mailboxes, RaftNode, RaftSettings, RaftStatus
 from .rules import STALL_GUARD_MS
 
 __all__ = [
     "STALL_GUARD_MS",
     "JournalFull",
+    "Mailboxes",
     "RaftNode",
     "RaftSettings",
     "RaftStatus",
-    "hand_over",
     "read_journal",
 ]

@@ -1,7 +1,7 @@
 """One voter of the metadata quorum (``RaftNode``): proposals as asyncio futures, membership, status.
 
 The node runs pysyncobj through the bridge (``bridge.Replica``) and hands every result over to the event
-loop that asked (``hand_over``): pysyncobj calls back on its own Raft thread, which must never block.
+loop that asked (``Mailboxes``): pysyncobj calls back on its own Raft thread, which must never block.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from ..errors import OutcomeUnknown, PayloadTooLarge, Unavailable
 from ..state import LogState, Outcome, Proposal
@@ -117,8 +117,10 @@ class RaftNode:
         data_dir: Path,
         state: LogState,
         settings: RaftSettings | None = None,
+        mailboxes: Mailboxes | None = None,
     ) -> None:
         self.state = state
+        self.mailboxes = mailboxes or Mailboxes()  # results handed over to the event loops that asked
         self.settings = settings or RaftSettings()
         self.data_dir = data_dir
         self.self_raft = self_raft
@@ -153,7 +155,7 @@ class RaftNode:
             with self._pending_lock:
                 pending, self._pending = self._pending, {}
             for loop, future in pending.values():
-                hand_over(
+                self.mailboxes.hand_over(
                     loop,
                     _fail,
                     future,
@@ -169,7 +171,7 @@ class RaftNode:
         future: asyncio.Future[None] = loop.create_future()
 
         def done(result: Any, error: int) -> None:  # on the Raft thread
-            hand_over(loop, _settle, future, None, error)
+            self.mailboxes.hand_over(loop, _settle, future, None, error)
 
         if action == "add":
             self._syncobj.addNodeToCluster(raft, callback=done)
@@ -218,7 +220,7 @@ class RaftNode:
         def done(result: Any, error: int) -> None:  # on the Raft thread: never block here
             with self._pending_lock:
                 self._pending.pop(pending_id, None)
-            hand_over(loop, _settle, future, result, error)
+            self.mailboxes.hand_over(loop, _settle, future, result, error)
 
         self._syncobj.apply_command(data, callback=done)
         return future
@@ -269,20 +271,29 @@ def _settle(future: asyncio.Future[Any], result: Any, error: int) -> None:
 
 
 # -- from the Raft thread to an event loop ------------------------------------------------------------
-def hand_over(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
-    """Run ``callback(*args)`` on ``loop``, from the Raft thread: in order with every other call handed to
-    that loop, never blocking. A loop that is already closed has nobody left waiting (the process is
-    shutting down): the call is dropped instead of raising inside pysyncobj's tick, which logged it as a
-    failed tick."""
-    mailbox = _MAILBOXES.get(loop)
-    if mailbox is None:
-        with _MAILBOXES_LOCK:
-            mailbox = _MAILBOXES.setdefault(loop, _Mailbox())
-    try:
-        mailbox.post(loop, callback, args)
-    except RuntimeError:
-        if not loop.is_closed():
-            raise
+class Mailboxes:
+    """The calls handed over from the Raft thread to event loops: a mailbox per loop, for as long as the loop
+    exists. A node owns one (``RaftNode.mailboxes``); whoever else hands calls over to the same loop shares it
+    (the controller's read model), so that a write's reply never overtakes the update that published it."""
+
+    def __init__(self) -> None:
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def hand_over(self, loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
+        """Run ``callback(*args)`` on ``loop``, from the Raft thread: in order with every other call handed to
+        that loop, never blocking. A loop that is already closed has nobody left waiting (the process is
+        shutting down): the call is dropped instead of raising inside pysyncobj's tick, which logged it as a
+        failed tick."""
+        mailbox = self._by_loop.get(loop)
+        if mailbox is None:
+            with self._lock:
+                mailbox = self._by_loop.setdefault(loop, _Mailbox())
+        try:
+            mailbox.post(loop, callback, args)
+        except RuntimeError:
+            if not loop.is_closed():
+                raise
 
 
 class _Mailbox:
@@ -314,8 +325,3 @@ class _Mailbox:
                 callback(*args)
             except Exception as e:  # as the loop itself reports a failed callback, and go on with the rest
                 loop.call_exception_handler({"message": f"exception in {callback!r}", "exception": e})
-
-
-# One mailbox per event loop, for as long as the loop exists (a node's loop lives as long as the process).
-_MAILBOXES: Final[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox]] = weakref.WeakKeyDictionary()
-_MAILBOXES_LOCK: Final = threading.Lock()
