@@ -20,7 +20,8 @@ class _Pauses:
     """How many ``gc_paused`` sections run now (on any thread), and whether collection was on before the first."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        # re-entrant: a finalizer run by the collection ``freeze_survivors`` holds it through may pause too
+        self.lock = threading.RLock()
         self.count = 0
         self.was_enabled = False
 
@@ -59,11 +60,12 @@ def freeze_survivors(collect: bool = True) -> bool:
     leader its leadership. Frozen objects are still freed by reference counting once no
     image holds them; what freezing gives up is finding *cycles* among them, and the image, its records
     and the log window form none. Skipped (False) while a ``gc_paused`` section runs on another thread:
-    the collection would walk what it is building."""
+    the collection would walk what it is building; and a section that begins meanwhile waits for the
+    freeze to end (the lock is held throughout), or the freeze would take in its half-built objects."""
     with _PAUSES.lock:
         if _PAUSES.count:
             return False
-    if collect:
-        gc.collect()
-    gc.freeze()
-    return True
+        if collect:
+            gc.collect()
+        gc.freeze()
+        return True

@@ -5,11 +5,14 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from metadata_log import heap as heap_module
 from metadata_log import state as state_module
 from metadata_log.codec import CodecError, _round_trips, pack, unpack
 from metadata_log.heap import freeze_survivors, gc_paused
@@ -251,6 +254,45 @@ def test_survivors_are_frozen_out_of_collections_after_enough_records(monkeypatc
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_a_pause_that_begins_while_survivors_are_frozen_waits_for_the_freeze(monkeypatch: pytest.MonkeyPatch) -> None:
+    """freeze_survivors checked for a pause, then collected and froze: a pause that began in between (another
+    thread starting to decode a snapshot) had its half-built objects walked and frozen."""
+    events: list[str] = []
+    collecting, trying, proceed = threading.Event(), threading.Event(), threading.Event()
+
+    class SlowGC:  # the collector, with a collection that lasts until the test lets it end
+        isenabled, disable, enable = gc.isenabled, gc.disable, gc.enable
+
+        @staticmethod
+        def collect() -> int:
+            events.append("collect")
+            collecting.set()
+            proceed.wait(10)
+            return 0
+
+        @staticmethod
+        def freeze() -> None:
+            events.append("freeze")
+
+    def pause() -> None:
+        collecting.wait(10)
+        trying.set()
+        with gc_paused():
+            events.append("paused")
+
+    monkeypatch.setattr(heap_module, "gc", SlowGC)
+    other = threading.Thread(target=pause)
+    other.start()
+    freezing = threading.Thread(target=freeze_survivors)
+    freezing.start()
+    assert trying.wait(10)
+    time.sleep(0.05)  # room for the other thread to reach the pause (it must wait)
+    proceed.set()
+    freezing.join(10)
+    other.join(10)
+    assert events == ["collect", "freeze", "paused"]
 
 
 @pytest.mark.parametrize(
