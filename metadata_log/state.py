@@ -238,7 +238,8 @@ class LogState:
         return data
 
     def apply_command(self, data: bytes) -> list[Outcome]:
-        """Apply one Raft command; returns one outcome per proposal. Never raises."""
+        """Apply one Raft command; returns one outcome per proposal. Never raises for what a command holds (one
+        that does not decode, or a proposal that does not apply, is rejected)."""
         try:
             writes = self._proposed.take(data) or _decode_writes(data)
         except NewerMetadataVersion as e:
@@ -281,10 +282,7 @@ class LogState:
         unless it returns outcomes."""
         if len(proposals) > MAX_IDEMPOTENCY_KEYS:  # its own keys would push each other out
             return None
-        try:
-            return self._apply_all(proposals, published)
-        except Exception:  # InvalidRecord, or a bug (an odd key): the one-at-a-time path rejects the right proposal
-            return None
+        return self._apply_all(proposals, published)
 
     def _apply_all(self, proposals: Sequence[_Write], published: list[_Write]) -> list[Outcome] | None:
         keys = self._keys
@@ -317,7 +315,10 @@ class LogState:
             if key is not None:
                 new_keys[key] = (proposal.fingerprint, outcome)
             outcomes.append(outcome)
-        self.image = apply_runs(self.image, runs)  # raises before changing anything
+        try:
+            self.image = apply_runs(self.image, runs)  # raises before changing anything
+        except Exception:  # InvalidRecord, or a bug: the one-at-a-time path rejects the right proposal
+            return None
         published += committed
         keys.update(new_keys)
         self._forget_oldest_keys()

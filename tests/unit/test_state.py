@@ -180,6 +180,27 @@ def test_a_group_that_all_commits_is_applied_in_one_go(monkeypatch: pytest.Monke
     assert [o for o, _ in published] == [0, 1, 2]
 
 
+def test_a_group_falls_back_to_one_at_a_time_only_when_its_apply_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a failed ``apply`` of the whole group (nothing changed yet) sends it down the one-at-a-time path;
+    an error after the image advanced must not, or the group would be applied twice."""
+    state, _ = collecting_state()
+    calls = 0
+
+    def forget_failing_once(self: LogState) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a bug in the keys' bookkeeping")
+
+    monkeypatch.setattr(LogState, "_forget_oldest_keys", forget_failing_once)
+    command = encode_command([Proposal((NoOp(),), "k1", "f"), Proposal((NoOp(),), "k2", "f")])
+    with pytest.raises(RuntimeError, match="bookkeeping"):
+        state.apply_command(command)
+    assert state.image.offset == 1  # the two records once, not again one at a time
+    monkeypatch.setattr(state_module, "apply_runs", lambda image, runs: (_ for _ in ()).throw(ValueError("bug")))
+    assert [o.status for o in state.apply_command(command)] == ["duplicate", "duplicate"]
+
+
 @pytest.mark.parametrize(
     "data", [b"", b"\xc1", b"\x93\x01\x02\x03", encode_command([])[:-1], b"\x92\x01\x91\x93\x00\x00\x90"]
 )
