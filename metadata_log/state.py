@@ -50,7 +50,8 @@ and its records as runs (``codec.encode_runs``). A command is written in the ima
 ``metadata_version``, which every voter reads; every version up to ``LATEST_METADATA_VERSION`` is read."""
 FREEZE_EVERY_RECORDS: Final = 100_000
 """Applied records after which the objects alive are frozen out of garbage collection (``freeze_survivors``):
-each freeze costs one collection of what is not frozen yet (27-49 ms measured for 100k partition records)."""
+each freeze costs one collection of what is not frozen yet, so it runs once per this many records, not per
+command."""
 MAX_IDEMPOTENCY_KEYS: Final = 100_000
 """Keys remembered in the replicated state; the oldest is forgotten first (deterministic on every node)."""
 MAX_IDEMPOTENCY_KEY_CHARS: Final = 255

@@ -173,9 +173,8 @@ def sync_range(mm: mmap.mmap, offset: int, size: int) -> None:
     """Make bytes ``[offset, offset + size)`` of a shared file mapping durable: msync(MS_SYNC) of their pages.
 
     ``mmap.flush()`` holds the GIL through the whole msync, disk write included, and without a range it
-    walks the whole mapping: measured here, a thread calling it in a loop left another Python thread 3 % of
-    its speed and stalls of up to 0.5 s, so the journal's syncs stalled the node's event loop (HTTP) and
-    its Raft thread alike. msync through ctypes runs without the GIL, on the written pages only.
+    walks the whole mapping: every other thread of the node (its event loop, HTTP; its Raft thread) stops
+    for as long as the disk takes. msync through ctypes runs without the GIL, on the written pages only.
 
     Without the GIL, nothing stops another thread from resizing or closing the mapping during the call: the
     journal's mapping changes only on the Raft thread, which is the one that syncs it. Keep it that way."""

@@ -46,8 +46,8 @@ class RaftSettings:
     command_queue_size: int = 10_000
     # zlib level of Raft messages. pysyncobj compresses every message at level 3, once per follower, on the
     # Raft thread of the leader; level 0 (stored blocks: still a zlib stream every pysyncobj node reads,
-    # framed by ``wire.zlib_stored``) costs 13 instead of 157 us per 16 KB command. Raise it for links where
-    # bandwidth costs more than CPU.
+    # framed by ``wire.zlib_stored``) costs a copy instead of a deflate. Raise it for links where bandwidth
+    # costs more than CPU.
     wire_compression: int = 0
 
     def conf(self, data_dir: Path, node: RaftNode) -> Any:
@@ -68,7 +68,7 @@ class RaftSettings:
             # sizing them itself) and sends a dump to a follower in 64 KiB messages. Catching a follower up
             # means tens of MB queued on the leader, and each send() of 128 KiB copied the rest of that queue
             # (pysyncobj slices a bytes buffer), holding the GIL. Bigger buffers, and dump messages as big as
-            # log batches, move the same bytes with ~30x fewer copies.
+            # log batches, move the same bytes with far fewer copies.
             sendBufferSize=SOCKET_BUFFER_BYTES,
             recvBufferSize=SOCKET_BUFFER_BYTES,
             logCompactionBatchSize=APPEND_ENTRIES_BATCH_BYTES,
