@@ -246,9 +246,10 @@ class CheckedJournal:
         self._meta_saved = True
         self._open(entries)
 
-    def _open(self, entries: list[Entry], path: Path | None = None) -> None:
-        """Map the journal file (``path``, or the journal's own) holding ``entries``."""
-        f = open(path or self._path, "r+b")  # noqa: SIM115  # closed by _close, with the mapping
+    def _open(self, entries: list[Entry]) -> None:
+        """Map the journal file, which holds ``entries``; its blocks are reserved (if the disk is full, the next
+        append reserves them, or says so)."""
+        f = open(self._path, "r+b")  # noqa: SIM115  # closed by _close, with the mapping
         try:
             mm = mmap.mmap(f.fileno(), 0)
         except BaseException:
@@ -257,7 +258,7 @@ class CheckedJournal:
         self._entries = entries
         self._end = _HEADER_SIZE + sum(_ENTRY_OVERHEAD + len(c) for c, _, _ in entries)
         self._f, self._mm, self._allocated = f, mm, 0
-        with contextlib.suppress(JournalFull):  # the next append reserves again, and says so
+        with contextlib.suppress(JournalFull):
             self._reserve(max(self._mm.size(), _MIN_FILE_SIZE))
 
     def _close(self) -> None:
