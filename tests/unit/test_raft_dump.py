@@ -3,7 +3,9 @@ newer, and durable before pysyncobj clears the journal behind it."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -11,8 +13,11 @@ from typing import Any
 
 import pytest
 
-from metadata_log.raft import bridge
+from deploy.local import free_ports
+from metadata_log.raft import RaftNode, RaftSettings, bridge
 from metadata_log.raft import dump as raft_dump
+from metadata_log.records import ClusterRegistered
+from metadata_log.state import LogState, Proposal
 
 
 def serializer(path: Path) -> Any:
@@ -103,3 +108,64 @@ def test_a_received_dump_that_cannot_be_written_is_refused_and_the_old_one_kept(
     (tmp_path / "raft.dump.1.tmp").mkdir()  # cannot be opened as a file
     assert not dump.setTransmissionData((b"new", True, True))
     assert path.read_bytes() == b"old" and dump.checkSerializing()[0] == bridge.SERIALIZER_STATE.NOT_SERIALIZING
+
+
+async def test_a_wiped_voter_catches_up_from_the_dump_its_leader_sends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three voters in this process; one is wiped while the others write and compact past what it held: the
+    leader sends it the dump (pysyncobj's snapshot), which it receives through ``DumpWriter.receive``."""
+    installed: list[str] = []
+    receive = raft_dump.DumpWriter.receive
+
+    def counted(writer: raft_dump.DumpWriter, chunk: bytes, first: bool, last: bool) -> bool:
+        done = receive(writer, chunk, first, last)
+        if done:
+            installed.append(writer._file_name)
+        return done
+
+    monkeypatch.setattr(raft_dump.DumpWriter, "receive", counted)
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
+    settings = RaftSettings(compaction_min_entries=20, compaction_min_s=1, journal_fsync=False)
+
+    def start(i: int) -> RaftNode:
+        peers = [a for a in addresses if a != addresses[i]]
+        return RaftNode(addresses[i], peers, tmp_path / f"n{i}", LogState(), settings)
+
+    async def leader_of(nodes: list[RaftNode]) -> RaftNode:
+        deadline = time.monotonic() + 30  # a generous wait for an election on a loaded machine, not a bound
+        while not any(n.is_leader() for n in nodes):
+            assert time.monotonic() < deadline, "no leader"
+            await asyncio.sleep(0.05)
+        return next(n for n in nodes if n.is_leader())
+
+    async def write(nodes: list[RaftNode], first: int, count: int) -> None:
+        for i in range(first, first + count):
+            proposal = Proposal((ClusterRegistered(f"c{i}", "r1", "h:1"),))
+            await asyncio.wait_for((await leader_of(nodes)).propose([proposal]), 10)
+
+    nodes = [start(i) for i in range(3)]
+    try:
+        await write(nodes, 0, 5)
+        nodes[2].close()
+        shutil.rmtree(tmp_path / "n2")
+        await write(nodes[:2], 5, 60)
+        for node in nodes[:2]:
+            node.force_compaction()
+        deadline = time.monotonic() + 30
+        while not all((tmp_path / f"n{i}" / "raft.dump").exists() for i in range(2)):
+            assert time.monotonic() < deadline, "the two voters did not dump"
+            await asyncio.sleep(0.05)
+        await write(nodes[:2], 65, 5)  # the journal after the dump
+        nodes[2] = start(2)
+        leader = await leader_of(nodes[:2])
+        deadline = time.monotonic() + 30
+        while nodes[2].state.image != leader.state.image:
+            assert time.monotonic() < deadline, "the wiped voter did not catch up"
+            await asyncio.sleep(0.05)
+        assert nodes[2].state.image.offset == 69
+        assert installed == [str(tmp_path / "n2" / "raft.dump")]
+        assert (tmp_path / "n2" / "raft.dump").exists() and not list((tmp_path / "n2").glob("*.tmp"))
+    finally:
+        for node in nodes:
+            node.close()
