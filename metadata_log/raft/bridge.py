@@ -658,13 +658,14 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         if fromIDx is None or fromIDx < first:
             return []
         start = fromIDx - first
-        stop = len(journal) if count is None else min(len(journal), start + count)
         if maxSizeBytes is None:
-            return journal[start:stop]  # type: ignore[no-any-return]  # the journal is pysyncobj's or ours
-        candidates: list[Entry] = journal[start : min(stop, start + maxSizeBytes // wire.ENTRY_PICKLE_BYTES + 1)]
+            return journal[start:] if count is None else journal[start : start + count]  # type: ignore[no-any-return]
+        overhead = wire.ENTRY_PICKLE_BYTES
+        most = maxSizeBytes // overhead + 1  # each entry counts at least ``overhead``: no more can be taken
+        candidates: list[Entry] = journal[start : start + (most if count is None else min(count, most))]
         size = 0
         for taken, entry in enumerate(candidates, 1):
-            size += len(entry[0]) + wire.ENTRY_PICKLE_BYTES
+            size += len(entry[0]) + overhead
             if size >= maxSizeBytes:
                 return candidates[:taken]
         return candidates

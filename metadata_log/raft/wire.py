@@ -289,46 +289,61 @@ _FRAME_HEAD: Final = struct.Struct("i")  # pysyncobj's: struct.pack('i', len(dat
 class FrameBuffer:
     """What a Raft connection has received: frames of ``length (4 bytes) | payload``, each at most ``limit``.
 
-    A bytearray, appended to in place and consumed from the front: receiving a frame costs its size, not the
-    square of it (pysyncobj's buffer was a bytes object copied whole on every receive, on the Raft thread).
-    Reading stops once the first frame is whole (``add``), so a peer sending faster than the node parses
-    cannot grow the buffer past one frame and one receive."""
+    What one receive brings is kept as it is while it holds whole frames (each is then copied out once, as
+    pysyncobj did); a frame that spans receives is gathered in a bytearray that grows in place: receiving it
+    costs its size, not the square of it (pysyncobj's buffer was a bytes object copied whole on every receive,
+    on the Raft thread). Reading stops once the first frame is whole (``add``), so a peer sending faster than
+    the node parses cannot grow the buffer past one frame and one receive."""
 
-    __slots__ = ("data", "limit")
+    __slots__ = ("data", "limit", "start")
 
     def __init__(self, limit: int) -> None:
-        self.data = bytearray()
+        self.data: bytes | bytearray = b""
+        self.start = 0  # where the first frame not taken yet begins in ``data``
         self.limit = limit
 
     def add(self, received: bytes) -> bool:
         """Append what was received; False once the first frame is whole (parse it before reading more).
         ``FrameTooLarge`` as soon as the first frame's length is there and out of bounds."""
-        data = self.data
-        data += received
-        if len(data) < _FRAME_HEAD.size:
-            return True
-        return len(data) - _FRAME_HEAD.size < self._first_size()
+        data, start = self.data, self.start
+        if start == len(data):  # nothing pending: keep what was received as it is
+            data = self.data = received
+            start = self.start = 0
+        else:
+            if isinstance(data, bytearray):
+                del data[:start]  # O(1) from the front of a bytearray
+            else:  # a frame spans receives: gathered in place from here on
+                data = bytearray(memoryview(data)[start:])
+            data += received
+            self.data = data
+            self.start = start = 0
+        pending = len(data) - start - _FRAME_HEAD.size
+        return pending < 0 or pending < self._size_at(start)
 
     def next_frame(self) -> bytes | None:
         """The payload of the first frame, taken out of the buffer, once it is whole (``FrameTooLarge`` if its
         length is out of bounds)."""
-        data = self.data
-        if len(data) < _FRAME_HEAD.size:
+        data, start = self.data, self.start
+        if len(data) - start < _FRAME_HEAD.size:
             return None
-        size = self._first_size()
-        end = _FRAME_HEAD.size + size
+        end = start + _FRAME_HEAD.size + self._size_at(start)
         if len(data) < end:
             return None
-        with memoryview(data) as view:
-            frame = bytes(view[_FRAME_HEAD.size : end])
-        del data[:end]  # O(1) from the front of a bytearray
+        if type(data) is bytes:
+            frame = data[start + _FRAME_HEAD.size : end]
+        else:
+            frame = bytes(memoryview(data)[start + _FRAME_HEAD.size : end])
+        if end == len(data):
+            self.data, self.start = b"", 0
+        else:
+            self.start = end
         return frame
 
     def clear(self) -> None:
-        self.data = bytearray()
+        self.data, self.start = b"", 0
 
-    def _first_size(self) -> int:
-        (size,) = _FRAME_HEAD.unpack_from(self.data)
+    def _size_at(self, start: int) -> int:
+        (size,) = _FRAME_HEAD.unpack_from(self.data, start)
         if not 0 <= size <= self.limit:
             raise FrameTooLarge(f"a Raft frame declares {size} bytes; at most {self.limit} are taken here")
         return int(size)

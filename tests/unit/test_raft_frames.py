@@ -115,15 +115,16 @@ def test_a_frame_trickling_in_is_buffered_once_not_copied_per_piece() -> None:
         a.peer.sendall(frame("127.0.0.1:1"))
         a.poll_until(lambda: bool(a.received))
         data = frame(message)
-        buffers: set[int] = set()
+        buffers: list[tuple[type, int]] = []
         for start in range(0, len(data), 64 * 1024):
             a.peer.sendall(data[start : start + 64 * 1024])
             a.poller.poll(0.05)
             if not a.received[1:]:
-                buffers.add(id(a.conn.kfed_frames.data))
+                buffers.append((type(a.conn.kfed_frames.data), id(a.conn.kfed_frames.data)))
         a.poll_until(lambda: len(a.received) == 2)
         assert a.received[1] == message and not a.closed
-        assert len(buffers) == 1  # one bytearray all along
+        assert len(buffers) > 10 and len(set(buffers[1:])) == 1  # from the second piece on: one buffer
+        assert buffers[1][0] is bytearray  # growing in place
 
 
 def test_a_frame_of_the_largest_message_fits_the_limit_with_the_password() -> None:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import copyreg
 import os
 import pickle
+import struct
 import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pysyncobj.node import Node, TCPNode
 
 from metadata_log.raft import bridge, wire
@@ -286,3 +289,35 @@ def test_level_0_is_a_zlib_stream_of_stored_blocks_at_every_block_boundary(size:
     assert zlib.decompress(packed) == message
     blocks = max(1, -(-size // 65_535))
     assert len(packed) == 2 + 5 * blocks + size + 4  # header, a 5-byte head per block, the bytes, Adler-32
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=12), st.lists(st.integers(1, 400), min_size=1, max_size=8))
+def test_frames_come_out_whole_and_in_order_however_the_stream_is_cut(payloads: list[bytes], cuts: list[int]) -> None:
+    stream = b"".join(struct.pack("i", len(p)) + p for p in payloads)
+    frames = wire.FrameBuffer(limit=300)
+    out: list[bytes] = []
+    pos = 0
+    for step in range(len(stream)):
+        if pos >= len(stream):
+            break
+        size = cuts[step % len(cuts)]
+        more = frames.add(stream[pos : pos + size])
+        pos += size
+        first = frames.next_frame()
+        assert more == (first is None)  # reading goes on exactly while no whole frame is pending
+        while first is not None:
+            out.append(first)
+            first = frames.next_frame()
+    assert out == payloads
+
+
+@pytest.mark.parametrize("size", [-1, -(2**31), 301, 2**31 - 1])
+def test_a_frame_length_out_of_bounds_is_refused_as_soon_as_it_arrives(size: int) -> None:
+    frames = wire.FrameBuffer(limit=300)
+    assert not frames.add(struct.pack("i", 5) + b"hello" + struct.pack("i", size)[:2])  # a frame, half a length
+    assert frames.next_frame() == b"hello"
+    with pytest.raises(wire.FrameTooLarge, match=f"declares {size} bytes"):
+        frames.add(struct.pack("i", size)[2:])
+    with pytest.raises(wire.FrameTooLarge):
+        frames.next_frame()
