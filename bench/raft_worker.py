@@ -21,12 +21,9 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-import pysyncobj.journal
-import pysyncobj.serializer
-import pysyncobj.syncobj as _pso
 from pysyncobj import FAIL_REASON, SyncObj, replicated
 
-from metadata_log.raft import RaftNode, RaftSettings
+from metadata_log.raft import RaftNode, RaftSettings, bridge
 from metadata_log.records import LATEST_METADATA_VERSION, ClusterRegistered, MetadataVersionChanged, Record
 from metadata_log.state import LogState, Proposal, encode_command
 
@@ -147,10 +144,9 @@ class _NoHooks:
 
 
 def raw_conf(data_dir: Path) -> Any:
-    """Exactly the ``SyncObjConf`` our RaftNode uses, minus our hooks; and pysyncobj's own journal and
-    dump serializer classes in place (a RaftNode's ``bridge.install`` would have replaced them process-wide)."""
-    _pso.createJournal = pysyncobj.journal.createJournal
-    _pso.Serializer = pysyncobj.serializer.Serializer
+    """Exactly the ``SyncObjConf`` our RaftNode uses, minus our hooks. pysyncobj's own journal, dump serializer,
+    pickling and connections stay in place: a raw voter's process builds no RaftNode, so nothing installs
+    the bridge (importing ``metadata_log.raft`` changes nothing in pysyncobj)."""
     return RaftSettings().conf(data_dir, cast(RaftNode, _NoHooks()))
 
 
@@ -221,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
 
     syncobj: Any = node._syncobj if node is not None else raw
     _running.append(syncobj)
-    counts = JournalCounts(syncobj._SyncObj__raftLog)
+    counts = JournalCounts(bridge.journal_of(syncobj))
     try:
         return lead_or_follow(args, plan, node, raw)
     finally:
@@ -231,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def lead_or_follow(args: argparse.Namespace, plan: list[tuple[int, float]], node: Any, raw: Any) -> int:
     def is_leader() -> bool:
-        return node.is_leader() if node is not None else bool(cast(RawCounter, raw)._isLeader())
+        return node.is_leader() if node is not None else bridge.leads(cast(RawCounter, raw))
 
     deadline = time.monotonic() + LEADER_WAIT_S
     while not is_leader():
@@ -262,8 +258,8 @@ def report(args: argparse.Namespace, phases: list[Any], syncobj: Any) -> None:
         "fsync": args.fsync,
         "self": args.self_raft,
         "phases": phases,
-        "conf": conf_summary(syncobj._SyncObj__conf),
-        "journal": type(syncobj._SyncObj__raftLog).__name__,
+        "conf": conf_summary(syncobj.conf),
+        "journal": type(bridge.journal_of(syncobj)).__name__,
     }
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))

@@ -18,7 +18,7 @@ from metadata_log.access import Access
 from metadata_log.heap import freeze_survivors
 from metadata_log.image import MetadataImage
 from metadata_log.publisher import LogDelta, MetadataPublisher
-from metadata_log.raft import RaftNode, RaftSettings, hand_over
+from metadata_log.raft import Mailboxes, RaftNode, RaftSettings
 from metadata_log.state import LogState
 
 from .auth import Tokens
@@ -59,18 +59,13 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
     """Run until SIGTERM/SIGINT. pysyncobj must be built in this (main, long-lived) thread."""
     me = quorum.voter(node_id)
     peers = [v.raft for v in quorum.voters if v.id != node_id]
-    if settings.raft.password is None:
-        log.warning(
-            "Raft traffic of %s is neither encrypted nor authenticated: anyone who can reach that port can "
-            "join or run code in this process (pysyncobj unpickles what it receives). Use --raft-secret-file.",
-            me.raft,
-        )
     loop = _new_event_loop()
     asyncio.set_event_loop(loop)
 
     read_model = ReadModel(settings.retention_records)
-    state = LogState(_OnLoop(loop, read_model))
-    raft = RaftNode(me.raft, peers, data_dir, state, settings.raft)
+    mailboxes = Mailboxes()  # the read model's updates and the writes' replies, in order on the loop
+    state = LogState(_OnLoop(loop, read_model, mailboxes))
+    raft = RaftNode(me.raft, peers, data_dir, state, settings.raft, mailboxes)
     if settings.join:
         raft.hold_elections_until_led()
     _tune_gc()
@@ -119,15 +114,16 @@ def run_node(quorum: QuorumConfig, node_id: int, data_dir: Path, settings: NodeS
 
 
 class _OnLoop:
-    """Publishes on the Raft thread by handing each update over to ``publisher`` on ``loop``: in order,
-    never blocking."""
+    """Publishes on the Raft thread by handing each update over to ``publisher`` on ``loop``: in order with
+    the node's replies (the same ``mailboxes``), never blocking."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, publisher: MetadataPublisher) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, publisher: MetadataPublisher, mailboxes: Mailboxes) -> None:
         self._loop = loop
         self._publisher = publisher
+        self._mailboxes = mailboxes
 
     def on_update(self, delta: LogDelta, image: MetadataImage) -> None:
-        hand_over(self._loop, self._publisher.on_update, delta, image)
+        self._mailboxes.hand_over(self._loop, self._publisher.on_update, delta, image)
 
 
 def _tune_gc() -> None:

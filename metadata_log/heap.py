@@ -20,7 +20,8 @@ class _Pauses:
     """How many ``gc_paused`` sections run now (on any thread), and whether collection was on before the first."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        # re-entrant: a finalizer run by the collection ``freeze_survivors`` holds it through may pause too
+        self.lock = threading.RLock()
         self.count = 0
         self.was_enabled = False
 
@@ -33,7 +34,7 @@ def gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while a whole image or snapshot is encoded or decoded.
 
     Those build or walk millions of objects, and CPython's collector runs again and again as they pile up,
-    each pass longer than the last (about half the time of decoding a 1M-partition snapshot). Nothing they
+    each pass longer than the last (for a big snapshot, a large part of the time decoding it takes). Nothing they
     build is a cycle to collect. Process-wide (the collector is), nestable and thread-safe: collection resumes
     when the last pause ends, if it was on before."""
     with _PAUSES.lock:
@@ -54,16 +55,17 @@ def freeze_survivors(collect: bool = True) -> bool:
     """Collect (``collect``), then move every object still alive to the collector's permanent generation.
 
     A node holds a big image as millions of immutable objects that every full collection walks again
-    (``PartitionImage`` tuples stay tracked: CPython untracks only exact tuples): a pass of a large fraction of
-    a second with 1M partitions, run each time the surviving objects grew by a quarter. Such a pause costs a
-    leader its leadership. Frozen objects are still freed by reference counting once no
+    (``PartitionImage`` tuples stay tracked: CPython untracks only exact tuples): a pass that grows with the
+    image, run each time the surviving objects grew by a quarter. For a big image such a pause costs a leader
+    its leadership. Frozen objects are still freed by reference counting once no
     image holds them; what freezing gives up is finding *cycles* among them, and the image, its records
     and the log window form none. Skipped (False) while a ``gc_paused`` section runs on another thread:
-    the collection would walk what it is building."""
+    the collection would walk what it is building; and a section that begins meanwhile waits for the
+    freeze to end (the lock is held throughout), or the freeze would take in its half-built objects."""
     with _PAUSES.lock:
         if _PAUSES.count:
             return False
-    if collect:
-        gc.collect()
-    gc.freeze()
-    return True
+        if collect:
+            gc.collect()
+        gc.freeze()
+        return True

@@ -68,13 +68,13 @@ class Publishers:
                 _deliver(publisher, LogDelta.replaced(EMPTY_IMAGE), self._image)
             self._subscribed += (publisher,)
 
-    def publish(self, image: MetadataImage, delta: Callable[..., LogDelta], *args: Any) -> None:
-        """Publish ``image`` and the delta that made it, made by ``delta(*args)`` only when a publisher is
+    def publish(self, image: MetadataImage, make_delta: Callable[..., LogDelta], *args: Any) -> None:
+        """Publish ``image`` and the delta that made it, made by ``make_delta(*args)`` only when a publisher is
         subscribed: a Raft follower builds the records of a command from its runs for nobody else."""
         with self._lock:
             self._image = image
             if self._subscribed:
-                made = delta(*args)
+                made = make_delta(*args)
                 for publisher in self._subscribed:
                     try:
                         publisher.on_update(made, image)

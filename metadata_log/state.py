@@ -8,7 +8,7 @@ deterministic: every node computes the same outcomes. The one thing that is not 
 what its code can read: a committed command of a newer metadata version than this node reads stops the node
 (``halt``) rather than be skipped here and applied everywhere else.
 
-This module does not import pysyncobj; ``raft.py`` is the thin shell around it.
+This module does not import pysyncobj; ``metadata_log/raft/`` is the layer around it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .codec import (
+    MAX_DECODE_BYTES,
     CodecError,
     Run,
     decode_rows,
@@ -50,7 +51,8 @@ and its records as runs (``codec.encode_runs``). A command is written in the ima
 ``metadata_version``, which every voter reads; every version up to ``LATEST_METADATA_VERSION`` is read."""
 FREEZE_EVERY_RECORDS: Final = 100_000
 """Applied records after which the objects alive are frozen out of garbage collection (``freeze_survivors``):
-each freeze costs one collection of what is not frozen yet (27-49 ms measured for 100k partition records)."""
+each freeze costs one collection of what is not frozen yet, so it runs once per this many records, not per
+command."""
 MAX_IDEMPOTENCY_KEYS: Final = 100_000
 """Keys remembered in the replicated state; the oldest is forgotten first (deterministic on every node)."""
 MAX_IDEMPOTENCY_KEY_CHARS: Final = 255
@@ -233,12 +235,13 @@ class LogState:
         """``encode_command`` for a command this node proposes (as leader). When applying it here needs no
         decoding (see ``_ProposedCommands``), the proposals are kept until it is applied."""
         data, exact, writes = _encode_command(proposals, self.image.metadata_version)
-        if exact:
+        if exact and len(data) <= MAX_DECODE_BYTES:  # applied here from these, where others could not decode it
             self._proposed.add(data, writes)
         return data
 
     def apply_command(self, data: bytes) -> list[Outcome]:
-        """Apply one Raft command; returns one outcome per proposal. Never raises."""
+        """Apply one Raft command; returns one outcome per proposal. Never raises for what a command holds (one
+        that does not decode, or a proposal that does not apply, is rejected)."""
         try:
             writes = self._proposed.take(data) or _decode_writes(data)
         except NewerMetadataVersion as e:
@@ -281,10 +284,7 @@ class LogState:
         unless it returns outcomes."""
         if len(proposals) > MAX_IDEMPOTENCY_KEYS:  # its own keys would push each other out
             return None
-        try:
-            return self._apply_all(proposals, published)
-        except Exception:  # InvalidRecord, or a bug (an odd key): the one-at-a-time path rejects the right proposal
-            return None
+        return self._apply_all(proposals, published)
 
     def _apply_all(self, proposals: Sequence[_Write], published: list[_Write]) -> list[Outcome] | None:
         keys = self._keys
@@ -317,7 +317,10 @@ class LogState:
             if key is not None:
                 new_keys[key] = (proposal.fingerprint, outcome)
             outcomes.append(outcome)
-        self.image = apply_runs(self.image, runs)  # raises before changing anything
+        try:
+            self.image = apply_runs(self.image, runs)  # raises before changing anything
+        except Exception:  # InvalidRecord, or a bug: the one-at-a-time path rejects the right proposal
+            return None
         published += committed
         keys.update(new_keys)
         self._forget_oldest_keys()

@@ -53,8 +53,8 @@ class LastRegistrations:
     all along. One is kept by each line of images (``MetadataImage.replay_memo``).
 
     Built only when the same map is asked about a second time: a run of new clusters changes the map with
-    every command, and building the set of tens of thousands of clusters per command made new-cluster
-    registrations 3x slower."""
+    every command, and building the set of tens of thousands of clusters per command would cost each new
+    registration far more than the set saves."""
 
     __slots__ = ("_last",)
 

@@ -27,7 +27,7 @@ PARTITION_TRANSITIONS: Final[Mapping[PartitionState, frozenset[PartitionState]]]
 
 class PartitionImage(NamedTuple):
     """One logical partition. A NamedTuple, not a dataclass: images hold up to millions of these, and
-    a tuple is built ~10x faster and is smaller than a frozen dataclass."""
+    a tuple is built much faster and is smaller than a frozen dataclass."""
 
     partition: int
     cluster_id: str

@@ -14,14 +14,15 @@ What this layer adds to pysyncobj 0.3.17, each for a measured reason (see docs/P
 - a bridge from the Raft thread to asyncio (``propose`` returns an awaitable; callbacks never block);
 - guards against self-inflicted elections: time this node's Raft thread spent on its own work or could
   not run does not count against its peers; and a pre-vote (pysyncobj has none);
-- Raft frames and commands decoded with an unpickler that builds plain values only: no frame runs code.
+- Raft frames and commands decoded with an unpickler that builds plain values only: no frame runs code; a
+  frame's size and the connections a stranger can hold are bounded before anything is authenticated.
 
 The modules, from pure to pysyncobj-facing:
 
 - ``rules``: the Raft rules as pure functions of values, each citing the paper;
 - ``wire``: the frame encoding (compression, the restricted unpickler);
 - ``journal``: the log on disk; ``dump``: the full dump;
-- ``node``: ``RaftNode``, ``RaftSettings``, ``RaftStatus``, and ``hand_over`` to asyncio;
+- ``node``: ``RaftNode``, ``RaftSettings``, ``RaftStatus``, and ``Mailboxes`` (results handed over to asyncio);
 - ``bridge``: the only module that touches pysyncobj's internals, all listed in its ``PRIVATE_NAMES``.
 
 Importing this package changes nothing in pysyncobj: a ``RaftNode`` installs the bridge when it starts.
@@ -30,15 +31,15 @@ Importing this package changes nothing in pysyncobj: a ``RaftNode`` installs the
 from __future__ import annotations
 
 from .journal import JournalFull, read_journal
-from .node import RaftNode, RaftSettings, RaftStatus, hand_over
+from .node import Mailboxes, RaftNode, RaftSettings, RaftStatus
 from .rules import STALL_GUARD_MS
 
 __all__ = [
     "STALL_GUARD_MS",
     "JournalFull",
+    "Mailboxes",
     "RaftNode",
     "RaftSettings",
     "RaftStatus",
-    "hand_over",
     "read_journal",
 ]

@@ -6,11 +6,14 @@ pysyncobj is kfed's Raft engine. Here, and only here, kfed changes how it works:
   raises); a follower's ``append_entries`` handled by Raft's rule (``rules.plan_append``); replies stamped with
   their term; a pre-vote before every election (``rules.PreVote``); a tick's own stalls not counted as the
   peers' silence (``rules.stall_excuse``); the Raft thread woken once per burst of proposals.
-- ``install``: pysyncobj builds its journal and dump serializer, pickles and unpickles, and compresses, through
-  module globals; ``install`` points them at kfed's (``journal.CheckedJournal``, ``DumpSerializer`` over
-  ``dump.DumpWriter``, ``wire.SafePickle``, ``wire.WireZlib``). Nothing changes at import: ``RaftNode`` calls
-  ``install`` when it starts, and again for every node (it is idempotent).
-- ``sync_obj_conf``: every pysyncobj option kfed sets, with its reason.
+- ``install``: pysyncobj builds its journal and dump serializer, pickles and unpickles, compresses, and makes
+  its TCP connections through module globals; ``install`` points them at kfed's (``journal.CheckedJournal``,
+  ``DumpSerializer`` over ``dump.DumpWriter``, ``wire.SafePickle``, ``wire.WireZlib``, ``BoundedConnection``).
+  Nothing changes at import: ``RaftNode`` calls ``install`` when it starts, and again for every node (it is
+  idempotent).
+- ``BoundedConnection`` and ``GuardedTransport``: what a stranger on the Raft port can make the node hold is
+  bounded before anything is authenticated (a frame's length, the connections that never say who they are).
+- ``sync_obj_conf``: pysyncobj's options (``RaftSettings.options``) and the node's hooks.
 
 Every private name of pysyncobj used here is in ``PRIVATE_NAMES``; ``tests/unit/test_raft_bridge.py`` pins each
 against the installed pysyncobj (it exists, with the signature given) and checks that no other module of kfed
@@ -22,7 +25,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,31 +33,22 @@ from typing import TYPE_CHECKING, Any, Final
 import pysyncobj.pickle as pso_pickle
 import pysyncobj.syncobj as _pso
 import pysyncobj.tcp_connection as pso_tcp
+import pysyncobj.tcp_server as pso_tcp_server
+import pysyncobj.transport as pso_transport
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.journal import MemoryJournal
 from pysyncobj.monotonic import monotonic as pysyncobj_clock
 from pysyncobj.node import TCPNode
 from pysyncobj.serializer import Serializer
+from pysyncobj.transport import TCPTransport
 
 from ..state import Outcome
+from . import rules, wire
 from .dump import DumpState, DumpWriter
 from .journal import CheckedJournal
-from .rules import (
-    Entry,
-    PreVote,
-    PreVoteStep,
-    TickMark,
-    follower_commit,
-    guard_snapshot_commit,
-    is_progress_reply,
-    next_index_after_progress,
-    plan_append,
-    pre_vote_step,
-    stale_reply,
-    stall_excuse,
-)
-from .wire import PICKLE_PROTOCOL, SafePickle, WireZlib
+from .rules import Entry, TickMark
+from .wire import ForbiddenPickle, FrameBuffer, FrameTooLarge, SafePickle, WireZlib, inflate, value_class
 
 if TYPE_CHECKING:
     from .node import RaftNode, RaftSettings
@@ -67,13 +60,16 @@ log = logging.getLogger(__name__)
 class Private:
     """A name of pysyncobj that is not its public API, and what kfed does with it."""
 
-    owner: str  # "SyncObj": of a SyncObj (an instance attribute, or a method); otherwise the module
+    owner: str  # "SyncObj", "TcpConnection", "TCPTransport": of that class (an instance attribute, or a
+    # method); otherwise the module
     name: str  # as pysyncobj's source spells it: SyncObj's ``__raftLog`` is reached as ``_SyncObj__raftLog``
     signature: str | None  # of a method or function, as ``inspect.signature`` shows it; None: not callable
     use: str
 
 
 _SYNCOBJ: Final = "SyncObj"
+_CONNECTION: Final = "TcpConnection"
+_TRANSPORT: Final = "TCPTransport"
 # fmt: off
 PRIVATE_NAMES: Final = (
     # SyncObj's state: read, and written where the rules say so
@@ -93,7 +89,6 @@ PRIVATE_NAMES: Final = (
     Private(_SYNCOBJ, "__pipeNotifier", None, "_applyCommand wakes the Raft thread once per burst"),
     Private(_SYNCOBJ, "__conf", None, "dynamicMembershipChange: membership entries are (un)done on append"),
     # SyncObj's methods, called
-    Private(_SYNCOBJ, "__getEntries", "(self, fromIDx, count=None, maxSizeBytes=None)", "the follower's log"),
     Private(_SYNCOBJ, "__getCurrentLogIndex", "(self)", "the follower's last index"),
     Private(_SYNCOBJ, "__getCurrentLogTerm", "(self)", "the pre-vote compares logs"),
     Private(_SYNCOBJ, "__deleteEntriesFrom", "(self, fromIDx)", "Raft step 3: drop a conflict and what follows"),
@@ -102,13 +97,27 @@ PRIVATE_NAMES: Final = (
     Private(_SYNCOBJ, "__generateRaftTimeout", "(self)", "a pre-vote round lasts one election timeout"),
     Private(_SYNCOBJ, "__callErrCallback", "(self, err, callback)", "a full command queue fails the proposal"),
     Private(_SYNCOBJ, "_getLeader", "(self)", "the leader's address, for status"),
-    # SyncObj's methods, overridden with the same signature (the override calls pysyncobj's)
+    Private(_SYNCOBJ, "__connectedToAnyone", "(self)", "pysyncobj's tick campaigns only when connected to a peer"),
+    # SyncObj's methods, overridden with the same signature (the override calls pysyncobj's, unless said)
+    Private(_SYNCOBJ, "__getEntries", "(self, fromIDx, count=None, maxSizeBytes=None)",
+            "replaced: a batch counts what its entries pickle to"),
     Private(_SYNCOBJ, "__onMessageReceived", "(self, node, message)", "every Raft message comes through it"),
     Private(_SYNCOBJ, "__sendNextNodeIdx", "(self, node, reset=False, nextNodeIdx=None, success=False)",
             "the follower's reply, stamped with its term"),
     Private(_SYNCOBJ, "_onTick", "(self, timeToWait=0.0)", "stalls excused and the pre-vote run first"),
     Private(_SYNCOBJ, "_applyCommand", "(self, command, callback, commandType=None)", "one wake per burst"),
     Private(_SYNCOBJ, "_checkCommandsToApply", "(self)", "clears the burst's wake mark"),
+    # the TCP connection and transport, subclassed
+    Private(_CONNECTION, "__init__", "(self, poller, onMessageReceived=None, onConnected=None, onDisconnected=None, "
+            "socket=None, timeout=10.0, sendBufferSize=8192, recvBufferSize=8192, keepalive=None)",
+            "public, but BoundedConnection's takes the same parameters"),
+    Private(_CONNECTION, "__readBuffer", None, "what __processRead received, moved into a FrameBuffer"),
+    Private(_CONNECTION, "__processRead", "(self)", "one recv(); the bytes are bounded and kept in a FrameBuffer"),
+    Private(_CONNECTION, "__processParseMessage", "(self)", "replaced: frames from the FrameBuffer, decoded safely"),
+    Private(_TRANSPORT, "_onNewIncomingConnection", "(self, conn)", "counts the connections not yet known"),
+    Private(_TRANSPORT, "_onTick", "(self)", "drops those that did not say who they are in time"),
+    Private(_TRANSPORT, "_unknownConnections", None, "the accepted connections not yet known as a voter's"),
+    Private(_TRANSPORT, "_syncObj", None, "its conf: how long a connection may stay unknown"),
     # module globals
     Private("pysyncobj.syncobj", "_RAFT_STATE", None, "LEADER"),
     Private("pysyncobj.syncobj", "createJournal", "(journalFile=None)", "replaced: builds a CheckedJournal"),
@@ -116,15 +125,34 @@ PRIVATE_NAMES: Final = (
             "(fileName, transmissionBatchSize, tryUseFork, serializer, deserializer, serializeChecker)",
             "replaced: DumpSerializer (a dump written on a thread)"),
     Private("pysyncobj.tcp_connection", "zlib", None, "replaced: WireZlib (the wire's compression level)"),
+    Private("pysyncobj.tcp_connection", "TcpConnection", None, "subclassed: BoundedConnection"),
+    Private("pysyncobj.transport", "TcpConnection", None, "replaced: BoundedConnection (connections it dials)"),
+    Private("pysyncobj.tcp_server", "TcpConnection", None, "replaced: BoundedConnection (connections it accepts)"),
     Private("pysyncobj.pickle", "__protocol", None, "set to wire.PICKLE_PROTOCOL"),
     Private("pysyncobj.pickle", "loads", "(data)", "replaced: SafePickle.loads (frames and commands)"),
     Private("pysyncobj.pickle", "load", "(file)", "replaced: SafePickle.load"),
 )
 # fmt: on
 
-SAFE_PICKLE: Final = SafePickle({("pysyncobj.node", "TCPNode"): TCPNode})
-"""Decodes every Raft frame and command: plain values, and the ``TCPNode`` a membership change carries (rebuilt
-from its attributes; nothing of it runs)."""
+MAX_ADDRESS_CHARS: Final = 261
+"""The longest Raft address a pickle may carry: a DNS name (253), a colon, a port."""
+
+
+def received_node(address: Any) -> TCPNode:
+    """The ``TCPNode`` a pickled one stands for, built from its address once that is checked to be one."""
+    if not isinstance(address, str) or len(address) > MAX_ADDRESS_CHARS:
+        raise ForbiddenPickle(f"a pickled TCPNode's address must be a str of at most {MAX_ADDRESS_CHARS} chars")
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ForbiddenPickle(f"a pickled TCPNode's address {address!r} is not host:port")
+    return TCPNode(address)
+
+
+SAFE_PICKLE: Final = SafePickle({("pysyncobj.node", "TCPNode"): value_class(TCPNode, received_node, "_id")})
+"""Decodes every Raft command: plain values, and the ``TCPNode`` a membership change carries (rebuilt as
+``TCPNode(address)`` builds it, from an address checked first)."""
+SAFE_FRAMES: Final = SafePickle()
+"""Decodes every Raft frame (``BoundedConnection``): plain values only (a frame carries commands as bytes)."""
 
 
 def install(wire_compression: int) -> None:
@@ -134,12 +162,113 @@ def install(wire_compression: int) -> None:
     journals, dumps, decodes and compresses kfed's way (one node per process is the rule anyway)."""
     _pso.createJournal = _create_journal
     _pso.Serializer = DumpSerializer
-    vars(pso_pickle)["__protocol"] = PICKLE_PROTOCOL
+    vars(pso_pickle)["__protocol"] = wire.PICKLE_PROTOCOL
     pso_pickle.loads = SAFE_PICKLE.loads
     pso_pickle.load = SAFE_PICKLE.load
-    wire = pso_tcp.zlib
-    if not (isinstance(wire, WireZlib) and wire.level == wire_compression):
+    installed = pso_tcp.zlib
+    if not (isinstance(installed, WireZlib) and installed.level == wire_compression):
         pso_tcp.zlib = WireZlib(wire_compression)
+    pso_transport.TcpConnection = BoundedConnection
+    pso_tcp_server.TcpConnection = BoundedConnection
+
+
+class BoundedConnection(pso_tcp.TcpConnection):  # type: ignore[misc]  # pysyncobj is untyped
+    """pysyncobj's TCP connection, with what it receives in a ``wire.FrameBuffer``: a frame's declared length is
+    checked as soon as it arrives (``wire.MAX_FRAME_BYTES``; the first frame of an accepted connection:
+    ``wire.HELLO_FRAME_BYTES``), before anything is authenticated; reading stops once a frame is whole; frames are
+    decoded with ``SAFE_FRAMES``. Everything else (sockets, sending, timeouts, encryption) is pysyncobj's."""
+
+    _TcpConnection__readBuffer: bytes
+    recvLastTimestamp: int
+
+    def __init__(self, poller: Any, onMessageReceived: Any = None, onConnected: Any = None,
+                 onDisconnected: Any = None, socket: Any = None, timeout: float = 10.0, sendBufferSize: int = 8192,
+                 recvBufferSize: int = 8192, keepalive: Any = None) -> None:  # fmt: skip
+        # accepted (a socket given): a stranger until its first frame decodes (with a password: authenticates)
+        self.kfed_frames = FrameBuffer(wire.MAX_FRAME_BYTES if socket is None else wire.HELLO_FRAME_BYTES)
+        super().__init__(poller, onMessageReceived, onConnected, onDisconnected, socket, timeout, sendBufferSize,
+                         recvBufferSize, keepalive)  # fmt: skip
+
+    def disconnect(self) -> None:
+        self.kfed_frames.clear()
+        super().disconnect()
+
+    def _TcpConnection__processRead(self) -> bool:
+        """One recv() by pysyncobj's code; False (stop reading) once a frame is whole, or the connection dropped."""
+        if not pso_tcp.TcpConnection._TcpConnection__processRead(self):
+            return False
+        received, self._TcpConnection__readBuffer = self._TcpConnection__readBuffer, b""  # b"" + bytes: no copy
+        try:
+            return self.kfed_frames.add(received)
+        except FrameTooLarge as e:
+            log.warning("dropped a Raft connection: %s", e)
+            self.disconnect()
+            return False
+
+    def _TcpConnection__processParseMessage(self) -> Any:
+        """The next whole frame's message, or None; a frame that does not decode drops the connection (as
+        pysyncobj does), one that is too large too."""
+        try:
+            data = self.kfed_frames.next_frame()
+            if data is None:
+                return None
+            if self.encryptor:
+                stamp = self.encryptor.extract_timestamp(data)
+                if stamp < self.recvLastTimestamp:
+                    raise ValueError("a frame older than the last one")
+                self.recvLastTimestamp = stamp
+                data = self.encryptor.decrypt(data)
+            message = SAFE_FRAMES.loads(inflate(data))
+            if self.recvRandKey:
+                rand_key, message = message
+                if rand_key != self.recvRandKey:
+                    raise ValueError("a frame of another connection")
+        except Exception as e:  # whatever a peer sends must not raise in the tick
+            log.warning("dropped a Raft connection: %s: %s", type(e).__name__, e)
+            self.disconnect()
+            return None
+        self.kfed_frames.limit = wire.MAX_FRAME_BYTES
+        return message
+
+
+MAX_UNKNOWN_CONNECTIONS: Final = 16
+"""Accepted connections that have not said which voter they are, at most; the oldest is dropped past it."""
+
+
+class GuardedTransport(TCPTransport):  # type: ignore[misc]  # pysyncobj is untyped
+    """pysyncobj's TCP transport, bounding the connections it accepts until they say which voter they are (with
+    a password: until they authenticate): at most ``MAX_UNKNOWN_CONNECTIONS``, each for at most pysyncobj's
+    ``connectionTimeout``. pysyncobj kept each until it sent something wrong: idle ones, forever."""
+
+    def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
+        self._kfed_unknown: dict[Any, float] = {}  # accepted connection -> when, oldest first
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    def _onNewIncomingConnection(self, conn: Any) -> None:
+        super()._onNewIncomingConnection(conn)
+        unknown = self._kfed_unknown
+        for known in [c for c in unknown if c not in self._unknownConnections]:
+            del unknown[known]
+        unknown[conn] = pysyncobj_clock()
+        while len(unknown) > MAX_UNKNOWN_CONNECTIONS:
+            oldest = next(iter(unknown))
+            del unknown[oldest]
+            log.warning("dropped a Raft connection: more than %d that did not say who they are",
+                        MAX_UNKNOWN_CONNECTIONS)  # fmt: skip
+            oldest.disconnect()
+
+    def _onTick(self) -> None:
+        super()._onTick()
+        if not self._kfed_unknown:
+            return
+        deadline = pysyncobj_clock() - self._syncObj.conf.connectionTimeout
+        for conn, since in list(self._kfed_unknown.items()):
+            if conn not in self._unknownConnections:
+                del self._kfed_unknown[conn]
+            elif since < deadline:
+                del self._kfed_unknown[conn]
+                log.warning("dropped a Raft connection that did not say who it is in time")
+                conn.disconnect()
 
 
 _journal_fsync = threading.local()  # what the journal about to be built syncs (set around Replica's construction)
@@ -156,8 +285,8 @@ class DumpSerializer(Serializer):  # type: ignore[misc]  # pysyncobj is untyped
 
     ``serialize`` runs on the Raft thread and only calls the node's capture (an immutable image reference
     and a copy of the keys). Until the writer is done, ``checkSerializing`` answers SERIALIZING, so pysyncobj
-    truncates its journal only once the new dump is durable. Reading and transmitting the dump to a lagging
-    follower stay pysyncobj's own code."""
+    truncates its journal only once the new dump is durable; a dump received from the leader goes through the
+    writer too (``setTransmissionData``). Reading and sending the dump to a lagging follower stay pysyncobj's."""
 
     _STATES: Final = {
         DumpState.IDLE: SERIALIZER_STATE.NOT_SERIALIZING,
@@ -182,6 +311,10 @@ class DumpSerializer(Serializer):  # type: ignore[misc]  # pysyncobj is untyped
         state, dump_id = self._writer.poll()
         return self._STATES[state], dump_id
 
+    def setTransmissionData(self, data: Any) -> bool:
+        """A chunk of the leader's dump (``DumpWriter.receive``: durable before pysyncobj clears its journal)."""
+        return data is not None and self._writer.receive(*data)
+
 
 def _deserializer(restore: Callable[[str], tuple[list[Any], list[Any], list[str]]] | None) -> Any:
     """pysyncobj's dump loader from the node's: entries as tuples (pysyncobj compares them with its log's) and
@@ -196,58 +329,18 @@ def _deserializer(restore: Callable[[str], tuple[list[Any], list[Any], list[str]
     return deserialize
 
 
-APPEND_ENTRIES_BATCH_BYTES: Final = 4 * 1024 * 1024
-SOCKET_BUFFER_BYTES: Final = 4 * 1024 * 1024
-"""Kernel send and receive buffer of each Raft connection (pysyncobj pins them to 64 KiB; see ``sync_obj_conf``)."""
 _ROLES: Final = {0: "follower", 1: "candidate", 2: "leader"}  # pysyncobj's _RAFT_STATE values
 
 
 def sync_obj_conf(settings: RaftSettings, data_dir: Path, node: RaftNode) -> SyncObjConf:
-    """Every pysyncobj option kfed sets, explicitly; ``node``'s hooks (None ones are left to pysyncobj)."""
-    on_role = node._on_role
+    """pysyncobj's options: every one kfed sets (``RaftSettings.options``), and ``node``'s hooks (None ones are
+    left to pysyncobj). The node's capture only freezes the state on the Raft thread; ``DumpSerializer``
+    (installed as pysyncobj's Serializer) encodes, fsyncs and renames it on a thread of its own."""
+    on_role = node.on_role
     return SyncObjConf(
-        # Entries leave at once instead of on the next heartbeat (100 ms commits otherwise);
-        # we batch records per command ourselves (group commit in the controller).
-        appendEntriesUseBatch=False,
-        # pysyncobj 0.3.17 splits a command above this size into chunks and detects the last chunk by
-        # the command's length, not the pickled entry's, so commands over 64 KiB (the default) fail
-        # to replicate ("pickle data was truncated"). Group commit makes such commands routinely.
-        appendEntriesBatchSizeBytes=APPEND_ENTRIES_BATCH_BYTES,
-        # pysyncobj sets SO_SNDBUF/SO_RCVBUF of every Raft socket to 64 KiB (which also stops Linux from
-        # sizing them itself) and sends a dump to a follower in 64 KiB messages. Catching a follower up
-        # means tens of MB queued on the leader, and each send() of 128 KiB copied the rest of that queue
-        # (pysyncobj slices a bytes buffer), holding the GIL. Bigger buffers, and dump messages as big as
-        # log batches, move the same bytes with ~30x fewer copies.
-        sendBufferSize=SOCKET_BUFFER_BYTES,
-        recvBufferSize=SOCKET_BUFFER_BYTES,
-        logCompactionBatchSize=APPEND_ENTRIES_BATCH_BYTES,
-        appendEntriesPeriod=settings.heartbeat_ms / 1000,
-        raftMinTimeout=settings.election_timeout_ms_min / 1000,
-        raftMaxTimeout=settings.election_timeout_ms_max / 1000,
-        # Reconnect to a peer that was down within half a second (default 5 s delays a restarted
-        # node's return, and a node started before its peers, by that long).
-        connectionRetryTime=0.5,
-        # CheckQuorum: a leader that heard from no majority for an election timeout steps down
-        # (default 30 s, during which an isolated leader keeps taking writes that cannot commit).
-        leaderFallbackTimeout=settings.election_timeout_ms_max / 1000,
-        # Fail fast without a leader: the HTTP edge answers 503 + Retry-After instead of queueing.
-        commandsWaitLeader=False,
-        # Voters can be added and removed one at a time (kfed quorum add-voter / remove-voter); the
-        # membership lives in the Raft log and the dump, the config only seeds a first start.
-        dynamicMembershipChange=True,
-        commandsQueueSize=settings.command_queue_size,
-        # Journal *and* full dump: a journal alone comes back empty after a compaction + restart.
-        journalFile=str(data_dir / "raft.journal"),
-        fullDumpFile=str(data_dir / "raft.dump"),
-        # The node's capture only freezes the state on the Raft thread; DumpSerializer (installed as
-        # pysyncobj's Serializer) encodes, fsyncs and renames it on a thread of its own.
-        serializer=node._capture,
-        deserializer=_deserializer(node._restore),
-        logCompactionMinEntries=settings.compaction_min_entries,
-        logCompactionMinTime=settings.compaction_min_s,
-        logCompactionSplit=True,  # nodes compact at different times, never all at once
-        password=settings.password,
-        bindAddress=settings.bind_address,
+        **settings.options(data_dir),
+        serializer=node.capture,
+        deserializer=_deserializer(node.restore),
         onStateChanged=None if on_role is None else lambda old, new: on_role(_ROLES.get(new, "unknown")),
     )
 
@@ -274,11 +367,21 @@ def failure(error: int) -> Failure | None:
     return Failure(_FAIL_NAMES.get(error, str(error)), error not in _NOT_COMMITTED)
 
 
+def journal_of(syncobj: SyncObj) -> Any:
+    """The journal a SyncObj keeps its log in (a Replica's, or a bare one's: the benchmark compares both)."""
+    return syncobj._SyncObj__raftLog
+
+
+def leads(syncobj: SyncObj) -> bool:
+    """Whether a SyncObj is the leader, as it sees itself now (not a lease: see docs/PYSYNCOBJ.md)."""
+    return bool(syncobj._SyncObj__raftState == _pso._RAFT_STATE.LEADER)
+
+
 def excuse_stall(replica: Replica, mark: TickMark, now: float) -> bool:
     """Apply ``rules.stall_excuse`` to the replica's clocks after a tick that began at ``mark``; True if it was
     a stall (counted in ``kfed_stalls``, reported by /metrics)."""
     heard = replica._SyncObj__lastResponseTime
-    excuse = stall_excuse(mark, now, replica._SyncObj__raftElectionDeadline, heard)
+    excuse = rules.stall_excuse(mark, now, replica._SyncObj__raftElectionDeadline, heard)
     if excuse is None:
         return False
     replica.kfed_stalls += 1
@@ -312,16 +415,15 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
     def __init__(self, self_raft: str, peers: list[str], conf: SyncObjConf, node: RaftNode) -> None:
         self._kfed_state = node.state
         self._kfed_settings = node.settings
-        # (term, index): the highest index this node has told that term's leader it holds (diagnostics only)
-        self._kfed_acknowledged = (-1, 0)
         self._kfed_tick: TickMark | None = None  # how the last tick started
-        self._kfed_pre_vote = PreVote()
+        self._kfed_pre_vote = rules.PreVote()
         self._kfed_leader_heard = pysyncobj_clock()  # when an append_entries of a current leader came
         self.kfed_stalls = 0  # ticks that took STALL_GUARD_MS longer than their socket wait (/metrics)
         self._kfed_wake_sent = False  # the Raft thread was woken for the commands queued (``_applyCommand``)
+        self._kfed_held_timeouts: tuple[float, float] | None = None  # the election timeouts, while held
         _journal_fsync.on = node.settings.journal_fsync
         try:
-            super().__init__(self_raft, peers, conf)
+            super().__init__(self_raft, peers, conf, transportClass=GuardedTransport)
         finally:
             _journal_fsync.on = False
 
@@ -344,25 +446,24 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         return {n.address for n in self.otherNodes}
 
     def hold_elections_until_led(self) -> None:
-        """No election (and no pre-vote) until a leader is heard: for a node joining a running quorum."""
+        """No election (and no pre-vote) until a leader is heard: for a node joining a running quorum. The tick
+        restores the election timeouts once it knows a leader (``_onTick``)."""
         conf = self._SyncObj__conf
         normal = (conf.raftMinTimeout, conf.raftMaxTimeout)
         conf.raftMinTimeout, conf.raftMaxTimeout = 3600.0, 3601.0
         self._SyncObj__raftElectionDeadline = pysyncobj_clock() + 3600.0
-
-        def restore() -> None:
-            while self._getLeader() is None:
-                time.sleep(0.05)
-            conf.raftMinTimeout, conf.raftMaxTimeout = normal
-            log.info("joined: following leader %s", self._getLeader().address)
-
-        threading.Thread(target=restore, name="join-wait", daemon=True).start()
+        self._kfed_held_timeouts = normal  # last: the tick thread may restore them at once
 
     # -- the tick ---------------------------------------------------------------------------------------------
     def _onTick(self, timeToWait: float = 0.0) -> None:
         """pysyncobj's tick, after taking out the time the last tick could not listen (``rules.stall_excuse``)
         and running the pre-vote."""
         now = pysyncobj_clock()
+        if self._kfed_held_timeouts is not None and self._getLeader() is not None:
+            conf = self._SyncObj__conf
+            conf.raftMinTimeout, conf.raftMaxTimeout = self._kfed_held_timeouts
+            self._kfed_held_timeouts = None
+            log.info("joined: following leader %s", self._getLeader().address)
         if self._kfed_tick is not None:
             excuse_stall(self, self._kfed_tick, now)
         self._pre_vote(now)
@@ -373,7 +474,7 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
 
     def _pre_vote(self, now: float) -> None:
         """Before pysyncobj's tick would campaign (see ``PreVote``): ask first, or let it if a majority agreed."""
-        step = pre_vote_step(
+        step = rules.pre_vote_step(
             is_leader=self._SyncObj__raftState == _pso._RAFT_STATE.LEADER,
             election_deadline=self._SyncObj__raftElectionDeadline,
             now=now,
@@ -382,9 +483,9 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
             is_voter=self.selfNode is not None,
             won=self._kfed_pre_vote.won,
         )
-        if step is PreVoteStep.WAIT:
+        if step is rules.PreVoteStep.WAIT:
             return
-        if step is PreVoteStep.CAMPAIGN:
+        if step is rules.PreVoteStep.CAMPAIGN:
             self._kfed_pre_vote.start(None)  # campaign now; a later timeout asks again
             self._SyncObj__raftElectionDeadline = 0  # also when it was within the margin: pysyncobj must see it
             return
@@ -392,14 +493,14 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         self._kfed_pre_vote.start(term)
         own_log = [self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex()]
         for peer in self.otherNodes:
-            self._SyncObj__transport.send(peer, {"type": PreVote.REQUEST, "term": term, "log": own_log})
+            self._SyncObj__transport.send(peer, {"type": rules.PreVote.REQUEST, "term": term, "log": own_log})
         # no answer in an election timeout: ask again then
         self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
 
     def _on_pre_vote_message(self, node: Any, message: dict[str, Any]) -> None:
-        if message["type"] == PreVote.REQUEST:
+        if message["type"] == rules.PreVote.REQUEST:
             asked_log = message.get("log") or [0, 0]
-            granted = PreVote.agree(
+            granted = rules.PreVote.agree(
                 (int(asked_log[0]), int(asked_log[1])),
                 (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex()),
                 pysyncobj_clock() - self._kfed_leader_heard,
@@ -408,7 +509,9 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
                 self._kfed_settings.election_timeout_ms_min / 1000,
                 self._SyncObj__raftState == _pso._RAFT_STATE.LEADER,
             )
-            self._SyncObj__transport.send(node, {"type": PreVote.REPLY, "term": message["term"], "granted": granted})
+            self._SyncObj__transport.send(
+                node, {"type": rules.PreVote.REPLY, "term": message["term"], "granted": granted}
+            )
             return
         if node not in self.otherNodes:
             return  # not a voter (any more)
@@ -422,7 +525,7 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
         if isinstance(message, dict):
             kind = message.get("type")
-            if kind in (PreVote.REQUEST, PreVote.REPLY):
+            if kind in (rules.PreVote.REQUEST, rules.PreVote.REPLY):
                 self._on_pre_vote_message(node, message)
                 return
             if kind == "append_entries" and message.get("term", -1) >= self._SyncObj__raftCurrentTerm:
@@ -431,17 +534,17 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
             if kind == "append_entries" and "prevLogIdx" in message:
                 if self._kfed_append_entries(node, message):
                     return
-            elif stale_reply(message, self._SyncObj__raftCurrentTerm):
+            elif rules.stale_reply(message, self._SyncObj__raftCurrentTerm):
                 return
-            elif is_progress_reply(message):
+            elif rules.is_progress_reply(message):
                 sent_up_to = self._SyncObj__raftNextIndex.get(node)
                 SyncObj._SyncObj__onMessageReceived(self, node, message)
-                kept = next_index_after_progress(sent_up_to, self._SyncObj__raftNextIndex.get(node))
+                kept = rules.next_index_after_progress(sent_up_to, self._SyncObj__raftNextIndex.get(node))
                 if kept is not None:
                     self._SyncObj__raftNextIndex[node] = kept
                 return
             else:
-                message = guard_snapshot_commit(message, self._SyncObj__raftCommitIndex)
+                message = rules.guard_snapshot_commit(message, self._SyncObj__raftCommitIndex)
         SyncObj._SyncObj__onMessageReceived(self, node, message)
 
     def _SyncObj__sendNextNodeIdx(
@@ -458,16 +561,13 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
     def _kfed_append_entries(self, node: Any, message: dict[str, Any]) -> bool:
         """A regular ``append_entries`` (with ``prevLogIdx``), handled by Raft's rule; False: left to pysyncobj.
 
-        pysyncobj 0.3.17, once ``prevLogIdx``/``prevLogTerm`` match, deletes *every* entry after
-        ``prevLogIdx`` and appends the message's entries again. A leader re-sends from an older index after
-        every late "reset" answer, so followers routinely deleted entries they had acknowledged and re-appended
-        them one synced write at a time: for that long the journal on disk was shorter than what the leader
-        counted, and a kill -9 then made it so for good; a message carrying fewer entries than the follower
-        holds removed them outright. A committed entry then sat on a minority, a node without it could win the
-        election, and it was lost (``make faults SEED=4 DURATION=60``), while nodes that had applied it served a
-        record the new log did not have (``SEED=3``). Here the follower keeps every matching entry, deletes
-        only from the first conflicting one, appends only what it lacks (``rules.plan_append``), and raises
-        its commit index only up to what this message verified (``rules.follower_commit``).
+        pysyncobj 0.3.17, once ``prevLogIdx``/``prevLogTerm`` match, deletes *every* entry after ``prevLogIdx``
+        and appends the message's entries again. A leader re-sends from an older index after every late "reset"
+        answer, so a follower deleted entries it had acknowledged (the journal on disk shorter than what the
+        leader counted: a kill -9 then loses a committed entry), and a message carrying fewer entries than the
+        follower holds removed them outright. Here the follower keeps every matching entry, deletes only from
+        the first conflicting one, appends only what it lacks (``rules.plan_append``), and raises its commit
+        index only up to what this message verified (``rules.follower_commit``).
 
         Everything else an accepted ``append_entries`` does (election deadline, leader, term, follower
         state, leadership-transfer rules) stays pysyncobj's: it is given the same message without log
@@ -499,10 +599,11 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
             found = self._SyncObj__getEntries(idx, 1)
             return int(found[0][2]) if found else None
 
-        plan = plan_append(term_at, prev_idx, entries)
+        plan = rules.plan_append(term_at, prev_idx, entries)
         last = self._SyncObj__getCurrentLogIndex()
-        if plan.truncate_from is None and plan.verified < last:
-            self._note_kept_entries(term, plan.verified, last, prev_idx)
+        if plan.truncate_from is None and plan.verified < last:  # pysyncobj would have deleted them
+            log.info("append_entries (term %d, prevLogIdx %d) verified up to %d; entries up to %d kept",
+                     term, prev_idx, plan.verified, last)  # fmt: skip
         if plan.truncate_from is not None:  # Raft step 3: a conflicting entry and all that follow it
             self._truncate_from(plan.truncate_from)
         journal = self._SyncObj__raftLog  # Raft step 4: the entries not already in the log (journal-synced)
@@ -520,11 +621,9 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         # Answered only once the entries are durable (``CheckedJournal.add_entries`` syncs before returning),
         # and only for what this message verified: entries held past it are not claimed.
         self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=plan.verified + 1, success=True)
-        if self._kfed_acknowledged[0] != term or self._kfed_acknowledged[1] < plan.verified:
-            self._kfed_acknowledged = (term, plan.verified)
 
         # Raft step 5
-        commit = follower_commit(
+        commit = rules.follower_commit(
             self._SyncObj__raftCommitIndex, self._SyncObj__getCurrentLogIndex(), leader_commit, plan.verified
         )
         self._SyncObj__raftCommitIndex = commit
@@ -542,36 +641,43 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         if index <= self._SyncObj__raftLastApplied:
             # Cannot happen in Raft (an applied entry is committed, and a leader holds every committed
             # entry); kept as pysyncobj's loud signal that the state machine has diverged.
-            log.critical(
-                "a conflicting append_entries truncates applied entries from index %d (last applied %d): "
-                "this node's state has diverged from the quorum; wipe its data dir",
-                index,
-                self._SyncObj__raftLastApplied,
-            )
+            log.critical("a conflicting append_entries truncates applied entries from index %d (last applied "
+                         "%d): this node's state has diverged from the quorum; wipe its data dir",
+                         index, self._SyncObj__raftLastApplied)  # fmt: skip
         self._SyncObj__deleteEntriesFrom(index)
 
-    def _note_kept_entries(self, term: int, verified: int, last: int, prev_idx: int) -> None:
-        """A message that matched but carried fewer entries than this node holds: pysyncobj would have
-        deleted ``verified + 1 .. last``. Logged (it is the lost-write bug's trigger) and counted."""
-        acked_term, acked = self._kfed_acknowledged
-        acked_here = acked if acked_term == term else 0
-        log.info(
-            "append_entries (term %d, prevLogIdx %d) verified up to %d; kept entries %d..%d%s",
-            term,
-            prev_idx,
-            verified,
-            verified + 1,
-            last,
-            f", of which up to {acked_here} already acknowledged to this leader" if acked_here > verified else "",
-        )
+    def _SyncObj__getEntries(
+        self, fromIDx: int | None, count: int | None = None, maxSizeBytes: int | None = None
+    ) -> list[Entry]:
+        """pysyncobj's: the entries from index ``fromIDx`` (``count`` of them), up to and including the one that
+        makes ``maxSizeBytes``; but each entry counted with what it pickles to (``wire.ENTRY_PICKLE_BYTES``), so
+        that a message is bounded (``wire.MAX_MESSAGE_BYTES``) whatever its entries, and without copying the
+        rest of the log first."""
+        journal = self._SyncObj__raftLog
+        first = journal[0][1]
+        if fromIDx is None or fromIDx < first:
+            return []
+        start = fromIDx - first
+        if maxSizeBytes is None:
+            return journal[start:] if count is None else journal[start : start + count]  # type: ignore[no-any-return]
+        overhead = wire.ENTRY_PICKLE_BYTES
+        most = maxSizeBytes // overhead + 1  # each entry counts at least ``overhead``: no more can be taken
+        candidates: list[Entry] = journal[start : start + (most if count is None else min(count, most))]
+        size = 0
+        for taken, entry in enumerate(candidates, 1):
+            size += len(entry[0]) + overhead
+            if size >= maxSizeBytes:
+                return candidates[:taken]
+        return candidates
 
     # -- proposals --------------------------------------------------------------------------------------------
     def _applyCommand(self, command: bytes, callback: Any, commandType: int | None = None) -> None:
         """pysyncobj's: queue a command for the Raft thread; but that thread is woken (a byte down its pipe)
         once per burst of commands, not once per command. A leader's event loop proposes a burst whenever
         commits free its callers; each wake-up was a write() on this side and a poll() return and tick on
-        the Raft thread, for a queue it drains whole anyway (``_checkCommandsToApply`` clears the mark first,
-        so a command queued after the drain started wakes it again)."""
+        the Raft thread, which reads the pipe whole and drains the queue for up to ``appendEntriesPeriod``
+        (what is left waits for its next tick, as before). ``_checkCommandsToApply`` clears the mark before it
+        drains, so a command queued after that wakes the thread again."""
         if commandType is not None:
             command = bytes((commandType,)) + command
         try:

@@ -6,6 +6,8 @@ pysyncobj's own bookkeeping (the last two entries the dump covers, and the voter
 
 - is encoded, fsynced, renamed and its directory fsynced on a writer thread, while the Raft thread goes on
   (``DumpWriter``); pysyncobj truncates its journal only once that is done;
+- when received from the leader, is fsynced, renamed and its directory fsynced before pysyncobj loads it and
+  clears its journal; a dump being written meanwhile is dropped, never renamed over it;
 - is checked at start before pysyncobj reads it (``NodeDump.check``): a damaged dump stops the node instead
   of pysyncobj's silent empty start.
 
@@ -22,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..state import CorruptState, LogState
 from .journal import fsync_path
@@ -38,18 +40,26 @@ class DumpState(Enum):
 
 
 class DumpWriter:
-    """Writes dumps to ``file_name``, one at a time, each on a thread of its own.
+    """Writes dumps to ``file_name``, one at a time, each on a thread of its own; and installs the dumps received
+    from the leader (``receive``).
 
     ``start`` runs on the Raft thread with an ``encode`` function that only holds an immutable capture of the
     state; the writer thread encodes it, writes ``<dump>.tmp``, fsyncs it, renames it over the dump and fsyncs
     the directory. Encoding a 1M-partition image takes seconds: done on the Raft thread, it would cost the
-    leader its leadership."""
+    leader its leadership.
+
+    A dump received meanwhile is newer than the one being written: each install bumps a generation, under
+    the lock the writer renames under, and a writer that started in an older generation gives up instead of
+    renaming its older state over the received one."""
 
     def __init__(self, file_name: str) -> None:
         self._file_name = file_name
         self._writer: threading.Thread | None = None
         self._written_ok = False
         self._dump_id: Any = None
+        self._rename_lock = threading.Lock()
+        self._generation = 0  # dumps received from the leader so far
+        self._received: BinaryIO | None = None  # the one being received, chunk by chunk
 
     @property
     def busy(self) -> bool:
@@ -61,7 +71,9 @@ class DumpWriter:
         if self._writer is not None:
             return
         self._dump_id = dump_id
-        self._writer = threading.Thread(target=self._write, args=(encode,), name="kfed-dump", daemon=True)
+        self._writer = threading.Thread(
+            target=self._write, args=(encode, self._generation), name="kfed-dump", daemon=True
+        )
         self._writer.start()
 
     def poll(self) -> tuple[DumpState, Any]:
@@ -73,24 +85,64 @@ class DumpWriter:
         self._writer = None
         return (DumpState.WRITTEN if self._written_ok else DumpState.FAILED), self._dump_id
 
-    def _write(self, encode: Callable[[], bytes]) -> None:
+    def _write(self, encode: Callable[[], bytes], generation: int) -> None:
         started = time.monotonic()
         tmp = self._file_name + ".tmp"
+        self._written_ok = False
         try:
             data = encode()
             with open(tmp, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, self._file_name)
-            fsync_path(os.path.dirname(self._file_name) or ".")
-            self._written_ok = True
-            log.info("dump of %d bytes written in %.2f s", len(data), time.monotonic() - started)
+            with self._rename_lock:
+                if generation != self._generation:
+                    log.info("a dump from the leader was installed while this one was written: this one is dropped")
+                else:
+                    self._install(tmp)
+                    self._written_ok = True
+                    log.info("dump of %d bytes written in %.2f s", len(data), time.monotonic() - started)
         except Exception:
             log.exception("writing the state dump failed; the journal is kept")
-            self._written_ok = False
+        if not self._written_ok:
             with contextlib.suppress(OSError):  # e.g. a half-written dump on a full disk
                 os.unlink(tmp)
+
+    def _install(self, tmp: str) -> None:
+        """Rename the fsynced ``tmp`` over the dump and fsync the directory (the rename)."""
+        os.replace(tmp, self._file_name)
+        fsync_path(os.path.dirname(self._file_name) or ".")
+
+    def receive(self, chunk: bytes, first: bool, last: bool) -> bool:
+        """One chunk of a dump sent by the leader (pysyncobj's ``setTransmissionData``); True once the last
+        chunk made it this node's dump: written to ``<dump>.1.tmp``, fsynced, renamed over the dump and the
+        directory fsynced, before pysyncobj loads it and clears its journal. False otherwise, also when it
+        could not be written (logged; the leader sends it again)."""
+        tmp = self._file_name + ".1.tmp"
+        try:
+            if first:
+                if self._received is not None:
+                    self._received.close()
+                self._received = open(tmp, "wb")  # noqa: SIM115  # kept open across chunks
+            if self._received is None:
+                return False  # a chunk of a transmission whose start this node did not get
+            self._received.write(chunk)
+            if not last:
+                return False
+            received, self._received = self._received, None
+            with received:
+                received.flush()
+                os.fsync(received.fileno())
+            with self._rename_lock:
+                self._generation += 1
+                self._install(tmp)
+            return True
+        except OSError:
+            log.exception("receiving the leader's dump failed")
+            if self._received is not None:
+                self._received.close()
+                self._received = None
+            return False
 
 
 RaftBookkeeping = tuple[list[Any], list[Any], list[str]]

@@ -15,6 +15,7 @@ pysyncobj writes them (a pickled dict).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import mmap
@@ -111,14 +112,27 @@ def read_journal(path: Path) -> tuple[int, list[Entry]]:
 
 def _write_journal_file(path: Path, entries: Sequence[Entry]) -> None:
     """Write a whole journal next to ``path`` and rename it over: crash-atomic (fsync, rename, fsync dir)."""
+    _replace(_write_aside(path, entries), path)
+
+
+def _write_aside(path: Path, entries: Sequence[Entry]) -> Path:
+    """A whole journal of ``entries``, written and fsynced next to ``path`` (removed again if that fails)."""
     body = b"".join(_encode_entry(*e) for e in entries)
     name = _JOURNAL_NAME.ljust(_NAME_SIZE, b"\0") + _WRITER_VERSION.ljust(_VERSION_SIZE, b"\0")
     header = name + struct.pack("<II", _CHECKED_FORMAT, _HEADER_SIZE + len(body))
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(header + body)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(header + body)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _replace(tmp: Path, path: Path) -> None:
     os.replace(tmp, path)
     fsync_path(str(path.parent))
 
@@ -159,9 +173,8 @@ def sync_range(mm: mmap.mmap, offset: int, size: int) -> None:
     """Make bytes ``[offset, offset + size)`` of a shared file mapping durable: msync(MS_SYNC) of their pages.
 
     ``mmap.flush()`` holds the GIL through the whole msync, disk write included, and without a range it
-    walks the whole mapping: measured here, a thread calling it in a loop left another Python thread 3 % of
-    its speed and stalls of up to 0.5 s, so the journal's syncs stalled the node's event loop (HTTP) and
-    its Raft thread alike. msync through ctypes runs without the GIL, on the written pages only.
+    walks the whole mapping: every other thread of the node (its event loop, HTTP; its Raft thread) stops
+    for as long as the disk takes. msync through ctypes runs without the GIL, on the written pages only.
 
     Without the GIL, nothing stops another thread from resizing or closing the mapping during the call: the
     journal's mapping changes only on the Raft thread, which is the one that syncs it. Keep it that way."""
@@ -234,12 +247,19 @@ class CheckedJournal:
         self._open(entries)
 
     def _open(self, entries: list[Entry]) -> None:
+        """Map the journal file, which holds ``entries``; its blocks are reserved (if the disk is full, the next
+        append reserves them, or says so)."""
+        f = open(self._path, "r+b")  # noqa: SIM115  # closed by _close, with the mapping
+        try:
+            mm = mmap.mmap(f.fileno(), 0)
+        except BaseException:
+            f.close()
+            raise
         self._entries = entries
         self._end = _HEADER_SIZE + sum(_ENTRY_OVERHEAD + len(c) for c, _, _ in entries)
-        self._f = open(self._path, "r+b")  # noqa: SIM115  # closed by _close, with the mapping
-        self._mm = mmap.mmap(self._f.fileno(), 0)
-        self._allocated = 0
-        self._reserve(max(self._mm.size(), _MIN_FILE_SIZE))
+        self._f, self._mm, self._allocated = f, mm, 0
+        with contextlib.suppress(JournalFull):
+            self._reserve(max(self._mm.size(), _MIN_FILE_SIZE))
 
     def _close(self) -> None:
         self._mm.flush()
@@ -263,12 +283,18 @@ class CheckedJournal:
         return meta
 
     def _store_meta(self) -> None:
-        """pysyncobj's way: ``<meta>.tmp`` written and renamed over (synced by ``setCurrentTerm`` only)."""
+        """``<meta>.tmp`` written and renamed over, as pysyncobj does; with fsync on, the file is synced before
+        the rename and the directory after, so a power loss leaves the old ``.meta`` or the new one, never an
+        empty one (a node that forgot its vote could vote twice in one term)."""
         tmp = self._meta_path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(pickle.dumps(self._meta, PICKLE_PROTOCOL))
             f.flush()
+            if self._fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, self._meta_path)
+        if self._fsync:
+            fsync_path(os.path.dirname(self._meta_path) or ".")
         self._meta_saved = True
 
     def _write(self, offset: int, data: bytes) -> None:
@@ -353,11 +379,20 @@ class CheckedJournal:
 
     def deleteEntriesTo(self, entryTo: int) -> None:
         """Drop the entries before position ``entryTo`` (a dump covers them): the kept ones are written to a new
-        file renamed over this one."""
+        file, which is renamed over this one once written. If it cannot be written (a full disk), this journal
+        stays as it was and in use, the dropped entries included: the dump covers them, and the next compaction
+        tries again."""
         kept = self._entries[entryTo:]
+        tmp = self._path.with_name(self._path.name + ".tmp")
+        try:
+            os.replace(_write_aside(self._path, kept), self._path)  # the old file stays mapped until closed
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            log.error("journal %s: compaction failed, the entries a dump covers are kept: %s", self._path, e)
+            return
         self._close()
-        _write_journal_file(self._path, kept)
         self._open(list(kept))
+        fsync_path(str(self._path.parent))
 
     def setRaftCommitIndex(self, raftCommitIndex: int) -> None:
         self._meta["raftCommitIndex"] = raftCommitIndex
@@ -370,9 +405,6 @@ class CheckedJournal:
         self._meta["currentTerm"] = term
         self._meta["votedForNodeId"] = votedForNodeId
         self._store_meta()  # Raft: term + vote durable before any vote is sent
-        if self._fsync:  # the file, then its rename
-            fsync_path(self._meta_path)
-            fsync_path(os.path.dirname(self._meta_path) or ".")
 
     def getCurrentTerm(self) -> int:
         return int(self._meta.get("currentTerm", 0))

@@ -1,7 +1,7 @@
 """One voter of the metadata quorum (``RaftNode``): proposals as asyncio futures, membership, status.
 
 The node runs pysyncobj through the bridge (``bridge.Replica``) and hands every result over to the event
-loop that asked (``hand_over``): pysyncobj calls back on its own Raft thread, which must never block.
+loop that asked (``Mailboxes``): pysyncobj calls back on its own Raft thread, which must never block.
 """
 
 from __future__ import annotations
@@ -14,21 +14,22 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-from ..errors import OutcomeUnknown, Unavailable
+from ..errors import OutcomeUnknown, PayloadTooLarge, Unavailable
 from ..state import LogState, Outcome, Proposal
 from . import bridge
 from .dump import NodeDump, RaftBookkeeping
 from .journal import finish_compaction
+from .wire import APPEND_ENTRIES_BATCH_BYTES, MAX_COMMAND_BYTES, SOCKET_BUFFER_BYTES
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class RaftSettings:
-    """Every pysyncobj option we set, explicitly (the defaults give 100 ms commits and lose state); what each
-    does and why it has its value: ``bridge.sync_obj_conf``."""
+    """What a node is configured with; every pysyncobj option kfed sets derives from it (the defaults give 100 ms
+    commits and lose state): what each does and why it has its value, ``options``."""
 
     election_timeout_ms_min: int = 300
     election_timeout_ms_max: int = 900
@@ -45,13 +46,56 @@ class RaftSettings:
     command_queue_size: int = 10_000
     # zlib level of Raft messages. pysyncobj compresses every message at level 3, once per follower, on the
     # Raft thread of the leader; level 0 (stored blocks: still a zlib stream every pysyncobj node reads,
-    # framed by ``wire.zlib_stored``) costs 13 instead of 157 us per 16 KB command. Raise it for links where
-    # bandwidth costs more than CPU.
+    # framed by ``wire.zlib_stored``) costs a copy instead of a deflate. Raise it for links where bandwidth
+    # costs more than CPU.
     wire_compression: int = 0
 
     def conf(self, data_dir: Path, node: RaftNode) -> Any:
         """pysyncobj's ``SyncObjConf`` for a node with these settings, its data in ``data_dir``."""
         return bridge.sync_obj_conf(self, data_dir, node)
+
+    def options(self, data_dir: Path) -> dict[str, Any]:
+        """Every pysyncobj option kfed sets, explicitly, with its reason (the node's hooks: ``conf``)."""
+        return dict(
+            # Entries leave at once instead of on the next heartbeat (100 ms commits otherwise);
+            # we batch records per command ourselves (group commit in the controller).
+            appendEntriesUseBatch=False,
+            # pysyncobj 0.3.17 splits a command above this size into chunks and detects the last chunk by
+            # the command's length, not the pickled entry's, so commands over 64 KiB (the default) fail
+            # to replicate ("pickle data was truncated"). Group commit makes such commands routinely.
+            appendEntriesBatchSizeBytes=APPEND_ENTRIES_BATCH_BYTES,
+            # pysyncobj sets SO_SNDBUF/SO_RCVBUF of every Raft socket to 64 KiB (which also stops Linux from
+            # sizing them itself) and sends a dump to a follower in 64 KiB messages. Catching a follower up
+            # means tens of MB queued on the leader, and each send() of 128 KiB copied the rest of that queue
+            # (pysyncobj slices a bytes buffer), holding the GIL. Bigger buffers, and dump messages as big as
+            # log batches, move the same bytes with far fewer copies.
+            sendBufferSize=SOCKET_BUFFER_BYTES,
+            recvBufferSize=SOCKET_BUFFER_BYTES,
+            logCompactionBatchSize=APPEND_ENTRIES_BATCH_BYTES,
+            appendEntriesPeriod=self.heartbeat_ms / 1000,
+            raftMinTimeout=self.election_timeout_ms_min / 1000,
+            raftMaxTimeout=self.election_timeout_ms_max / 1000,
+            # Reconnect to a peer that was down within half a second (default 5 s delays a restarted
+            # node's return, and a node started before its peers, by that long).
+            connectionRetryTime=0.5,
+            # CheckQuorum: a leader that heard from no majority for an election timeout steps down
+            # (default 30 s, during which an isolated leader keeps taking writes that cannot commit).
+            leaderFallbackTimeout=self.election_timeout_ms_max / 1000,
+            # Fail fast without a leader: the HTTP edge answers 503 + Retry-After instead of queueing.
+            commandsWaitLeader=False,
+            # Voters can be added and removed one at a time (kfed quorum add-voter / remove-voter); the
+            # membership lives in the Raft log and the dump, the config only seeds a first start.
+            dynamicMembershipChange=True,
+            commandsQueueSize=self.command_queue_size,
+            # Journal *and* full dump: a journal alone comes back empty after a compaction + restart.
+            journalFile=str(data_dir / "raft.journal"),
+            fullDumpFile=str(data_dir / "raft.dump"),
+            logCompactionMinEntries=self.compaction_min_entries,
+            logCompactionMinTime=self.compaction_min_s,
+            logCompactionSplit=True,  # nodes compact at different times, never all at once
+            password=self.password,
+            bindAddress=self.bind_address,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +117,10 @@ class RaftNode:
         data_dir: Path,
         state: LogState,
         settings: RaftSettings | None = None,
+        mailboxes: Mailboxes | None = None,
     ) -> None:
         self.state = state
+        self.mailboxes = mailboxes or Mailboxes()  # results handed over to the event loops that asked
         self.settings = settings or RaftSettings()
         self.data_dir = data_dir
         self.self_raft = self_raft
@@ -93,13 +139,13 @@ class RaftNode:
         self._syncobj = bridge.Replica(self_raft, list(peers_raft), self._conf, self)
 
     # -- hooks pysyncobj calls (on its Raft thread), through the bridge --------------------------------
-    def _capture(self, last: Sequence[Any], prev: Sequence[Any], cluster: list[str]) -> Callable[[], bytes]:
+    def capture(self, last: Sequence[Any], prev: Sequence[Any], cluster: list[str]) -> Callable[[], bytes]:
         return self._dump.capture(last, prev, cluster)
 
-    def _restore(self, file_name: str) -> RaftBookkeeping:
+    def restore(self, file_name: str) -> RaftBookkeeping:
         return self._dump.restore(file_name)
 
-    def _on_role(self, role: str) -> None:
+    def on_role(self, role: str) -> None:
         was_leader = self._role == "leader"
         self._role = role
         log.info("raft role -> %s", self._role)
@@ -109,7 +155,7 @@ class RaftNode:
             with self._pending_lock:
                 pending, self._pending = self._pending, {}
             for loop, future in pending.values():
-                hand_over(
+                self.mailboxes.hand_over(
                     loop,
                     _fail,
                     future,
@@ -125,7 +171,7 @@ class RaftNode:
         future: asyncio.Future[None] = loop.create_future()
 
         def done(result: Any, error: int) -> None:  # on the Raft thread
-            hand_over(loop, _settle, future, None, error)
+            self.mailboxes.hand_over(loop, _settle, future, None, error)
 
         if action == "add":
             self._syncobj.addNodeToCluster(raft, callback=done)
@@ -150,12 +196,17 @@ class RaftNode:
     def propose(self, proposals: Sequence[Proposal]) -> asyncio.Future[list[Outcome]]:
         """Replicate one command carrying ``proposals``; the future resolves on the calling loop.
 
-        Raises (through the future) ``Unavailable`` when the command certainly did not commit and
-        ``OutcomeUnknown`` when it may have. Callers add their own timeout.
+        Raises (through the future) ``Unavailable`` when the command certainly did not commit,
+        ``OutcomeUnknown`` when it may have, and ``PayloadTooLarge`` for a command above
+        ``wire.MAX_COMMAND_BYTES``. Callers add their own timeout.
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Outcome]] = loop.create_future()
         data = self.state.encode_proposal(proposals)
+        if len(data) > MAX_COMMAND_BYTES:  # no node could decode it; and Raft frames are bounded by it
+            future.set_exception(PayloadTooLarge(f"a Raft command of {len(data)} bytes; at most {MAX_COMMAND_BYTES}",
+                                                 limit_bytes=MAX_COMMAND_BYTES))  # fmt: skip
+            return future
         if not self._syncobj.journal_room_for(len(data) + 64):
             # Refuse before proposing: a leader whose journal append fails (JournalFull) drops the command
             # without answering, so the client would only learn "outcome unknown" after the commit timeout.
@@ -169,7 +220,7 @@ class RaftNode:
         def done(result: Any, error: int) -> None:  # on the Raft thread: never block here
             with self._pending_lock:
                 self._pending.pop(pending_id, None)
-            hand_over(loop, _settle, future, result, error)
+            self.mailboxes.hand_over(loop, _settle, future, result, error)
 
         self._syncobj.apply_command(data, callback=done)
         return future
@@ -220,20 +271,29 @@ def _settle(future: asyncio.Future[Any], result: Any, error: int) -> None:
 
 
 # -- from the Raft thread to an event loop ------------------------------------------------------------
-def hand_over(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
-    """Run ``callback(*args)`` on ``loop``, from the Raft thread: in order with every other call handed to
-    that loop, never blocking. A loop that is already closed has nobody left waiting (the process is
-    shutting down): the call is dropped instead of raising inside pysyncobj's tick, which logged it as a
-    failed tick."""
-    mailbox = _MAILBOXES.get(loop)
-    if mailbox is None:
-        with _MAILBOXES_LOCK:
-            mailbox = _MAILBOXES.setdefault(loop, _Mailbox())
-    try:
-        mailbox.post(loop, callback, args)
-    except RuntimeError:
-        if not loop.is_closed():
-            raise
+class Mailboxes:
+    """The calls handed over from the Raft thread to event loops: a mailbox per loop, for as long as the loop
+    exists. A node owns one (``RaftNode.mailboxes``); whoever else hands calls over to the same loop shares it
+    (the controller's read model), so that a write's reply never overtakes the update that published it."""
+
+    def __init__(self) -> None:
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def hand_over(self, loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
+        """Run ``callback(*args)`` on ``loop``, from the Raft thread: in order with every other call handed to
+        that loop, never blocking. A loop that is already closed has nobody left waiting (the process is
+        shutting down): the call is dropped instead of raising inside pysyncobj's tick, which logged it as a
+        failed tick."""
+        mailbox = self._by_loop.get(loop)
+        if mailbox is None:
+            with self._lock:
+                mailbox = self._by_loop.setdefault(loop, _Mailbox())
+        try:
+            mailbox.post(loop, callback, args)
+        except RuntimeError:
+            if not loop.is_closed():
+                raise
 
 
 class _Mailbox:
@@ -265,8 +325,3 @@ class _Mailbox:
                 callback(*args)
             except Exception as e:  # as the loop itself reports a failed callback, and go on with the rest
                 loop.call_exception_handler({"message": f"exception in {callback!r}", "exception": e})
-
-
-# One mailbox per event loop, for as long as the loop exists (a node's loop lives as long as the process).
-_MAILBOXES: Final[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox]] = weakref.WeakKeyDictionary()
-_MAILBOXES_LOCK: Final = threading.Lock()

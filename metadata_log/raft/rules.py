@@ -76,10 +76,9 @@ def guard_snapshot_commit(message: Any, own_commit_index: int) -> Any:
     raising the follower's commit index to ``min(leader's commit, its own last index)`` without having
     checked its log against the leader's. A deposed leader that appended entries nobody else has (while
     cut off) then *applies* them when the new leader starts sending it a snapshot: records that were never
-    committed are served for a moment, until the snapshot replaces the state (found by the fault harness,
-    ``make faults SEED=2 DURATION=90``: a tailer read from the healed node a record at an offset that
-    the quorum had committed differently). Such messages may not raise the commit index: the snapshot
-    itself, and the regular appends after it, bring the real one.
+    committed are served (a tailer reads, at an offset, a record the quorum committed differently) until the
+    snapshot replaces the state. Such messages may not raise the commit index: the snapshot itself, and the
+    regular appends after it, bring the real one.
     """
     if isinstance(message, dict) and message.get("type") == "append_entries" and "prevLogIdx" not in message:
         commit = message.get("commit_index")
@@ -113,8 +112,9 @@ def next_index_after_progress(sent_up_to: int | None, next_index: int | None) ->
     matchIndex for follower"), given what it had already sent and what pysyncobj set from the answer.
 
     pysyncobj sets the next index from every success, also to below what it already sent: it would then send
-    those entries again (3x the bytes under bulk writes). The index stays where it was instead; a follower that
-    really lacks them answers ``reset`` (see ``is_progress_reply``). None: leave pysyncobj's value."""
+    those entries again (the same bytes twice or more under bulk writes). The index stays where it was
+    instead; a follower that really lacks them answers ``reset`` (see ``is_progress_reply``). None: leave
+    pysyncobj's value."""
     if sent_up_to is None or next_index is None or next_index >= sent_up_to:
         return None
     return sent_up_to
@@ -126,7 +126,7 @@ class PreVote:
 
     Without it a node that missed its leader's heartbeats for its own reasons (a wiped follower replaying
     the log, a process that stalled) raises the term when it campaigns, and the healthy leader steps down
-    on seeing it: a 1M-partition catch-up caused a dozen elections. With it, a node whose election
+    on seeing it, again after every catch-up that outlasts an election timeout. With it, a node whose election
     timeout expired first sends ``kfed_pre_vote`` for the next term. A peer agrees only if it has not heard
     from a leader for its configured minimum election timeout and the asker's log is at least as up to date
     as its own; nobody's term changes. Terms are not compared: a node whose term lags but whose log holds

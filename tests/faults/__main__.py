@@ -53,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         help=f"these faults in this order, comma-separated, instead of --duration (from: {', '.join(FAULTS)})",
     )  # fmt: skip
     parser.add_argument("--agents", type=int, default=AGENTS, help=f"agent sub-clusters (default {AGENTS})")
+    parser.add_argument(
+        "--secure", action="store_true",
+        help="run the controllers as deployed, with a Raft secret and an admin token (default: --insecure)",
+    )  # fmt: skip
     parser.add_argument("-v", "--verbose", action="store_true", help="log each fault as it is applied")
     args = parser.parse_args(argv)
     if args.schedule is not None and not set(args.schedule) <= set(FAULTS):
@@ -68,9 +72,9 @@ def main(argv: list[str] | None = None) -> int:
                                          dir="var/faults"))  # fmt: skip
     print(f"fault run: seed {args.seed}, {args.duration:g} s, faults from {', '.join(FAULTS)}; in {work_dir}")
     try:
-        result = run(args.seed, args.duration, work_dir, args.schedule, args.agents)
+        result = run(args.seed, args.duration, work_dir, args.schedule, args.agents, args.secure)
     except KeyboardInterrupt:
-        replay = replay_command(args.seed, args.duration, args.schedule)
+        replay = replay_command(args.seed, args.duration, args.schedule, args.secure)
         print(f"interrupted; every process started was stopped. Replay: {replay}")
         return 130
     print(result.report())

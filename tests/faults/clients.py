@@ -50,8 +50,15 @@ def _classify(response: httpx.Response) -> tuple[str, dict[str, Any]]:
     return outcome, {"status": response.status_code, "detail": detail}
 
 
+def bearer(token: str | None) -> dict[str, str]:
+    """The headers an admin client sends: the quorum's admin token, when it has one."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 class Writer(threading.Thread):
-    def __init__(self, name: str, urls: list[str], history: History, seed: int, run_id: str) -> None:
+    def __init__(
+        self, name: str, urls: list[str], history: History, seed: int, run_id: str, token: str | None = None
+    ) -> None:
         super().__init__(name=name, daemon=True)
         self.client_id = name
         self.urls = urls
@@ -63,7 +70,7 @@ class Writer(threading.Thread):
         self.topics: dict[str, int] = {}  # name -> partition count
         self.stop_flag = threading.Event()
         self.give_up_at = float("inf")  # monotonic time after which unknowns are no longer retried
-        self.http = httpx.Client(timeout=REQUEST_TIMEOUT_S)
+        self.http = httpx.Client(timeout=REQUEST_TIMEOUT_S, headers=bearer(token))
         self.counter = 0
         self.writes = 0
 
@@ -287,14 +294,18 @@ class Heartbeater(threading.Thread):
     per cluster that ``/v1/metadata`` lists outside ``skip_region``, to any node that answers, so that a real
     lease keeps them unfenced. Only the kill of a real agent should let a lease run out."""
 
-    def __init__(self, urls: list[str], skip_region: str, seed: int, period_s: float = 0.5) -> None:
+    def __init__(
+        self, urls: list[str], skip_region: str, seed: int, period_s: float = 0.5, token: str | None = None
+    ) -> None:
         super().__init__(name="heartbeater", daemon=True)
         self.urls = urls
         self.skip_region = skip_region
         self.period_s = period_s
         self.rng = random.Random(f"{seed}/heartbeater")
         self.stop_flag = threading.Event()
-        self.http = httpx.Client(timeout=1.0, limits=httpx.Limits(max_connections=HEARTBEAT_THREADS * 3))
+        self.http = httpx.Client(
+            timeout=1.0, limits=httpx.Limits(max_connections=HEARTBEAT_THREADS * 3), headers=bearer(token)
+        )
         self.clusters: list[str] = []
         self.beats = self.failed = 0
 

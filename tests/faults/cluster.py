@@ -19,6 +19,7 @@ import httpx
 
 from controller.config import Voter, render_quorum
 from deploy.local import SubCluster, free_ports, make_brokers, stop_processes
+from metadata_log.access import write_secret
 from metadata_log.codec import record_from_dict
 from metadata_log.snapshot import read_records
 from metadata_log.views import metadata_view
@@ -35,11 +36,18 @@ AGENT_REGION = "r-agents"
 class FaultQuorum:
     """``start()`` / ``stop()``; ``kill``, ``pause``, ``resume``, ``restart``, ``cut``, ``heal`` one node."""
 
-    def __init__(self, work_dir: Path, extra_args: tuple[str, ...] = (), agents: int = 0) -> None:
-        """``agents``: sub-clusters a1, a2, ... in ``AGENT_REGION``, each a Tansu broker with its agent."""
+    def __init__(self, work_dir: Path, extra_args: tuple[str, ...] = (), agents: int = 0, secure: bool = False) -> None:
+        """``agents``: sub-clusters a1, a2, ... in ``AGENT_REGION``, each a Tansu broker with its agent.
+        ``secure``: the controllers run as deployed, with a Raft secret (encrypted, authenticated Raft traffic)
+        and an admin token (``admin_token``, which the writers and agents send); otherwise ``--insecure``."""
         proxy_ports, real_ports, http_ports, http_proxy_ports = (free_ports(12)[i::4] for i in range(4))
         self.work_dir = work_dir
         self.extra_args = extra_args
+        self.raft_secret_file = work_dir / "raft.secret" if secure else None
+        self.token_file = work_dir / "admin.token" if secure else None
+        self.admin_token = write_secret(self.token_file) if self.token_file else None
+        if self.raft_secret_file:
+            write_secret(self.raft_secret_file)
         self.voters = [
             Voter(n, f"127.0.0.1:{proxy_ports[i]}", f"http://127.0.0.1:{http_ports[i]}") for i, n in enumerate(NODE_IDS)
         ]
@@ -50,9 +58,15 @@ class FaultQuorum:
         self.http_proxies = HttpProxies({n: (http_proxy_ports[i], http_ports[i]) for i, n in enumerate(NODE_IDS)})
         self.client_urls = [f"http://127.0.0.1:{port}" for port in http_proxy_ports]
         """What clients use: through the HTTP proxies (``lose_replies``); the harness itself goes direct."""
+        agent_args = ("--token-file", str(self.token_file)) if self.token_file else ()
         self.agents = {  # on Tansu brokers: light, and a restart is all the agent faults need of them
             cid: SubCluster(
-                cid, AGENT_REGION, make_brokers("tansu", work_dir, cid, base_port=port), work_dir, self.client_urls
+                cid,
+                AGENT_REGION,
+                make_brokers("tansu", work_dir, cid, base_port=port),
+                work_dir,
+                self.client_urls,
+                agent_args=agent_args,
             )
             for cid, port in ((f"a{i + 1}", port) for i, port in enumerate(free_ports(agents)))
         }
@@ -83,11 +97,14 @@ class FaultQuorum:
             agent.start_agent()
 
     def command(self, node_id: int) -> list[str]:
+        security = ["--insecure"]
+        if self.raft_secret_file and self.token_file:
+            security = ["--raft-secret-file", str(self.raft_secret_file), "--admin-token-file", str(self.token_file)]
         return [sys.executable, "-m", "kfed", "controller",
                 "--config", str(self.work_dir / "quorum.toml"), "--node-id", str(node_id),
                 "--data-dir", str(self.data_dir(node_id)),
                 "--raft-bind", f"127.0.0.1:{self.real_raft[node_id]}",
-                "--lease-ms", str(LEASE_MS), "--insecure", *self.extra_args]  # fmt: skip
+                "--lease-ms", str(LEASE_MS), *security, *self.extra_args]  # fmt: skip
 
     def start_node(self, node_id: int) -> None:
         if self.running(node_id):

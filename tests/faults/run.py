@@ -38,9 +38,12 @@ FENCE_TIMEOUT_S = 30.0  # a dead broker's agent reports it within a few beats; t
 CONTROLLER_ARGS = ("--compaction-min-entries", "200", "--compaction-period-s", "6")
 
 
-def replay_command(seed: int, duration: float, schedule: tuple[str, ...] | None = None) -> str:
+def replay_command(seed: int, duration: float, schedule: tuple[str, ...] | None = None, secure: bool = False) -> str:
+    secured = " --secure" if secure else ""
     if schedule is not None:
-        return f"python -m tests.faults --seed {seed} --schedule {','.join(schedule)}"
+        return f"python -m tests.faults --seed {seed} --schedule {','.join(schedule)}{secured}"
+    if secure:
+        return f"python -m tests.faults --seed {seed} --duration {duration:g}{secured}"
     return f"make faults SEED={seed} DURATION={duration:g}"
 
 
@@ -53,6 +56,7 @@ class RunResult:
     summary: Summary | None
     faults: list[str] = field(default_factory=list)
     schedule: tuple[str, ...] | None = None
+    secure: bool = False
 
     @property
     def ok(self) -> bool:
@@ -75,7 +79,7 @@ class RunResult:
         lines.append(f"{len(self.anomalies)} anomalies")
         lines += [f"  {a}" for a in self.anomalies[:50]]
         if not self.ok:
-            replay = replay_command(self.seed, self.duration_s, self.schedule)
+            replay = replay_command(self.seed, self.duration_s, self.schedule, self.secure)
             lines.append(f"FAILED: seed {self.seed}; replay with: {replay}")
         lines.append(f"history and node logs: {self.work_dir}")
         return "\n".join(lines)
@@ -218,16 +222,22 @@ class Nemesis:
 
 
 def run(
-    seed: int, duration_s: float, work_dir: Path, schedule: tuple[str, ...] | None = None, agents: int = AGENTS
+    seed: int,
+    duration_s: float,
+    work_dir: Path,
+    schedule: tuple[str, ...] | None = None,
+    agents: int = AGENTS,
+    secure: bool = False,
 ) -> RunResult:
     """Run one seeded run and check its history: ``schedule`` (fault names, applied in order) when given,
-    else faults drawn from the seed for ``duration_s`` seconds; ``agents`` sub-clusters with their agents."""
+    else faults drawn from the seed for ``duration_s`` seconds; ``agents`` sub-clusters with their agents;
+    ``secure``: the controllers with a Raft secret and an admin token, as deployed (else ``--insecure``)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     run_id = f"s{seed}-{rng.randrange(1 << 32):08x}"
     history = History(work_dir / "history.jsonl")
-    q = FaultQuorum(work_dir, CONTROLLER_ARGS, agents=agents)
-    result = RunResult(seed, duration_s, work_dir, [], None, schedule=schedule)
+    q = FaultQuorum(work_dir, CONTROLLER_ARGS, agents=agents, secure=secure)
+    result = RunResult(seed, duration_s, work_dir, [], None, schedule=schedule, secure=secure)
     clients = _Clients(q, history, seed, run_id)
     try:
         q.start()
@@ -287,7 +297,7 @@ def _place_a_topic_on_the_agents(q: FaultQuorum, history: History, seed: int, ru
         if time.monotonic() > deadline:
             raise TimeoutError(f"agents {sorted(q.agents)} did not register within {START_TIMEOUT_S} s")
         time.sleep(0.2)
-    setup = Writer("setup", q.client_urls, history, seed, run_id)
+    setup = Writer("setup", q.client_urls, history, seed, run_id, q.admin_token)
     setup.region = AGENT_REGION
     if setup.write_once(("create_topic", {"name": "on-agents", "partitions_per_cluster": 2})) != "ok":
         raise RuntimeError("could not create the topic on the agents' clusters")
@@ -299,11 +309,11 @@ class _Clients:
 
     def __init__(self, q: FaultQuorum, history: History, seed: int, run_id: str) -> None:
         self.q, self.history, self.seed, self.run_id = q, history, seed, run_id
-        self.writers = [Writer(f"w{i}", q.client_urls, history, seed, run_id) for i in range(WRITERS)]
+        self.writers = [Writer(f"w{i}", q.client_urls, history, seed, run_id, q.admin_token) for i in range(WRITERS)]
         self.tailers = [Tailer(f"t{i}", q.client_urls, history, seed) for i in range(TAILERS)]
         self.late = Tailer("t-late", q.client_urls, history, seed)
         self.observers = [Observer(n, q.url(n), history) for n in NODE_IDS]
-        self.heartbeater = Heartbeater(q.client_urls, AGENT_REGION, seed)
+        self.heartbeater = Heartbeater(q.client_urls, AGENT_REGION, seed, token=q.admin_token)
         self.bursts = 0
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._start_late_tailer, name="late-tailer", daemon=True)
@@ -335,7 +345,7 @@ class _Clients:
         threads = [
             threading.Thread(
                 target=Writer(
-                    f"b{self.bursts}-{i}", self.q.client_urls, self.history, self.seed, self.run_id
+                    f"b{self.bursts}-{i}", self.q.client_urls, self.history, self.seed, self.run_id, self.q.admin_token
                 ).write_once,
                 args=(("register", {"cluster_id": f"b{self.bursts}-{i}"}),),
                 daemon=True,

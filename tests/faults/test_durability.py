@@ -11,18 +11,23 @@ import pytest
 
 from controller.config import Voter, render_quorum
 from deploy.local import free_ports
+from metadata_log.access import write_secret
 from metadata_log.raft.journal import CheckedJournal
 from metadata_log.records import ClusterRegistered
 from metadata_log.state import LogState, Proposal, encode_command
 
 
 def start_controller(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``kfed controller`` as deployed: with a Raft secret and an admin token."""
     raft_port, http_port = free_ports(2)
     config = tmp_path / "quorum.toml"
     config.write_text(render_quorum([Voter(1, f"127.0.0.1:{raft_port}", f"http://127.0.0.1:{http_port}")]))
+    write_secret(tmp_path / "raft.secret")
+    write_secret(tmp_path / "admin.token")
     return subprocess.run(
         [sys.executable, "-m", "kfed", "controller", "--config", str(config), "--node-id", "1",
-         "--data-dir", str(tmp_path / "node"), "--insecure"],
+         "--data-dir", str(tmp_path / "node"), "--raft-secret-file", str(tmp_path / "raft.secret"),
+         "--admin-token-file", str(tmp_path / "admin.token")],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 

@@ -36,6 +36,24 @@ def test_the_explicit_schedule_runs_every_fault_and_finds_no_anomaly(tmp_path: P
     assert result.anomalies == [], result.report()
 
 
+SECURE_SCHEDULE = ("kill", "cut", "restart_all")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_short_schedule_with_the_raft_secret_and_admin_token_finds_no_anomaly(tmp_path: Path) -> None:
+    """The encrypted, authenticated Raft path (the default) under faults: a kill, a cut and a restart of every
+    node, with the writers and the heartbeater sending the admin token."""
+    result = run(SEED, 0, tmp_path, schedule=SECURE_SCHEDULE, agents=0, secure=True)
+    assert result.summary is not None, result.report()
+    assert result.faults == list(SECURE_SCHEDULE), result.report()
+    assert result.summary.acknowledged > 0 and result.summary.tail_records > 0, result.report()
+    assert result.anomalies == [], result.report()
+    logs = [(tmp_path / f"node-{n}.log").read_text() for n in NODE_IDS]
+    assert not any("INSECURE" in text for text in logs)  # every start was a secured one
+    assert not any("dropped a Raft connection" in text for text in logs)  # every frame decrypted and decoded
+
+
 def test_cut_isolates_exactly_one_node(tmp_path: Path) -> None:
     q = FaultQuorum(tmp_path)
     try:

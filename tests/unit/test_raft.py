@@ -16,11 +16,11 @@ import pytest
 from deploy.local import free_ports
 from metadata_log.codec import pack
 from metadata_log.errors import Unavailable
-from metadata_log.raft import RaftNode, RaftSettings, hand_over, journal, wire
+from metadata_log.raft import Mailboxes, RaftNode, RaftSettings, journal, wire
 from metadata_log.records import ClusterRegistered, NoOp
 from metadata_log.state import LogState, Proposal
 
-from .raft_support import restart_and_replay, tmpfs, wait_leader
+from .raft_support import private_name, restart_and_replay, tmpfs, wait_leader
 
 
 async def test_a_journal_pickled_by_pysyncobjs_own_protocol_replays(tmp_path: Path) -> None:
@@ -79,7 +79,7 @@ async def test_propose_dump_and_restart(tmp_path: Path) -> None:
     node = RaftNode(address, [], tmp_path, state, settings)
     try:
         await wait_leader(node)
-        assert hasattr(node._syncobj, "_SyncObj__raftElectionDeadline")
+        assert hasattr(node._syncobj, private_name("__raftElectionDeadline"))
         for i in range(60):
             outcomes = await asyncio.wait_for(
                 node.propose([Proposal((ClusterRegistered(f"c{i}", "r1", "h:1"),), f"k{i}", "fp")]), 5
@@ -170,7 +170,7 @@ def tick_parked(node: RaftNode) -> Iterator[None]:
 
 async def test_a_burst_of_proposals_wakes_the_raft_thread_once_and_every_one_commits(tmp_path: Path) -> None:
     node = RaftNode(f"127.0.0.1:{free_ports(1)[0]}", [], tmp_path, LogState(), RaftSettings(journal_fsync=False))
-    notifier = node._syncobj._SyncObj__pipeNotifier
+    notifier = getattr(node._syncobj, private_name("__pipeNotifier"))
     wakes = 0
     notify = notifier.notify
 
@@ -245,6 +245,7 @@ def test_results_for_a_closed_loop_are_dropped_not_raised_in_the_tick() -> None:
     # at shutdown the loop that waited for a commit is closed before the Raft thread stops
     loop = asyncio.new_event_loop()
     got: list[int] = []
+    hand_over = Mailboxes().hand_over
     hand_over(loop, got.append, 1)
     loop.run_until_complete(asyncio.sleep(0))
     loop.close()
@@ -254,6 +255,7 @@ def test_results_for_a_closed_loop_are_dropped_not_raised_in_the_tick() -> None:
 
 def test_calls_handed_over_from_other_threads_run_in_order_and_a_failing_one_stops_none() -> None:
     loop = asyncio.new_event_loop()
+    hand_over = Mailboxes().hand_over
     got: list[int] = []
     reported: list[BaseException] = []
     loop.set_exception_handler(lambda _loop, context: reported.append(context["exception"]))
@@ -289,3 +291,26 @@ def test_calls_handed_over_from_other_threads_run_in_order_and_a_failing_one_sto
     assert [n for n in got if n >= 10_000] == [n for n in range(10_000, 15_000) if n != 10_010]
     assert [str(e) for e in reported] in (["10", "10010"], ["10010", "10"])
     assert 1 <= wakeups < 10_000  # woken per burst, not per call
+
+
+async def test_a_writes_reply_never_overtakes_the_update_that_published_it(tmp_path: Path) -> None:
+    """A node's mailboxes are its own; a publisher handing over to the same loop shares them (as the controller's
+    read model does), so a client that got its reply reads its write."""
+    loop = asyncio.get_running_loop()
+    mailboxes = Mailboxes()
+    published: list[int] = []
+
+    class OnLoop:
+        def on_update(self, delta: Any, image: Any) -> None:  # on the Raft thread
+            mailboxes.hand_over(loop, published.append, image.offset)
+
+    node = RaftNode(f"127.0.0.1:{free_ports(1)[0]}", [], tmp_path, LogState(OnLoop()), RaftSettings(), mailboxes)
+    try:
+        assert node.mailboxes is mailboxes and Mailboxes().hand_over != mailboxes.hand_over
+        await wait_leader(node)
+        replies = [node.propose([Proposal((ClusterRegistered(f"c{i}", "r1", "h:1"),))]) for i in range(30)]
+        for reply in asyncio.as_completed(replies):
+            outcome = (await asyncio.wait_for(reply, 10))[0]
+            assert published and published[-1] >= outcome.last_offset
+    finally:
+        node.close()

@@ -12,6 +12,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -21,6 +22,8 @@ import pysyncobj.journal as pso_journal
 import pysyncobj.pickle as pso_pickle
 import pysyncobj.syncobj as pso
 import pysyncobj.tcp_connection as pso_tcp
+import pysyncobj.tcp_server as pso_tcp_server
+import pysyncobj.transport as pso_transport
 import pytest
 from pysyncobj.monotonic import monotonic as pysyncobj_clock
 from pysyncobj.node import TCPNode
@@ -209,6 +212,28 @@ def test_a_follower_asks_before_it_campaigns(tmp_path: Path) -> None:
         node.close()
 
 
+def test_a_joining_node_holds_its_elections_until_its_tick_hears_a_leader_and_leaves_no_thread(tmp_path: Path) -> None:
+    node, leader = manual_tick_node(tmp_path)
+    replica = node._syncobj
+    replica._SyncObj__transport.send = lambda to, message: True
+    conf = replica._SyncObj__conf
+    normal = (conf.raftMinTimeout, conf.raftMaxTimeout)
+    threads = set(threading.enumerate())
+    try:
+        node.hold_elections_until_led()
+        assert conf.raftMinTimeout > 1000 and set(threading.enumerate()) == threads  # nothing polls
+        replica._onTick(0)
+        assert conf.raftMinTimeout > 1000  # no leader yet
+        peer = next(n for n in replica.otherNodes if n.address == leader)
+        replica._SyncObj__onMessageReceived(peer, {
+            "type": "append_entries", "term": 1, "commit_index": 0, "prevLogIdx": 1, "prevLogTerm": 0, "entries": [],
+        })  # fmt: skip
+        replica._onTick(0)
+        assert (conf.raftMinTimeout, conf.raftMaxTimeout) == normal
+    finally:
+        node.close()
+
+
 def test_a_leader_heard_cancels_a_pre_vote_round_and_strangers_do_not_count(tmp_path: Path) -> None:
     node, leader = manual_tick_node(tmp_path)
     replica = node._syncobj
@@ -236,8 +261,8 @@ def test_a_leader_heard_cancels_a_pre_vote_round_and_strangers_do_not_count(tmp_
 
 
 # -- the private names: one table, pinned; no other module names one ----------------------------------------------
-def mangled(name: str) -> str:
-    return f"_SyncObj{name}" if name.startswith("__") else name
+def mangled(name: str, owner: str = "SyncObj") -> str:
+    return f"_{owner}{name}" if name.startswith("__") and not name.endswith("__") else name
 
 
 @pytest.fixture(scope="module")
@@ -269,16 +294,52 @@ def test_each_private_name_of_syncobj_exists_with_the_signature_the_bridge_expec
         assert parameters(override) == parameters(method)
 
 
-def test_every_private_name_the_bridge_uses_is_in_its_table() -> None:
+CLASSES = {"SyncObj": pso.SyncObj, "TcpConnection": pso_tcp.TcpConnection, "TCPTransport": pso_transport.TCPTransport}
+
+
+def instances(bare_syncobj: Any) -> dict[str, Any]:
+    """An instance of each class whose private names the bridge uses: pysyncobj's own, not our subclasses."""
+    return {"SyncObj": bare_syncobj, "TcpConnection": pso_tcp.TcpConnection(createPoller("auto")),
+            "TCPTransport": bare_syncobj._SyncObj__transport}  # fmt: skip
+
+
+@pytest.mark.parametrize("private", [p for p in bridge.PRIVATE_NAMES if p.owner in ("TcpConnection", "TCPTransport")],
+                         ids=lambda p: f"{p.owner}.{p.name}")  # fmt: skip
+def test_each_private_name_of_the_connection_and_transport_exists_with_the_signature_the_bridge_expects(
+    private: bridge.Private, bare_syncobj: Any
+) -> None:
+    cls, name = CLASSES[private.owner], mangled(private.name, private.owner)
+    if private.signature is None:
+        assert name in vars(instances(bare_syncobj)[private.owner]), f"{private.owner} has no {private.name} any more"
+        return
+    method = vars(cls).get(name)
+    assert callable(method), f"{private.owner} has no method {private.name} any more"
+    assert str(inspect.signature(method)) == private.signature
+    subclass = {"TcpConnection": bridge.BoundedConnection, "TCPTransport": bridge.GuardedTransport}[private.owner]
+    override = vars(subclass).get(name)
+    assert override is not None, f"{private.name} is listed as overridden"
+    assert [(p.name, p.default) for p in inspect.signature(override).parameters.values()] == [
+        (p.name, p.default) for p in inspect.signature(method).parameters.values()
+    ]
+
+
+def test_every_private_name_the_bridge_uses_is_in_its_table(bare_syncobj: Any) -> None:
     source = inspect.getsource(bridge)
     table = {p.name for p in bridge.PRIVATE_NAMES}
-    mangled_used = {f"__{n}" for n in re.findall(r"_SyncObj__(\w+)", source)}
-    assert mangled_used and mangled_used <= table, mangled_used - table
-    # single-underscore names of SyncObj (not its public API), used on a replica or on SyncObj itself
-    underscored = {n for n in re.findall(r"\.(_[a-zA-Z]\w*)", source) if hasattr(pso.SyncObj, n)}
-    assert underscored and underscored <= table | {f"_SyncObj{n}" for n in table}, underscored
+    for owner in ("SyncObj", "TcpConnection"):
+        mangled_used = {f"__{n}" for n in re.findall(rf"_{owner}__(\w+)", source)}
+        assert mangled_used and mangled_used <= table, mangled_used - table
+    # single-underscore names of SyncObj and TCPTransport (not their public API), used on a replica, a transport
+    # or the classes themselves
+    for owner, instance in instances(bare_syncobj).items():
+        listed = {p.name for p in bridge.PRIVATE_NAMES if p.owner == owner}
+        underscored = {n for n in re.findall(r"\.(_[a-zA-Z]\w*)", source) if hasattr(instance, n)}
+        underscored -= {f"_{owner}{n}" for n in listed} | {"_kfed_frames"}
+        assert underscored <= listed, (owner, underscored - listed)
     # module globals of pysyncobj the bridge reads or replaces
-    for module, alias in ((pso, "_pso"), (pso_tcp, "pso_tcp"), (pso_pickle, "pso_pickle")):
+    modules = ((pso, "_pso"), (pso_tcp, "pso_tcp"), (pso_pickle, "pso_pickle"), (pso_transport, "pso_transport"),
+               (pso_tcp_server, "pso_tcp_server"))  # fmt: skip
+    for module, alias in modules:
         used = set(re.findall(rf"\b{alias}\.(\w+)", source)) | set(re.findall(rf"vars\({alias}\)\[\"(\w+)\"\]", source))
         listed = {p.name for p in bridge.PRIVATE_NAMES if p.owner == module.__name__}
         assert used <= listed, (module.__name__, used - listed)
@@ -301,6 +362,32 @@ def test_no_other_module_of_kfed_imports_pysyncobj_or_names_its_privates() -> No
     assert offenders == []
 
 
+MANGLED = re.compile(r"\b_(SyncObj|FileJournal|ResizableFile|MetaStorer|TcpConnection|TCPTransport|Serializer)(__\w+)")
+PYSYNCOBJ_MODULE = re.compile(r"^\s*import (pysyncobj(?:\.\w+)*)(?: as (\w+))?$", re.MULTILINE)
+
+
+def test_outside_the_bridge_only_tests_name_pysyncobjs_privates_and_only_those_the_bridge_lists() -> None:
+    """The benchmark names none and patches no pysyncobj module (it uses ``bridge.journal_of`` and ``leads``);
+    a test may name one only if ``PRIVATE_NAMES`` lists it, so that the table pins it."""
+    listed = {(p.owner, p.name) for p in bridge.PRIVATE_NAMES}
+    bridge_file = Path(bridge.__file__).resolve()
+    for path in sorted((REPO / "bench").rglob("*.py")):
+        text = path.read_text()
+        assert not MANGLED.search(text), path
+        underscored = {n for n in re.findall(r"\.(_[a-zA-Z]\w*)\(", text) if hasattr(pso.SyncObj, n)}
+        assert not underscored, (path, underscored)
+        for module, alias in PYSYNCOBJ_MODULE.findall(text):
+            assert not re.search(rf"^\s*{re.escape(alias or module)}\.\w+\s*=[^=]", text, re.MULTILINE), path
+    scanned = 0
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        if path.resolve() == bridge_file:
+            continue
+        for owner, name in MANGLED.findall(path.read_text()):
+            scanned += 1
+            assert (owner, name) in listed, f"{path.relative_to(REPO)} names {owner}.{name}, which PRIVATE_NAMES lacks"
+    assert scanned  # the scan works: this file drives a Replica through them
+
+
 def test_the_journal_implements_pysyncobjs_journal_interface() -> None:
     for name, method in vars(pso_journal.Journal).items():
         if callable(method) and (not name.startswith("__") or name in ("__getitem__", "__len__")):
@@ -313,7 +400,9 @@ NOTHING_PATCHED_AT_IMPORT = r"""
 import inspect, json, sys, zlib
 import pysyncobj.journal, pysyncobj.pickle, pysyncobj.serializer, pysyncobj.syncobj, pysyncobj.tcp_connection
 
-MODULES = {m.__name__: m for m in (pysyncobj.syncobj, pysyncobj.tcp_connection, pysyncobj.pickle)}
+import pysyncobj.tcp_server, pysyncobj.transport
+MODULES = {m.__name__: m for m in (pysyncobj.syncobj, pysyncobj.tcp_connection, pysyncobj.pickle,
+                                   pysyncobj.transport, pysyncobj.tcp_server)}
 
 def snapshot():
     names = {f"SyncObj.{k}": v for k, v in vars(pysyncobj.syncobj.SyncObj).items()}
@@ -334,7 +423,7 @@ signatures = {}
 for p in metadata_log.raft.bridge.PRIVATE_NAMES:
     if p.owner in MODULES:
         value = vars(MODULES[p.owner]).get(p.name, vars(MODULES[p.owner]).get(p.name))
-        signatures[p.name] = (p.name in vars(MODULES[p.owner]),
+        signatures[f"{p.owner}.{p.name}"] = (p.name in vars(MODULES[p.owner]),
                               None if p.signature is None else str(inspect.signature(value)))
 metadata_log.raft.bridge.install(0)  # the control: an install is seen
 installed = snapshot()
@@ -353,11 +442,12 @@ def test_importing_the_raft_package_changes_nothing_in_pysyncobj() -> None:
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen["pristine"] and seen["changed"] == [] and seen["protocol"] == 2
     for p in bridge.PRIVATE_NAMES:
-        if p.owner != "SyncObj":
-            assert seen["signatures"][p.name] == [True, p.signature], p.name
+        if p.owner.startswith("pysyncobj."):
+            assert seen["signatures"][f"{p.owner}.{p.name}"] == [True, p.signature], p.name
     assert {
         "pysyncobj.syncobj.createJournal", "pysyncobj.syncobj.Serializer", "pysyncobj.tcp_connection.zlib",
-        "pysyncobj.pickle.loads", "pysyncobj.pickle.load",
+        "pysyncobj.pickle.loads", "pysyncobj.pickle.load", "pysyncobj.transport.TcpConnection",
+        "pysyncobj.tcp_server.TcpConnection",
     } <= set(seen["install_changes"])  # fmt: skip
 
 

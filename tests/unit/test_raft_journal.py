@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import mmap
+import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,6 +178,58 @@ def test_journal_on_a_full_disk_refuses_the_entry_and_stays_readable(tiny_disk: 
     assert len(journal) == added and added > 10
     journal._destroy()
     assert len(raft_journal.read_journal(path)[1]) == added  # nothing half-written
+
+
+def test_a_compaction_that_finds_the_disk_full_keeps_the_journal_usable(tiny_disk: Path) -> None:
+    """The journal used to close its mapping before writing the compacted file: on a full disk every later
+    append then raised, while the node went on serving."""
+    path = tiny_disk / "raft.journal"
+    journal = raft_journal.CheckedJournal(str(path), fsync=True)
+    entries = [(bytes([i]) * 20_000, i, 1) for i in range(1, 41)]
+    for entry in entries:  # the file grows by doubling
+        journal.add(*entry)
+    assert journal._allocated - journal._end > 100  # room for the append below, reserved before the disk fills
+    with open(tiny_disk / "filler", "wb", buffering=0) as filler, contextlib.suppress(OSError):
+        while True:
+            filler.write(bytes(4096))
+    journal.deleteEntriesTo(10)  # the 30 kept entries do not fit beside the journal: nothing changes
+    assert journal[:] == entries and not (tiny_disk / "raft.journal.tmp").exists()
+    journal.add(b"after", 41, 1)
+    (tiny_disk / "filler").unlink()
+    journal.deleteEntriesTo(10)  # with room, as before
+    assert journal[:] == [*entries[10:], (b"after", 41, 1)]
+    journal.add(b"later", 42, 1)
+    journal._destroy()
+    assert raft_journal.read_journal(path)[1] == [*entries[10:], (b"after", 41, 1), (b"later", 42, 1)]
+
+
+def test_the_term_and_vote_file_is_synced_before_it_replaces_the_last_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``.meta`` was renamed over unsynced: a power loss could leave it empty, a node that forgot its vote."""
+    path = tmp_path / "raft.journal"
+    journal = checked_journal(path)
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(f"fsync {Path(os.readlink(f'/proc/self/fd/{fd}')).name}")
+        real_fsync(fd)
+
+    def replace(src: str, dst: str) -> None:
+        events.append(f"rename {Path(src).name} {Path(dst).name}")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(raft_journal.os, "fsync", fsync)
+    monkeypatch.setattr(raft_journal.os, "replace", replace)
+    journal.setCurrentTerm(7, "127.0.0.1:1")
+    synced = ["fsync raft.journal.meta.tmp", "rename raft.journal.meta.tmp raft.journal.meta", f"fsync {tmp_path.name}"]
+    assert events == synced
+    events.clear()
+    journal.setRaftCommitIndex(5)
+    journal.onOneSecondTimer()
+    assert events == synced
+    journal._destroy()
 
 
 def test_term_vote_and_commit_index_survive_a_reopen_in_pysyncobjs_meta_format(tmp_path: Path) -> None:

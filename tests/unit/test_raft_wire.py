@@ -10,11 +10,14 @@ from __future__ import annotations
 import copyreg
 import os
 import pickle
+import struct
 import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pysyncobj.node import Node, TCPNode
 
 from metadata_log.raft import bridge, wire
@@ -129,7 +132,69 @@ def forbidden(marker: Path) -> dict[str, bytes]:
         "an extension code nobody registered": b"\x80\x02\x82\x7e.",
         "_codecs.encode of another codec": b"\x80\x02c_codecs\nencode\nX\x03\x00\x00\x00abcX\x03\x00\x00\x00hex\x86R.",
         "bytes(n): a huge allocation": b"\x80\x02c__builtin__\nbytes\nJ\x00\xca\x9a;\x85R.",
+        **MUTATING,
     }
+
+
+def build_slots(global_line: bytes, state: bytes) -> bytes:
+    """A pickle that names a global and BUILDs a (None, {slot: value}) state on it: ``setattr`` on what it named."""
+    return b"\x80\x02c" + global_line + b"\nN}" + state + b"s\x86b."
+
+
+def text(value: str) -> bytes:
+    """BINUNICODE of ``value``."""
+    raw = value.encode()
+    return b"X" + len(raw).to_bytes(4, "little") + raw
+
+
+def node(rest: bytes) -> bytes:
+    """A pickle naming TCPNode, then ``rest``; padded (a string pushed and popped) so that its size leaves room to
+    rebuild a node: each case is refused for its own reason, not by the budget."""
+    return b"\x80\x02" + text("p" * 200) + b"0cpysyncobj.node\nTCPNode\n" + rest
+
+
+TCPNODE = b"pysyncobj.node\nTCPNode"
+
+
+def node_state(host: str = "a") -> bytes:
+    """A dict: ``TCPNode("a:1").__dict__`` (with another host: not what TCPNode("a:1") builds)."""
+    keys_values = ("_id", "a:1", "_TCPNode__address", "a:1", "_TCPNode__host", host, "_TCPNode__port")
+    return b"}(" + b"".join(text(v) for v in keys_values) + b"K\x01u"
+
+
+STATE = node_state()
+EVIL_HOST = b"}" + text("_TCPNode__host") + text("evil") + b"sb."  # BUILD: set one attribute
+MUTATING: dict[str, bytes] = {
+    # BUILD with a slot state setattr()s on whatever is below it: here the class or the stand-in the unpickler
+    # handed out, for every later user in the process.
+    "BUILD on TCPNode: every node unhashable": build_slots(TCPNODE, text("__hash__") + b"N"),
+    "BUILD on TCPNode: every node's port redirected": build_slots(TCPNODE, text("port") + b"K\x07"),
+    "BUILD on TCPNode: every node's ip redirected": build_slots(TCPNODE, text("ip") + text("10.6.6.6")),
+    "BUILD on TCPNode with a dict state": node(b"}" + text("ip") + text("10.6.6.6") + b"sb."),
+    "BUILD on _codecs.encode: its defaults": build_slots(b"_codecs\nencode", text("__defaults__") + b")"),
+    "BUILD on _codecs.encode: its code": build_slots(b"_codecs\nencode", text("__call__") + b"N"),
+    "BUILD on bytes": build_slots(b"__builtin__\nbytes", text("__defaults__") + b")"),
+    # A node is rebuilt only as pysyncobj pickles one: from an address, or given exactly its own state once.
+    "TCPNode(an int)": node(b"K\x07\x85R."),
+    "TCPNode(an address too long to be one)": node(text("h" * 5000 + ":1") + b"\x85R."),
+    "TCPNode(an address without a port)": node(text("host") + b"\x85R."),
+    "TCPNode(two arguments)": node(text("a:1") + text("a:2") + b"\x86R."),
+    "a TCPNode never given its state": node(b")\x81."),
+    "the TCPNode class itself": node(b"."),
+    "a TCPNode whose state disagrees with its address": node(b")\x81" + node_state("evil") + b"b."),
+    "a TCPNode with an extra attribute": node(b")\x81" + STATE[:-1] + text("ip") + text("evil") + b"ub."),
+    "a TCPNode given its state twice": node(b")\x81" + STATE + b"b" + EVIL_HOST),
+    "a TCPNode built from its address, then given a state": node(text("a:1") + b"\x85R" + EVIL_HOST),
+    "a stand-in as a value": node(text("a:1") + b"\x85Rc_codecs\nencode\n\x86."),
+}  # fmt: skip
+
+
+def stand_ins() -> dict[str, Any]:
+    """What a pickle could change in the process: TCPNode's class dict, and each stand-in's state."""
+    seen: dict[str, Any] = {"TCPNode": dict(vars(TCPNode)), "Node": dict(vars(Node))}
+    for name, stand_in in wire.PLAIN_GLOBALS.items():
+        seen[".".join(name)] = (dict(getattr(stand_in, "__dict__", {})), getattr(stand_in, "__defaults__", None))
+    return seen
 
 
 def test_a_pickle_that_names_anything_else_is_refused_and_runs_nothing(tmp_path: Path) -> None:
@@ -139,14 +204,19 @@ def test_a_pickle_that_names_anything_else_is_refused_and_runs_nothing(tmp_path:
     pickle.loads(pickles["os.system"])
     assert marker.exists()
     marker.unlink()
+    before = stand_ins()
     copyreg.add_extension("posix", "system", 0x7F)
     try:
         for name, data in pickles.items():
             with pytest.raises((pickle.UnpicklingError, ValueError)):  # pysyncobj drops the frame on any error
                 SAFE.loads(data)
             assert not marker.exists(), name
+            assert stand_ins() == before, name
     finally:
         copyreg.remove_extension("posix", "system", 0x7F)
+    # and what they would have changed still works
+    assert hash(TCPNode("127.0.0.1:9101")) == hash("127.0.0.1:9101") and TCPNode("h:7").port == 7
+    assert SAFE.loads(pickle.dumps([b"\xff\x00abc", b""], 2)) == [b"\xff\x00abc", b""]
     # the dotted name is a well-formed pickle that plain pickle resolves
     assert pickle.loads(pickles["a TCPNode method by a dotted name"]) is TCPNode.__init__
 
@@ -156,6 +226,27 @@ def test_the_refusal_names_what_the_pickle_named(tmp_path: Path) -> None:
         SAFE.loads(forbidden(tmp_path / "ran")["os.system"])
     with pytest.raises(wire.ForbiddenPickle, match=r"_codecs\.encode"):
         SAFE.loads(forbidden(tmp_path / "ran")["_codecs.encode of another codec"])
+
+
+def amplifying_pickle(text_bytes: int, calls: int) -> bytes:
+    """A protocol-2 pickle that memoizes one string and calls ``_codecs.encode`` on it ``calls`` times: each
+    call, a few bytes of pickle, would build a fresh copy (a list of ``calls`` bytes values of that size)."""
+    body = bytearray(b"\x80\x02]q\x00c_codecs\nencode\nq\x010")
+    body += text("A" * text_bytes) + b"q\x020" + text("latin1") + b"q\x030("
+    body += b"h\x01h\x02h\x03\x86R" * calls
+    return bytes(body + b"e.")
+
+
+def test_a_pickle_cannot_make_its_stand_ins_build_more_than_it_holds() -> None:
+    amplifying = amplifying_pickle(1 << 20, 64)  # 1 MiB of pickle that would decode to 64 MiB
+    assert len(zlib.compress(amplifying, 9)) < 2000
+    assert len(pickle.loads(amplifying)) == 64  # the attack is real: plain pickle builds it
+    with pytest.raises(wire.ForbiddenPickle, match="more than"):
+        SAFE.loads(amplifying)
+    # a real protocol-2 pickle carries every bytes value literally: any mix decodes
+    values = [bytes(range(256)) * 40, b"\xff" * 70_000, b"", b"a", bytes(1000)] * 3
+    assert SAFE.loads(pickle.dumps(values, 2)) == values
+    assert SAFE.loads(pickle.dumps({"type": "append_entries", "entries": [(v, 1, 1) for v in values]}, 2))
 
 
 def zlib_bomb(inflated_bytes: int) -> bytes:
@@ -198,3 +289,35 @@ def test_level_0_is_a_zlib_stream_of_stored_blocks_at_every_block_boundary(size:
     assert zlib.decompress(packed) == message
     blocks = max(1, -(-size // 65_535))
     assert len(packed) == 2 + 5 * blocks + size + 4  # header, a 5-byte head per block, the bytes, Adler-32
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=12), st.lists(st.integers(1, 400), min_size=1, max_size=8))
+def test_frames_come_out_whole_and_in_order_however_the_stream_is_cut(payloads: list[bytes], cuts: list[int]) -> None:
+    stream = b"".join(struct.pack("i", len(p)) + p for p in payloads)
+    frames = wire.FrameBuffer(limit=300)
+    out: list[bytes] = []
+    pos = 0
+    for step in range(len(stream)):
+        if pos >= len(stream):
+            break
+        size = cuts[step % len(cuts)]
+        more = frames.add(stream[pos : pos + size])
+        pos += size
+        first = frames.next_frame()
+        assert more == (first is None)  # reading goes on exactly while no whole frame is pending
+        while first is not None:
+            out.append(first)
+            first = frames.next_frame()
+    assert out == payloads
+
+
+@pytest.mark.parametrize("size", [-1, -(2**31), 301, 2**31 - 1])
+def test_a_frame_length_out_of_bounds_is_refused_as_soon_as_it_arrives(size: int) -> None:
+    frames = wire.FrameBuffer(limit=300)
+    assert not frames.add(struct.pack("i", 5) + b"hello" + struct.pack("i", size)[:2])  # a frame, half a length
+    assert frames.next_frame() == b"hello"
+    with pytest.raises(wire.FrameTooLarge, match=f"declares {size} bytes"):
+        frames.add(struct.pack("i", size)[2:])
+    with pytest.raises(wire.FrameTooLarge):
+        frames.next_frame()

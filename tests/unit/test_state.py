@@ -5,11 +5,14 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from metadata_log import heap as heap_module
 from metadata_log import state as state_module
 from metadata_log.codec import CodecError, _round_trips, pack, unpack
 from metadata_log.heap import freeze_survivors, gc_paused
@@ -177,6 +180,27 @@ def test_a_group_that_all_commits_is_applied_in_one_go(monkeypatch: pytest.Monke
     assert [o for o, _ in published] == [0, 1, 2]
 
 
+def test_a_group_falls_back_to_one_at_a_time_only_when_its_apply_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a failed ``apply`` of the whole group (nothing changed yet) sends it down the one-at-a-time path;
+    an error after the image advanced must not, or the group would be applied twice."""
+    state, _ = collecting_state()
+    calls = 0
+
+    def forget_failing_once(self: LogState) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a bug in the keys' bookkeeping")
+
+    monkeypatch.setattr(LogState, "_forget_oldest_keys", forget_failing_once)
+    command = encode_command([Proposal((NoOp(),), "k1", "f"), Proposal((NoOp(),), "k2", "f")])
+    with pytest.raises(RuntimeError, match="bookkeeping"):
+        state.apply_command(command)
+    assert state.image.offset == 1  # the two records once, not again one at a time
+    monkeypatch.setattr(state_module, "apply_runs", lambda image, runs: (_ for _ in ()).throw(ValueError("bug")))
+    assert [o.status for o in state.apply_command(command)] == ["duplicate", "duplicate"]
+
+
 @pytest.mark.parametrize(
     "data", [b"", b"\xc1", b"\x93\x01\x02\x03", encode_command([])[:-1], b"\x92\x01\x91\x93\x00\x00\x90"]
 )
@@ -253,6 +277,45 @@ def test_survivors_are_frozen_out_of_collections_after_enough_records(monkeypatc
         gc.unfreeze()
 
 
+def test_a_pause_that_begins_while_survivors_are_frozen_waits_for_the_freeze(monkeypatch: pytest.MonkeyPatch) -> None:
+    """freeze_survivors checked for a pause, then collected and froze: a pause that began in between (another
+    thread starting to decode a snapshot) had its half-built objects walked and frozen."""
+    events: list[str] = []
+    collecting, trying, proceed = threading.Event(), threading.Event(), threading.Event()
+
+    class SlowGC:  # the collector, with a collection that lasts until the test lets it end
+        isenabled, disable, enable = gc.isenabled, gc.disable, gc.enable
+
+        @staticmethod
+        def collect() -> int:
+            events.append("collect")
+            collecting.set()
+            proceed.wait(10)
+            return 0
+
+        @staticmethod
+        def freeze() -> None:
+            events.append("freeze")
+
+    def pause() -> None:
+        collecting.wait(10)
+        trying.set()
+        with gc_paused():
+            events.append("paused")
+
+    monkeypatch.setattr(heap_module, "gc", SlowGC)
+    other = threading.Thread(target=pause)
+    other.start()
+    freezing = threading.Thread(target=freeze_survivors)
+    freezing.start()
+    assert trying.wait(10)
+    time.sleep(0.05)  # room for the other thread to reach the pause (it must wait)
+    proceed.set()
+    freezing.join(10)
+    other.join(10)
+    assert events == ["collect", "freeze", "paused"]
+
+
 @pytest.mark.parametrize(
     "damage, message",
     [
@@ -286,6 +349,21 @@ def test_a_proposer_applies_its_own_command_as_its_followers_decode_it() -> None
     leader.encode_proposal(proposals)
     assert leader.apply_command(data) == follower.apply_command(data)
     assert leader.image == follower.image and leader._proposed.take(data) is None
+
+
+def test_a_command_too_big_for_any_node_to_decode_is_not_applied_by_its_proposer_either(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The proposer applied its own commands from the proposals it kept, without decoding them: one above the
+    codec's limit committed on the leader and was rejected as undecodable by every follower."""
+    monkeypatch.setattr(state_module, "MAX_DECODE_BYTES", 1000)
+    monkeypatch.setattr("metadata_log.codec.MAX_DECODE_BYTES", 1000)
+    proposals = [Proposal((ClusterRegistered("c1", "r1", "h" * 2000 + ":1"),))]
+    leader, follower = LogState(), LogState()
+    data = leader.encode_proposal(proposals)
+    assert len(data) > 1000
+    assert leader.apply_command(data) == follower.apply_command(data)
+    assert follower.apply_command(data)[0].status == "rejected" and leader.image == follower.image
 
 
 def test_a_follower_publishes_the_records_its_leader_proposed() -> None:
