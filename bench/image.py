@@ -81,7 +81,7 @@ def raw_clock() -> float:
 
 def node_compaction_settings() -> tuple[int, float]:
     """(entries, period in s) after which a ``kfed controller`` started with default flags compacts (its
-    defaults are ``RaftSettings``'; tests/unit/test_kfed_cli.py holds them equal)."""
+    defaults are ``RaftSettings``'; tests/unit/kfed/test_kfed_cli.py holds them equal)."""
     defaults = RaftSettings()
     return defaults.compaction_min_entries, float(defaults.compaction_min_s)
 

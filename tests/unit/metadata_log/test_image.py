@@ -41,7 +41,7 @@ from metadata_log.records import (
 )
 from metadata_log.snapshot import read_records, read_rows, read_runs, write_records, write_rows, write_runs
 
-from .samples import ONE_OF_EACH
+from tests.unit.samples import ONE_OF_EACH
 
 
 def test_apply_composes() -> None:

@@ -41,7 +41,7 @@ from metadata_log.records import (
 )
 from metadata_log.views import partition_view, topic_view
 
-from .samples import ONE_OF_EACH
+from tests.unit.samples import ONE_OF_EACH
 
 
 def test_every_record_type_is_in_the_samples() -> None:

@@ -15,7 +15,7 @@ from metadata_log.publisher import LogDelta
 from metadata_log.records import NoOp, Record
 from metadata_log.snapshot import write_records, write_rows, write_runs
 
-from .samples import ONE_OF_EACH
+from tests.unit.samples import ONE_OF_EACH
 
 
 def test_quorum_round_trip() -> None:

@@ -35,7 +35,7 @@ from metadata_log.raft.rules import PreVote, TickMark
 
 from .raft_support import manual_tick_node
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 PRODUCT_PACKAGES = ("metadata_log", "controller", "broker_agent", "sdk", "spark_pipeline", "deploy", "kfed")
 
 

@@ -44,7 +44,7 @@ from metadata_log.state import (
     unframe,
 )
 
-from .samples import ONE_OF_EACH
+from tests.unit.samples import ONE_OF_EACH
 
 
 class Collected:

@@ -15,7 +15,7 @@ import yaml
 from controller.config import parse_quorum
 from kfed.cli import build_parser, missing_secrets
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 
 
 def parse_kfed(argv: list[str]) -> object:
