@@ -129,7 +129,7 @@ class _OnLoop:
 def _tune_gc() -> None:
     """Keep the garbage collector from stalling the Raft thread on a big image.
 
-    A full collection walks every object: with 1M partitions loaded it took 0.35 s here, enough to miss
+    A full collection walks every object: with 1M partitions loaded it takes a third of a second, enough to miss
     heartbeats and force elections. What start-up loaded and replayed moves out of the collector's view
     (``freeze_survivors``, which ``LogState`` also runs as the image grows) and young collections run
     less often."""

@@ -23,7 +23,7 @@ from metadata_log.state import MAX_IDEMPOTENCY_KEY_CHARS, LogState, Outcome, Pro
 
 from .config import QuorumConfig, Voter
 from .drain import DEFAULT_GRACE_MS, DrainRow, DrainTracker, PartitionDrain
-from .gateways import GatewayRegistry  # gateway: issue 26
+from .gateways import GatewayRegistry
 from .groups import GroupCoordinator
 from .leases import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS, FencingRecord, LeaseTable
 from .readmodel import ReadModel
@@ -164,7 +164,7 @@ class ControllerService:
         self._was_leader = False
         self._fencing_in_flight: set[str] = set()
         self.groups = GroupCoordinator()
-        self.gateways = GatewayRegistry(self)  # gateway: issue 26
+        self.gateways = GatewayRegistry(self)
         self._group_commit_lock = asyncio.Lock()
         self.drains = DrainTracker(drain_grace_ms)
         self._drain_commit_lock = asyncio.Lock()
@@ -311,7 +311,7 @@ class ControllerService:
         if leading and not self._was_leader:
             self.leases.start_term(time.monotonic())
             self.groups.start_term(time.monotonic())
-            self.gateways.start_term(time.monotonic())  # gateway: issue 26
+            self.gateways.start_term(time.monotonic())
             self.drains.start_term()
             log.info("leading: agents have %d ms to heartbeat before their clusters are fenced", self.leases.lease_ms)
         self._was_leader = leading
@@ -409,7 +409,7 @@ class ControllerService:
             try:
                 await self.enforce_leases()
                 await self.enforce_groups()
-                await self.gateways.enforce()  # gateway: issue 26
+                await self.gateways.enforce()
                 if ticks % DRAIN_CHECK_EVERY == 0:
                     await self.enforce_drains()
                 if ticks % VERSION_CHECK_EVERY == 0:

@@ -94,7 +94,7 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
     """The context that verifies servers with ``ca_file`` (None: httpx's default, certifi's bundle or
     ``SSL_CERT_FILE``/``SSL_CERT_DIR``), built once per process and shared by every client.
 
-    Building one parses the whole CA bundle: 38-70 ms measured here, paid by every ``httpx.Client`` left
+    Building one parses the whole CA bundle, tens of milliseconds paid by every ``httpx.Client`` left
     to make its own, even for plain-HTTP URLs. A Spark query's planner, each ``kfed`` command and every
     follower start made one. Shared by clients on any thread: they only wrap sockets with it (and set the
     same ALPN protocols on it). Read once: a CA file rewritten in place, or ``SSL_CERT_FILE`` changed, takes

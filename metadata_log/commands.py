@@ -33,8 +33,8 @@ from .records import (
     ClusterState,
     ClusterStateChanged,
     ClusterUnfenced,
-    GatewayExpired,  # gateway: issue 26
-    GatewayRegistered,  # gateway: issue 26
+    GatewayExpired,
+    GatewayRegistered,
     PartitionsAdded,
     PartitionState,
     PartitionStateChanged,
@@ -437,7 +437,7 @@ def decommissioned(image: MetadataImage, cluster_id: str) -> tuple[Record, ...]:
     return tuple(records)
 
 
-# -- gateway instances (kfed gateway; issue 26) -------------------------------------------------------
+# -- gateway instances (kfed gateway) ---------------------------------------------------------------
 MAX_INSTANCE_CHARS: Final = 64
 
 

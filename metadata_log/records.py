@@ -158,7 +158,7 @@ class MetadataVersionChanged:  # v0: initial. The quorum's nodes all read this v
     version: int
 
 
-# -- gateway instances (kfed gateway; appended for issue 26) -------------------------------------------
+# -- gateway instances (kfed gateway) ----------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class GatewayRegistered:  # v0: initial. A gateway process serving the Kafka protocol as broker gateway_id.
     """``instance`` is new in every process, so a restart is a new registration; ``incarnation`` numbers the
@@ -250,7 +250,7 @@ for _cls in (*RECORD_TYPES, GroupMember):
     _quick_init(_cls)
 
 
-# -- Key order (issue 27, docs/KEY_ORDER.md) ------------------------------------------------------------------
+# -- key order (docs/KEY_ORDER.md) ------------------------------------------------------------------------------
 # Replayed by ``metadata_log/keyorder/replay.py``. They join ``Record`` and ``RECORD_TYPES`` (and the samples of
 # every type in tests/unit/samples.py) in the change that makes ``image.py`` apply them; until then no command
 # proposes them and the codec does not know them.

@@ -1,4 +1,4 @@
-"""What differs between the brokers kfed federates, in one place (measured in shared/TANSU.md).
+"""What differs between the brokers kfed federates, in one place (measured in docs/TANSU.md).
 
 Apache Kafka takes the normal path everywhere. Tansu, the light local broker, lacks some APIs and answers
 one wrongly:

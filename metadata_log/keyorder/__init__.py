@@ -1,4 +1,4 @@
-"""Per-key order across resizes for ``key_order: strict`` topics (issue 27); the design is ``docs/KEY_ORDER.md``.
+"""Per-key order across resizes for ``key_order: strict`` topics; the design is ``docs/KEY_ORDER.md``.
 
 - ``routing``: the hash space, the epoch's ``KeyMap``, how the next one is made (fewest keys moved), and the
   epoch header producers stamp;

@@ -15,9 +15,10 @@ pysyncobj is kfed's Raft engine. Here, and only here, kfed changes how it works:
   bounded before anything is authenticated (a frame's length, the connections that never say who they are).
 - ``sync_obj_conf``: pysyncobj's options (``RaftSettings.options``) and the node's hooks.
 
-Every private name of pysyncobj used here is in ``PRIVATE_NAMES``; ``tests/unit/metadata_log/raft/test_raft_bridge.py`` pins each
-against the installed pysyncobj (it exists, with the signature given) and checks that no other module of kfed
-names one, so an upgrade of pysyncobj fails there, loudly, and not in production.
+Every private name of pysyncobj used here is in ``PRIVATE_NAMES``;
+``tests/unit/metadata_log/raft/test_raft_bridge.py`` pins each against the installed pysyncobj (it exists,
+with the signature given) and checks that no other module of kfed names one, so an upgrade of pysyncobj
+fails there, loudly, and not in production.
 """
 
 from __future__ import annotations

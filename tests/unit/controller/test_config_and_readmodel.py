@@ -14,7 +14,6 @@ from metadata_log.image import EMPTY_IMAGE, apply
 from metadata_log.publisher import LogDelta
 from metadata_log.records import NoOp, Record
 from metadata_log.snapshot import write_records, write_rows, write_runs
-
 from tests.unit.samples import ONE_OF_EACH
 
 

@@ -29,7 +29,6 @@ from metadata_log.commands import Result
 from metadata_log.image import MetadataImage, apply
 from metadata_log.publisher import LogDelta
 from metadata_log.records import Record
-
 from tests.unit.samples import ONE_OF_EACH
 
 VOTERS = QuorumConfig(tuple(Voter(i, f"127.0.0.1:{9100 + i}", f"http://127.0.0.1:{8000 + i}") for i in (1, 2, 3)))

@@ -40,7 +40,6 @@ from metadata_log.records import (
     TopicCreated,
 )
 from metadata_log.views import partition_view, topic_view
-
 from tests.unit.samples import ONE_OF_EACH
 
 

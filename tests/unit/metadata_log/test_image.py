@@ -40,7 +40,6 @@ from metadata_log.records import (
     TopicDeleted,
 )
 from metadata_log.snapshot import read_records, read_rows, read_runs, write_records, write_rows, write_runs
-
 from tests.unit.samples import ONE_OF_EACH
 
 

@@ -43,7 +43,6 @@ from metadata_log.state import (
     encode_command,
     unframe,
 )
-
 from tests.unit.samples import ONE_OF_EACH
 
 
