@@ -48,6 +48,10 @@ PREFERRED_VERSIONS: Final = {
 """The version the gateway speaks to brokers, per API, unless a broker's highest is lower. Topics by name
 (Produce, Fetch under 13), flexible encodings where brokers since Kafka 2.4 have them."""
 
+CLIENT_SOFTWARE: Final = {"client_software_name": "kfed-gateway", "client_software_version": "1"}
+"""What ApiVersions v3+ says the gateway is. Apache Kafka refuses the request (INVALID_REQUEST) when these are
+empty or not of the form ``[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?``; Tansu does not check them."""
+
 PRODUCE_CONNECTIONS: Final = 4
 MAX_FETCH_CONNECTIONS: Final = 32
 """Fetch connections per broker; a fetch finding them all busy waits for one (its own deadline applies)."""
@@ -111,7 +115,7 @@ class BrokerConnection:
 
     async def _negotiate(self) -> None:
         """Learn the broker's API versions (KIP-511: a v0 reply when it does not speak ours)."""
-        response = await self.call(kp.API_VERSIONS, PREFERRED_VERSIONS[kp.API_VERSIONS], {})
+        response = await self.call(kp.API_VERSIONS, PREFERRED_VERSIONS[kp.API_VERSIONS], CLIENT_SOFTWARE)
         if response.error_code == ErrorCode.unsupported_version:
             response = await self.call(kp.API_VERSIONS, 0, {})
         if response.error_code != ErrorCode.none:
