@@ -26,7 +26,8 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from deploy.local import DEMO_TOPIC as TOPIC
-from deploy.local import LocalFederation, _wait_port, free_ports
+from deploy.local import LocalFederation, free_ports
+from deploy.processes import wait_port
 from gateway.cli import spawn
 
 from .common import BenchResult, Goal, Row, Sizes, fmt, median, percentile, start_demo_federation
@@ -108,7 +109,7 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
         token = ["--token-file", str(fed.quorum.token_file)] if fed.quorum.token_file else []
         with open(workdir / "gateway.log", "ab") as log:
             gateway = spawn(fed.quorum.urls, f"127.0.0.1:{port}", log, *token)
-        _wait_port(port, 60)
+        wait_port(port, 60)
         through, straight = f"127.0.0.1:{port}", fed.clusters["c1"].bootstrap
         produce(through, 1000, 8)  # the gateway's upstream connections before the clock
         raw_ps, gw_ps, raw_cs, gw_cs, cpu_p, cpu_c = [], [], [], [], [], []

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 COORDINATOR_MOVED: Final = frozenset(
     {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress}
 )
+COORDINATOR_WAIT_S: Final = 3.0
+"""How long a commit or fetch of offsets waits for a sub-cluster's group coordinator to be found and up."""
 
 
 def _cluster(gw: Gateway, view: ClusterView, cluster_id: str) -> ClusterClient | None:
@@ -49,16 +51,27 @@ def _may_commit(gw: Gateway, view: ClusterView, group: str, member_id: str, gene
 
 
 async def _call_coordinator(cluster: ClusterClient, group: str, api_key: int, body: dict[str, Any]) -> Any:
-    """Send to the cluster's coordinator of ``group``, once more after it moved."""
-    for attempt in range(2):
-        conn = await cluster.coordinator(group)
-        response = await conn.call(api_key, conn.version(api_key), body)
-        codes = {p.error_code for t in response.topics for p in t.partitions}
-        codes.add(getattr(response, "error_code", ErrorCode.none))
-        if not codes & COORDINATOR_MOVED or attempt == 1:
-            return response
+    """Send to the cluster's coordinator of ``group``; when it moved or is not up yet, find it again and retry
+    for up to ``COORDINATOR_WAIT_S``. A fresh Apache Kafka cluster has no coordinator until its offsets topic
+    is created, which the first FindCoordinator starts: that takes it a second or two."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + COORDINATOR_WAIT_S
+    delay = 0.05
+    while True:
+        try:
+            conn = await cluster.coordinator(group)
+            response = await conn.call(api_key, conn.version(api_key), body)
+        except UpstreamError:
+            if loop.time() + delay > deadline:
+                raise
+        else:
+            codes = {p.error_code for t in response.topics for p in t.partitions}
+            codes.add(getattr(response, "error_code", ErrorCode.none))
+            if not codes & COORDINATOR_MOVED or loop.time() + delay > deadline:
+                return response
         cluster.forget_coordinator(group)
-    raise AssertionError("unreachable")
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.5)
 
 
 async def offset_commit(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
@@ -147,7 +160,10 @@ async def offset_fetch(gw: Gateway, conn: ClientConnection, request: kp.Request)
         wanted = list(found.items())
     topics = [{"name": name, "partitions": [answers.get((name, p)) or _fetched(p, ErrorCode.none)
                                             for p in partitions]} for name, partitions in wanted]  # fmt: skip
-    return {"throttle_time": 0, "topics": topics, "error_code": 0}
+    # A coordinator still not up is the whole request's error, which clients retry (librdkafka gives up a
+    # partition whose own error it is).
+    moved = [a["error_code"] for a in answers.values() if a["error_code"] in COORDINATOR_MOVED]
+    return {"throttle_time": 0, "topics": topics, "error_code": moved[0] if moved else ErrorCode.none}
 
 
 def _fetched(partition: int, code: ErrorCode, offset: int = -1, metadata: str | None = "") -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The gateway on the local federation: a real quorum, real sub-clusters with their agents, real gateway
 processes, and real, unmodified Kafka clients started by the tests.
 
-``BROKER`` is the kind of sub-cluster (``KFED_TEST_BROKER``, default ``tansu``): the one parameter to turn
-when the launcher starts Apache Kafka brokers.
+``BROKER`` is the kind of sub-cluster (``KFED_TEST_BROKER``, default ``kafka``: Apache Kafka brokers lent by
+the session's pool, see ``tests/conftest.py``); ``tansu`` runs the same tests on Tansu brokers (``make test`` does
+so for the kcat and kafka-python suites).
 """
 
 from __future__ import annotations
@@ -20,18 +21,18 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from deploy.local import DEMO_TOPIC, LocalFederation, _wait_port, free_ports, ready_demo_topic
+from deploy.local import DEMO_TOPIC, BrokerKind, BrokerSource, LocalFederation, free_ports, ready_demo_topic
+from deploy.processes import wait_port
 from gateway.cli import spawn
 
 TOPIC = DEMO_TOPIC
-BROKER = os.environ.get("KFED_TEST_BROKER", "tansu")
+BROKER: BrokerKind = "tansu" if os.environ.get("KFED_TEST_BROKER") == "tansu" else "kafka"
 
 
-def make_federation(data_dir: Path, broker: str = BROKER) -> LocalFederation:
-    """A started federation (c1, c2 in r1) with ``U_TopicA`` writable on both, of ``broker`` sub-clusters."""
-    if broker != "tansu":
-        pytest.skip(f"the local launcher starts no {broker!r} sub-clusters yet")
-    fed = LocalFederation(data_dir)
+def make_federation(data_dir: Path, broker: BrokerKind = BROKER, lend: BrokerSource | None = None) -> LocalFederation:
+    """A started federation (c1, c2 in r1) with ``U_TopicA`` writable on both, of ``broker`` sub-clusters
+    (taken from ``lend`` when given)."""
+    fed = LocalFederation(data_dir, broker=broker, lend_brokers=lend)
     fed.__enter__()
     try:
         ready_demo_topic(fed)
@@ -55,7 +56,7 @@ class Gateways:
         token = ["--token-file", str(self.fed.quorum.token_file)] if self.fed.quorum.token_file else []
         with open(self.data_dir / f"gateway-{port}.log", "ab") as log:
             self.procs[port] = spawn(self.fed.quorum.urls, f"127.0.0.1:{port}", log, *token, *extra)
-        _wait_port(port, 30)
+        wait_port(port, 30)
         wait_until(lambda: port in self.live(), 30, f"gateway on port {port} listed live")
         return f"127.0.0.1:{port}"
 
@@ -112,8 +113,9 @@ class Gateways:
 
 
 @pytest.fixture(scope="module")
-def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFederation]:
-    federation = make_federation(tmp_path_factory.mktemp("fed"))
+def fed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[LocalFederation]:
+    lend = request.getfixturevalue("kafka_pool").source() if BROKER == "kafka" else None
+    federation = make_federation(tmp_path_factory.mktemp("fed"), lend=lend)
     yield federation
     federation.stop()
 

@@ -31,10 +31,11 @@ def group_scenario(fed: LocalFederation, gateways: Gateways, produce: Producer, 
     try:
         wait_until(members[0].assigned, 60, "the first member has partitions")
         members[1].start()
-        acked = produce(bootstrap, f"{run}.1", MESSAGES)
+        acked = produce(bootstrap, f"{run}.1a", MESSAGES // 2)  # while the second joins
+        wait_until(members[1].assigned, 60, "the second member has partitions")
+        acked |= produce(bootstrap, f"{run}.1b", MESSAGES // 2)  # so that both have some to read
         assert len(acked) == MESSAGES, f"{MESSAGES - len(acked)} messages not acknowledged"
         wait_until(lambda: set(received(members, f"{run}.1")) >= acked, 90, "every message consumed")
-        wait_until(members[1].assigned, 60, "the second member has partitions")
         got = received(members, f"{run}.1")
         assert sorted(got) == sorted(acked), f"{len(got) - len(set(got))} consumed twice"
         assert all(m.values for m in members), "both members consumed"

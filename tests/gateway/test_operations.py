@@ -62,7 +62,7 @@ def test_scale_up_shrink_decommission_and_a_sub_cluster_kill_lose_nothing_acknow
         wait_until(lambda: len(set(received(members, f"{run}-c"))) >= len(kcat.sent) - kcat.failed, 90,
                    "every kcat message acknowledged consumed")  # fmt: skip
 
-        fed.clusters["c2"].kill_broker()  # a sub-cluster kill, its data gone with it (memory storage)
+        fed.clusters["c2"].kill_broker()  # a sub-cluster kill (on Tansu, its data gone with it: memory storage)
         wait_until(lambda: any(c["cluster_id"] == "c2" and c["fenced"] for c in fed.metadata()["clusters"]), 30,
                    "c2 fenced")  # fmt: skip
         time.sleep(5)

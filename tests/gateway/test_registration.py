@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from controller.gateways import GatewayLeases
-from metadata_log import commands
+from metadata_log import commands, snapshot
 from metadata_log.errors import Conflict, InvalidRequest
-from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply, image_to_records
+from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
 from metadata_log.records import GatewayExpired
 
 
@@ -55,7 +55,9 @@ def test_gateways_survive_a_snapshot_round_trip() -> None:
     image, _ = register(EMPTY_IMAGE, 3, 9092, "a")
     image, _ = register(image, 1, 9093, "b")
     image = apply(image, commands.expire_gateway(image, 3, 1).records)
-    assert apply(EMPTY_IMAGE, image_to_records(image)).gateways == image.gateways
+    assert snapshot.read_records(snapshot.write_records(image), image.offset).gateways == image.gateways
+    assert snapshot.read_rows(snapshot.write_rows(image), image.offset).gateways == image.gateways
+    assert snapshot.read_runs(snapshot.write_runs(image), image.offset).gateways == image.gateways
 
 
 def test_a_lease_that_runs_out_expires_its_gateway_and_a_new_leader_gives_a_full_lease() -> None:

@@ -88,7 +88,17 @@ public final class GatewayClient {
         AtomicBoolean stop = new AtomicBoolean();
         stopOnStdinClose(stop, consumer::wakeup);
         consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
-            public void onPartitionsRevoked(Collection<TopicPartition> ps) { line("revoked " + partitions(ps)); }
+            // What Kafka's documentation asks of a consumer under the cooperative protocol, which goes on
+            // consuming while it rebalances: commit what was read before a partition goes to another member.
+            public void onPartitionsRevoked(Collection<TopicPartition> ps) {
+                if (ps.isEmpty()) return;
+                try {
+                    consumer.commitSync(Duration.ofSeconds(5));  // bounded: a sub-cluster may be down
+                } catch (Exception e) {
+                    line("uncommitted " + e.getClass().getSimpleName());
+                }
+                line("revoked " + partitions(ps));
+            }
             public void onPartitionsAssigned(Collection<TopicPartition> ps) { line("assigned " + partitions(ps)); }
         });
         try {
