@@ -1,0 +1,90 @@
+"""The transaction routes (``controller/http/transactions.py``) over the fake service of ``test_routes``: a
+real image, writes applied at once. What is checked is the edge: each call's records and answer, and the
+Kafka error a refusal names for the SDK."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from controller.http import build_app
+
+from .test_routes import FakePeers, FakeService, client, routers_only
+
+PART = {"cluster_id": "c1", "physical_topic": "U_TopicA", "physical_partition": 0}
+
+
+async def _init(http: httpx.AsyncClient, tid: str = "tx") -> dict[str, Any]:
+    r = await http.post(f"/v1/transactions/{tid}/init", json={"timeout_ms": 30_000})
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+async def test_a_transaction_goes_from_init_to_complete_through_the_log() -> None:
+    service = FakeService()
+    async with client(routers_only(service)) as http:
+        me = await _init(http)
+        assert (me["producer_id"], me["epoch"], me["transaction"]) == (0, 0, None)
+        ident = {"producer_id": 0, "epoch": 0, "sequence": 0}
+        r = await http.post("/v1/transactions/tx/add", json={**ident, "partitions": [PART],
+                                                              "groups": [{"cluster_id": "c2", "group": "g"}]})  # fmt: skip
+        assert r.status_code == 200, r.text
+        assert r.json()["transaction"]["state"] == "ongoing"
+        r = await http.post("/v1/transactions/tx/end", json={**ident, "commit": True, "min_offset": r.json()["offset"]})
+        assert r.json()["transaction"]["state"] == "committing"
+        assert r.json()["transaction"]["pending"] == ["c1", "c2"]
+        for cluster_id in ("c1", "c2"):
+            r = await http.post("/v1/transactions/tx/completed", json={**ident, "cluster_id": cluster_id})
+            assert r.status_code == 200, r.text
+        r = await http.get("/v1/transactions/tx")
+    assert r.json()["transaction"]["state"] == "complete_commit"
+    assert r.json()["offset"] == service.read_model.image.offset
+
+
+async def test_a_second_init_fences_the_first_instance_and_aborts_its_open_transaction() -> None:
+    service = FakeService()
+    async with client(routers_only(service)) as http:
+        await _init(http)
+        ident = {"producer_id": 0, "epoch": 0, "sequence": 0}
+        await http.post("/v1/transactions/tx/add", json={**ident, "partitions": [PART]})
+        second = await _init(http)
+        assert (second["producer_id"], second["epoch"]) == (0, 1)
+        assert second["transaction"]["state"] == "aborting"  # the zombie's open transaction, in the same batch
+        r = await http.post("/v1/transactions/tx/end", json={**ident, "commit": True})
+    assert r.status_code == 409
+    assert r.json()["kafka_error"] == "PRODUCER_FENCED" and r.json()["field"] == "epoch"
+
+
+async def test_bad_requests_name_the_field_and_the_kafka_error() -> None:
+    async with client(build_app(FakeService(), peers=FakePeers())) as http:
+        r = await http.post("/v1/transactions/a@b/init", json={})
+        assert r.status_code == 422 and r.json()["field"] == "transactional_id"
+        r = await http.post("/v1/transactions/tx/init", json={"timeout_ms": 0})
+        assert r.status_code == 422 and r.json()["field"] == "timeout_ms"
+        r = await http.post("/v1/transactions/tx/add", json={"producer_id": 0, "epoch": 0, "sequence": 0})
+        assert r.status_code == 404 and r.json()["kafka_error"] == "INVALID_PRODUCER_ID_MAPPING"
+        await _init(http)
+        ident = {"producer_id": 0, "epoch": 0, "sequence": 0}
+        r = await http.post("/v1/transactions/tx/add", json={**ident, "partitions": [{**PART, "cluster_id": "c9"}]})
+        assert r.status_code == 409 and r.json()["field"] == "partitions.0.cluster_id"
+        assert r.json()["kafka_error"] == "_UNSUPPORTED_FEATURE"
+        r = await http.post("/v1/transactions/tx/add", json={**ident, "sequence": 3, "partitions": [PART]})
+        assert r.status_code == 422 and r.json()["field"] == "sequence"
+        r = await http.post("/v1/transactions/tx/add", json={**ident, "extra": 1})
+        assert r.status_code == 422 and r.json()["field"] == "extra"
+        r = await http.post("/v1/transactions/tx/end", json={**ident, "commit": True})
+        assert r.status_code == 409 and r.json()["kafka_error"] == "INVALID_TXN_STATE"  # nothing registered
+        r = await http.post("/v1/transactions/tx/end", json={**ident, "commit": True, "min_offset": 10**9})
+        assert r.status_code == 503  # this node is behind the producer: retry, never "nothing to decide"
+        r = await http.get("/v1/transactions/nobody")
+        assert r.status_code == 404 and r.json()["field"] == "transactional_id"
+
+
+async def test_the_hot_path_and_the_fastapi_route_answer_transaction_writes_alike() -> None:
+    answers = []
+    for app_of in (routers_only, lambda s: build_app(s, peers=FakePeers())):  # type: ignore[arg-type]
+        async with client(app_of(FakeService())) as http:
+            r = await http.post("/v1/transactions/tx/init", json={"timeout_ms": 1000})
+            answers.append((r.status_code, r.json()))
+    assert answers[0] == answers[1]
