@@ -27,8 +27,8 @@ async def test_a_transaction_goes_from_init_to_complete_through_the_log() -> Non
         me = await _init(http)
         assert (me["producer_id"], me["epoch"], me["transaction"]) == (0, 0, None)
         ident = {"producer_id": 0, "epoch": 0, "sequence": 0}
-        r = await http.post("/v1/transactions/tx/add", json={**ident, "partitions": [PART],
-                                                              "groups": [{"cluster_id": "c2", "group": "g"}]})  # fmt: skip
+        group = {"cluster_id": "c2", "group": "g"}
+        r = await http.post("/v1/transactions/tx/add", json={**ident, "partitions": [PART], "groups": [group]})
         assert r.status_code == 200, r.text
         assert r.json()["transaction"]["state"] == "ongoing"
         r = await http.post("/v1/transactions/tx/end", json={**ident, "commit": True, "min_offset": r.json()["offset"]})
