@@ -124,8 +124,8 @@ class TransactionDriver:
             raise CompletionFailed(str(e)) from None
 
         def completed(image: MetadataImage) -> commands.Result:
-            return commands.complete_participant(image, task.transactional_id, task.producer_id, task.epoch,
-                                                 task.sequence, task.cluster_id)  # fmt: skip
+            return commands.complete_participants(image, task.transactional_id, task.producer_id, task.epoch,
+                                                  task.sequence, [task.cluster_id])  # fmt: skip
 
         await service.write(completed, lambda image: {}, None, "")
         log.warning("transaction %s/%d/%d/%d: %s on %s (its owner is fenced)", task.transactional_id,

@@ -588,11 +588,15 @@ def end_transaction(
     return _txn(txn.end_transaction(image.transactions, transactional_id, producer_id, epoch, sequence, commit, at_ms))
 
 
-def complete_participant(
-    image: MetadataImage, transactional_id: str, producer_id: int, epoch: int, sequence: int, cluster_id: str
+def complete_participants(
+    image: MetadataImage, transactional_id: str, producer_id: int, epoch: int, sequence: int, cluster_ids: Sequence[str]
 ) -> Result:
-    """One participant cluster ended its part as decided."""
+    """Participant clusters ended their part as decided (each again is a no-op)."""
     txn.check_transactional_id(transactional_id)
-    return _txn(
-        txn.complete_participant(image.transactions, transactional_id, producer_id, epoch, sequence, cluster_id)
-    )
+    txns, records = image.transactions, list[Record]()
+    result = txn.Result(())
+    for cluster_id in cluster_ids:
+        result = txn.complete_participant(txns, transactional_id, producer_id, epoch, sequence, cluster_id)
+        txns = txn.replay(txns, result.records)
+        records += result.records
+    return Result(tuple(records), result.reply)

@@ -90,8 +90,8 @@ class EndTransaction(_TxnId):
     min_offset: int | None = Field(None, ge=-1, le=INT64_MAX, description="The producer's last log offset.")
 
 
-class ParticipantCompleted(_TxnId):
-    cluster_id: str = Field(max_length=249)
+class ParticipantsCompleted(_TxnId):
+    cluster_ids: list[str] = Field(min_length=1, max_length=10_000, description="Where its part ended.")
 
 
 def render(image: MetadataImage, transactional_id: str) -> dict[str, Any]:
@@ -161,11 +161,11 @@ def end_transaction(transactional_id: str, body: EndTransaction) -> WritePlan:
     )
 
 
-@router.write("POST", "/{transactional_id}/completed", summary="A participant cluster ended its part as decided")
-def participant_completed(transactional_id: str, body: ParticipantCompleted) -> WritePlan:
+@router.write("POST", "/{transactional_id}/completed", summary="Participant clusters ended their part as decided")
+def participants_completed(transactional_id: str, body: ParticipantsCompleted) -> WritePlan:
     return WritePlan(
-        lambda image: commands.complete_participant(
-            image, transactional_id, body.producer_id, body.epoch, body.sequence, body.cluster_id
+        lambda image: commands.complete_participants(
+            image, transactional_id, body.producer_id, body.epoch, body.sequence, body.cluster_ids
         ),
         lambda image: render(image, transactional_id),
     )
