@@ -40,9 +40,6 @@ RETRY_AFTER_S: Final = 1.0
 FENCE_ATTEMPTS: Final = 50
 FENCE_BACKOFF_S: Final = 0.1
 """After EndTxn the participant writes its markers; until then InitProducerId answers CONCURRENT_TRANSACTIONS."""
-PARTICIPANT_TIMEOUT_MS: Final = 900_000
-"""The transaction timeout the SDK asks for on participants (a broker's default transaction.max.timeout.ms),
-and the one a fence asks for: longer than any undecided federated transaction lives."""
 
 _NOTHING_OPEN: Final = frozenset({"Empty", "CompleteCommit", "CompleteAbort", "Dead"})
 _ENDING: Final = frozenset({"PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
@@ -152,7 +149,7 @@ class TransactionDriver:
             log.error("transaction %s/%d: committed in the log but its part on %s was aborted by Kafka",
                       task.transactional_id, task.sequence, task.cluster_id)  # fmt: skip
         for _ in range(FENCE_ATTEMPTS):
-            code = await participant.fence(ktid, seen.producer_id, seen.epoch, PARTICIPANT_TIMEOUT_MS)
+            code = await participant.fence(ktid, seen.producer_id, seen.epoch, txn.PARTICIPANT_TRANSACTION_TIMEOUT_MS)
             if code != ErrorCode.concurrent_transactions:
                 break
             await asyncio.sleep(FENCE_BACKOFF_S)

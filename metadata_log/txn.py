@@ -60,6 +60,10 @@ DEFAULT_TRANSACTION_TIMEOUT_MS: Final = 60_000
 DEFAULT_COMPLETION_GRACE_MS: Final = 30_000
 """How long the owner of a decided transaction has to complete it on every participant before the
 coordinator fences it and completes the transaction itself."""
+PARTICIPANT_TRANSACTION_TIMEOUT_MS: Final = 900_000
+"""The transaction.timeout.ms of each participant's Kafka transaction (a broker's default
+transaction.max.timeout.ms): it must outlive the federated transaction's decision and completion, so that
+Kafka never aborts a part the log decided to commit (docs/TRANSACTIONS.md)."""
 MAX_PARTITIONS_PER_TRANSACTION: Final = 10_000
 """Most physical partitions plus groups in one transaction: bounds the records a transaction writes."""
 MAX_REASON_CHARS: Final = 200

@@ -1,0 +1,95 @@
+"""Transactions across sub-clusters on the local federation: a real quorum, two Apache Kafka sub-clusters
+(c1 holds U_TopicA's P0-P3, c2 P4-P7), real agents; read_committed consumers are ``FederatedConsumer``s."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException
+
+from deploy.local import LocalFederation
+from sdk import FederatedConsumer, FederatedProducer
+
+from .conftest import TOPIC, controllers
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 8  # U_TopicA: P0-P3 on c1, P4-P7 on c2
+
+
+def txn_producer(fed: LocalFederation, tid: str, **extra: Any) -> FederatedProducer:
+    return FederatedProducer({"kfed.controllers": controllers(fed), "transactional.id": tid, "linger.ms": 5,
+                              **extra})  # fmt: skip
+
+
+def write(p: FederatedProducer, label: str, n: int = PARTITIONS) -> set[str]:
+    """``n`` messages of one transaction, one per partition: on both clusters."""
+    values = {f"{label}-{i}" for i in range(n)}
+    for i in range(n):
+        p.produce(TOPIC, value=f"{label}-{i}".encode(), partition=i % PARTITIONS)
+    return values
+
+
+def read_committed(fed: LocalFederation, until: set[str], timeout_s: float = 60.0) -> set[str]:
+    """Every value a read_committed group member reads, once it has read ``until`` (and a little more)."""
+    consumer = FederatedConsumer({"kfed.controllers": controllers(fed), "group.id": f"check-{random.random()}",
+                                  "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                                  "enable.auto.commit": False})  # fmt: skip
+    seen: set[str] = set()
+    consumer.subscribe([TOPIC])
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not until <= seen and time.monotonic() < deadline:
+            seen |= {m.value().decode() for m in consumer.consume(1000, 0.2)}
+        settle = time.monotonic() + 2
+        while time.monotonic() < settle:
+            seen |= {m.value().decode() for m in consumer.consume(1000, 0.2)}
+    finally:
+        consumer.close()
+    return seen
+
+
+def test_transactions_over_two_clusters_are_all_or_nothing_to_read_committed(fed) -> None:
+    rng = random.Random(28)
+    committed: set[str] = set()
+    aborted: set[str] = set()
+    with txn_producer(fed, "tx-atomic") as p:
+        p.init_transactions(60)
+        for t in range(12):
+            p.begin_transaction()
+            values = write(p, f"t{t}")
+            if rng.random() < 0.4:
+                p.abort_transaction(60)
+                aborted |= values
+            else:
+                p.commit_transaction(60)
+                committed |= values
+        p.begin_transaction()
+        last = write(p, "last")
+        p.commit_transaction(60)
+    seen = read_committed(fed, committed | last)
+    assert committed | last <= seen, f"missing: {sorted(committed | last - seen)[:10]}"
+    assert not seen & aborted, f"aborted but read: {sorted(seen & aborted)[:10]}"
+
+
+def test_a_new_instance_fences_the_old_one_whose_open_transaction_is_aborted(fed) -> None:
+    zombie = txn_producer(fed, "tx-zombie")
+    zombie.init_transactions(60)
+    zombie.begin_transaction()
+    lost = write(zombie, "zombie")
+    assert zombie.flush(30) == 0  # on both clusters, inside the open Kafka transactions
+    with txn_producer(fed, "tx-zombie") as p:
+        p.init_transactions(60)  # waits until the coordinator aborted the zombie's parts
+        with pytest.raises(KafkaException) as fenced:
+            zombie.commit_transaction(30)
+        assert fenced.value.args[0].fatal(), fenced.value
+        with pytest.raises(KafkaException):
+            zombie.produce(TOPIC, value=b"late", partition=0)
+        p.begin_transaction()
+        kept = write(p, "new")
+        p.commit_transaction(60)
+    seen = read_committed(fed, kept)
+    assert kept <= seen and not seen & (lost | {"late"})
