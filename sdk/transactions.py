@@ -210,6 +210,11 @@ class Transactions:
             if self._failed is not None:
                 raise txn_error(self._failed.code(), f"a message of this transaction failed "
                                 f"({self._failed.str()}): abort it", txn_requires_abort=True)  # fmt: skip
+        else:
+            # librdkafka 2.x aborting while an AddPartitionsToTxn is in flight can send EndTxn(abort) for a
+            # transaction the broker has not started: INVALID_TXN_STATE, fatal (confluentinc/librdkafka#4849,
+            # seen here on Kafka 4.x). Letting the writes land first leaves the abort an ordinary one.
+            self._producer.flush(max(0.0, deadline - time.monotonic()))
         registered = bool(clusters)
         if registered:
             assert self._identity is not None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from typing import Any
@@ -93,3 +94,69 @@ def test_a_new_instance_fences_the_old_one_whose_open_transaction_is_aborted(fed
         p.commit_transaction(60)
     seen = read_committed(fed, kept)
     assert kept <= seen and not seen & (lost | {"late"})
+
+
+def _kill_leader_around_the_decision(fed: LocalFederation, p: FederatedProducer, monkeypatch: Any, before: bool,
+                                     abandon: bool = False) -> list[int]:  # fmt: skip
+    """Make ``p``'s next decision kill the quorum leader (SIGKILL) just before or just after its record is
+    committed; ``abandon``: the producer then stops there, as if it died with the leader."""
+    txns = p._txn
+    assert txns is not None
+    post = txns._post
+    killed: list[int] = []
+
+    def post_and_kill(action: str, body: dict[str, Any], what: str, key: str | None = None) -> dict[str, Any]:
+        if action == "end" and before and not killed:
+            killed.append(fed.quorum.leader())
+            fed.quorum.kill(killed[-1])
+        first = not killed
+        reply = post(action, body, what, key)
+        if action == "end" and not before and first:
+            killed.append(fed.quorum.leader())
+            fed.quorum.kill(killed[-1])
+            if abandon:
+                raise SystemExit("the producer dies with the leader")
+        return reply
+
+    monkeypatch.setattr(txns, "_post", post_and_kill)
+    return killed
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["before_the_decision", "after_the_decision"])
+def test_the_quorum_leader_killed_around_the_decision_tears_nothing(fed, monkeypatch, before: bool) -> None:
+    with txn_producer(fed, f"tx-leader-{before}") as p:
+        p.init_transactions(60)
+        p.begin_transaction()
+        first = write(p, "first")
+        killed = _kill_leader_around_the_decision(fed, p, monkeypatch, before)
+        p.commit_transaction(60)  # its calls go to the next leader
+        assert killed, "the leader was not killed"
+        p.begin_transaction()
+        second = write(p, "second")
+        p.abort_transaction(60)
+        p.begin_transaction()
+        third = write(p, "third")
+        p.commit_transaction(60)
+    seen = read_committed(fed, first | third)
+    assert first | third <= seen and not seen & second
+    fed.quorum.start(killed[0])
+
+
+def test_a_decision_whose_leader_and_producer_died_is_completed_by_the_next_leader(fed, monkeypatch) -> None:
+    p = txn_producer(fed, "tx-orphan")
+    p.init_transactions(60)
+    p.begin_transaction()
+    orphan = write(p, "orphan")
+    killed = _kill_leader_around_the_decision(fed, p, monkeypatch, before=False, abandon=True)
+    with pytest.raises(SystemExit):
+        p.commit_transaction(60)  # decided commit; the producer ends no participant
+    with contextlib.suppress(KafkaException):
+        p.close(1)
+    with txn_producer(fed, "tx-orphan") as restarted:
+        restarted.init_transactions(120)  # fences the orphan's owner: the new leader's driver completes it
+        restarted.begin_transaction()
+        after = write(restarted, "after")
+        restarted.commit_transaction(60)
+    seen = read_committed(fed, orphan | after)
+    assert orphan | after <= seen
+    fed.quorum.start(killed[0])
