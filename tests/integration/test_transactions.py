@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import random
+import subprocess
+import sys
 import time
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -160,3 +164,48 @@ def test_a_decision_whose_leader_and_producer_died_is_completed_by_the_next_lead
     seen = read_committed(fed, orphan | after)
     assert orphan | after <= seen
     fed.quorum.start(killed[0])
+
+
+@pytest.mark.timeout(600)
+def test_consume_transform_produce_killed_and_restarted_writes_each_output_exactly_once(fed, tmp_path) -> None:
+    n = 3000
+    with fed.quorum.controller_client() as admin:
+        admin.post("/v1/topics", {"name": "U_Out", "region": "r1", "partitions_per_cluster": 2})
+    fed.wait_writable("U_Out")
+    with FederatedProducer({"kfed.controllers": controllers(fed), "linger.ms": 5}) as p:
+        for i in range(n):
+            p.produce(TOPIC, value=str(i).encode())
+        assert p.flush(60) == 0
+    rng = random.Random(447)
+    command = [sys.executable, "-m", "tests.integration.txn_job", controllers(fed), TOPIC, "U_Out", "20"]
+    outputs: Counter[str] = Counter()
+    killed_at: list[int] = []  # outputs read when each run was killed
+    consumer = FederatedConsumer({"kfed.controllers": controllers(fed), "group.id": "check-out",
+                                  "auto.offset.reset": "earliest", "isolation.level": "read_committed"})  # fmt: skip
+    consumer.subscribe(["U_Out"])
+    try:
+        for run in range(4):
+            log = (tmp_path / f"job-{run}.log").open("w")
+            job = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2])
+            try:
+                deadline = time.monotonic() + (rng.uniform(8, 15) if run < 3 else 240)
+                while time.monotonic() < deadline and len(outputs) < n:
+                    outputs.update(m.value().decode() for m in consumer.consume(1000, 0.2))
+                    assert job.poll() is None, (tmp_path / f"job-{run}.log").read_text()[-3000:]
+            finally:
+                job.kill()  # -9: mid-transaction, most likely
+                job.wait()
+                log.close()
+                killed_at.append(len(outputs))
+        settle = time.monotonic() + 3
+        while time.monotonic() < settle:
+            outputs.update(m.value().decode() for m in consumer.consume(1000, 0.2))
+    finally:
+        consumer.close()
+    assert 0 < killed_at[0] < n and killed_at[1] < n, f"the job was not killed while it worked: {killed_at}"
+    expected = {f"out-{i}" for i in range(n)}
+    assert set(outputs) == expected, (
+        f"missing {len(expected - set(outputs))}, e.g. {sorted(expected - set(outputs))[:5]}"
+    )
+    duplicated = {v: c for v, c in outputs.items() if c > 1}
+    assert not duplicated, f"{len(duplicated)} outputs written more than once, e.g. {list(duplicated.items())[:5]}"
