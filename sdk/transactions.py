@@ -22,9 +22,13 @@ the federated producer's physical producer for ``c``. The protocol with the quor
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
@@ -44,10 +48,16 @@ if TYPE_CHECKING:
     from .consumer import FederatedConsumer
     from .producer import FederatedProducer
 
+log = logging.getLogger(__name__)
+
 CLIENT_DEADLINE_S: Final = 10.0
 """How long one call to the quorum retries over the controllers (with the same Idempotency-Key)."""
 DEFAULT_TIMEOUT_S: Final = 60.0
 WAIT_STEP_S: Final = 0.1
+MAX_PARALLEL_ENDS: Final = 8
+"""Participants whose Kafka transactions a commit or abort ends at the same time."""
+COMPLETION_REPORT_S: Final = 1.0
+"""How long the owner's completions wait for the next registration to ride on (see ``_report_soon``)."""
 
 _KAFKA_ERRORS: Final = {  # the coordinator's refusal (``kafka_error``) -> confluent-kafka's code and flags
     "PRODUCER_FENCED": (KafkaError._FENCED, {"fatal": True}),
@@ -103,6 +113,11 @@ class Transactions:
         self._log_offset = -1  # of this producer's last write to the log
         self._failed: KafkaError | None = None  # a delivery error in this transaction: only abort is left
         self._fatal: KafkaError | None = None
+        self._ended: set[str] = set()  # clusters whose physical producer ended this transaction
+        self._taken_over: set[str] = set()  # ... of which the coordinator fenced the producer (it completes them)
+        self._unreported: tuple[dict[str, int], list[str]] | None = None  # completions not in the log yet
+        self._report_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(MAX_PARALLEL_ENDS, thread_name_prefix="kfed-txn-end")
 
     @classmethod
     def from_config(cls, producer: FederatedProducer, config: ClientConfig) -> Transactions | None:
@@ -150,6 +165,7 @@ class Transactions:
     def init_transactions(self, timeout: float | None = None) -> None:
         deadline = time.monotonic() + (DEFAULT_TIMEOUT_S if timeout is None else timeout)
         self._check_fatal()
+        self._report()
         reply = self._post("init", {"timeout_ms": self.timeout_ms}, "init_transactions", key=str(uuid.uuid4()))
         self._identity = (reply["producer_id"], reply["epoch"])
         self._sequence = 0
@@ -173,6 +189,7 @@ class Transactions:
             self._kafka(producer.begin_transaction)
         self._in_txn = True
         self._partitions, self._groups, self._topics_at = set(), set(), {}
+        self._ended, self._taken_over = set(), set()
         self._failed = None
 
     def send_offsets_to_transaction(self, positions: Iterable[TopicPartition], group_metadata: Any,
@@ -222,29 +239,70 @@ class Transactions:
             key = f"{self.transactional_id}/{self._identity}/{self._sequence}/end/{commit}"
             self._post("end", body, "commit_transaction" if commit else "abort_transaction", key=key)
         # The decision is in the log: from here on, only completion.
-        for cluster_id, producer in list(self._producer._producers.items()):
-            remaining = max(0.0, deadline - time.monotonic())
-            try:
-                if commit:
-                    producer.commit_transaction(remaining)
-                else:
-                    producer.abort_transaction(remaining)
-            except KafkaException as e:
-                error = e.args[0]
-                if error.fatal():  # fenced: the coordinator took this part over (it completes it)
-                    self._fatal = error
-                    clusters.discard(cluster_id)
-                    continue
-                done = "committed" if commit else "aborted"
-                raise txn_error(error.code(), f"the transaction is {done}; ending it on {cluster_id}: "
-                                f"{error.str()}; retry", retriable=True) from None  # fmt: skip
-        if clusters:
-            self._post("completed", {**self._txn_id(), "cluster_ids": sorted(clusters)}, "completing the transaction")
+        self._end_parts(commit, deadline)
         self._in_txn = False
         self._topics_at = {}  # a produce outside a transaction is refused again
-        self._sequence += 1 if registered else 0
+        if registered:
+            completed = sorted(clusters - self._taken_over)
+            if completed:
+                with self._report_lock:
+                    self._unreported = (self._txn_id(), completed)
+                self._report_soon()
+            self._sequence += 1
         if self._fatal is not None:
             raise KafkaException(self._fatal)
+
+    def _end_parts(self, commit: bool, deadline: float) -> None:
+        """End this transaction on every physical producer not ended yet, side by side (librdkafka releases
+        the GIL); a retry after a retriable error ends only the rest."""
+        todo = [(c, p) for c, p in self._producer._producers.items() if c not in self._ended]
+
+        def end(producer: Producer) -> None:
+            remaining = max(0.0, deadline - time.monotonic())
+            if commit:
+                producer.commit_transaction(remaining)
+            else:
+                producer.abort_transaction(remaining)
+
+        futures = [(c, self._pool.submit(end, p)) for c, p in todo[1:]]  # the first one on this thread
+        outcomes = [(c, _outcome(partial(end, p))) for c, p in todo[:1]]
+        outcomes += [(c, _outcome(f.result)) for c, f in futures]
+        retry: KafkaException | None = None
+        for cluster_id, e in outcomes:
+            if e is None:
+                self._ended.add(cluster_id)
+                continue
+            error = e.args[0]
+            if error.fatal():  # fenced: the coordinator took this part over (it completes it)
+                self._fatal = error
+                self._ended.add(cluster_id)
+                self._taken_over.add(cluster_id)
+                continue
+            done = "committed" if commit else "aborted"
+            retry = txn_error(error.code(), f"the transaction is {done}; ending it on {cluster_id}: "
+                              f"{error.str()}; retry", retriable=True)  # fmt: skip
+        if retry is not None:
+            raise retry
+
+    def _report_soon(self) -> None:
+        """The owner's completions ride on its next registration (``completed``); when none comes within
+        ``COMPLETION_REPORT_S``, they are written on their own, well before the coordinator's grace runs out
+        (an owner that leaves a decided transaction incomplete is fenced)."""
+        timer = threading.Timer(COMPLETION_REPORT_S, self._report)
+        timer.daemon = True
+        timer.start()
+
+    def _report(self) -> None:
+        with self._report_lock:
+            unreported = self._unreported
+            if unreported is None:
+                return
+            txn_id, clusters = unreported
+            try:
+                self._post("completed", {**txn_id, "cluster_ids": clusters}, "reporting completions")
+                self._unreported = None
+            except KafkaException as e:
+                log.warning("transaction %s: completions not reported yet (%s)", self.transactional_id, e)
 
     def _register_topic(self, topic: str) -> None:
         self._check_open()
@@ -261,6 +319,16 @@ class Transactions:
         self._topics_at[topic] = image.offset
 
     def _add(self, partitions: list[TxnPartition], groups: list[tuple[str, str]], what: str) -> None:
+        with self._report_lock:  # the previous transaction's completions, if not written yet, ride along
+            unreported = self._unreported
+            previous = {**self._txn_id(), "sequence": self._sequence - 1}
+            completed = unreported[1] if unreported is not None and unreported[0] == previous else []
+            self._add_with(partitions, groups, completed, what)
+            if completed:
+                self._unreported = None
+
+    def _add_with(self, partitions: list[TxnPartition], groups: list[tuple[str, str]], completed: list[str],
+                  what: str) -> None:  # fmt: skip
         body = {
             **self._txn_id(),
             "partitions": [
@@ -272,6 +340,7 @@ class Transactions:
                 for p in partitions
             ],
             "groups": [{"cluster_id": c, "group": g} for c, g in groups],
+            "completed": completed,
             "min_offset": self._log_offset,
         }
         self._post("add", body, what)
@@ -319,7 +388,17 @@ class Transactions:
             raise txn_error(KafkaError._STATE, "no transaction is open: call begin_transaction first")
 
     def close(self) -> None:
+        self._report()
+        self._pool.shutdown(wait=False)
         self._client.close()
+
+
+def _outcome(call: Callable[[], Any]) -> KafkaException | None:
+    try:
+        call()
+    except KafkaException as e:
+        return e
+    return None
 
 
 def _complete(transaction: dict[str, Any] | None) -> bool:
