@@ -117,6 +117,7 @@ class Transactions:
         self._taken_over: set[str] = set()  # ... of which the coordinator fenced the producer (it completes them)
         self._unreported: tuple[dict[str, int], list[str]] | None = None  # completions not in the log yet
         self._report_lock = threading.Lock()
+        self._decision: tuple[str, dict[str, Any]] | None = None  # (Idempotency-Key, body) of the last decision
         self._pool = ThreadPoolExecutor(MAX_PARALLEL_ENDS, thread_name_prefix="kfed-txn-end")
 
     @classmethod
@@ -235,9 +236,10 @@ class Transactions:
         registered = bool(clusters)
         if registered:
             assert self._identity is not None
-            body = {**self._txn_id(), "commit": commit, "min_offset": self._log_offset}
             key = f"{self.transactional_id}/{self._identity}/{self._sequence}/end/{commit}"
-            self._post("end", body, "commit_transaction" if commit else "abort_transaction", key=key)
+            if self._decision is None or self._decision[0] != key:  # a retry sends the very same request
+                self._decision = (key, {**self._txn_id(), "commit": commit, "min_offset": self._log_offset})
+            self._post("end", self._decision[1], "commit_transaction" if commit else "abort_transaction", key=key)
         # The decision is in the log: from here on, only completion.
         self._end_parts(commit, deadline)
         self._in_txn = False

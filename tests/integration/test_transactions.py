@@ -211,3 +211,26 @@ def test_consume_transform_produce_killed_and_restarted_writes_each_output_exact
     )
     duplicated = {v: c for v, c in outputs.items() if c > 1}
     assert not duplicated, f"{len(duplicated)} outputs written more than once, e.g. {list(duplicated.items())[:5]}"
+
+
+def test_a_participant_down_at_commit_keeps_the_commit_and_a_retry_ends_it_when_it_is_back(fed) -> None:
+    with txn_producer(fed, "tx-down", **{"message.timeout.ms": 20_000, "kfed.mute.ms": 500}) as p:
+        p.init_transactions(60)
+        p.begin_transaction()
+        values = write(p, "kept")
+        assert p.flush(30) == 0  # every write acknowledged: the commit is decided next
+        fed.clusters["c2"].kill_broker()
+        try:
+            with pytest.raises(KafkaException) as down:
+                p.commit_transaction(5)  # decided commit; c1's part committed, c2's cannot be ended now
+            assert down.value.args[0].retriable(), down.value
+        finally:
+            fed.clusters["c2"].start_broker()
+        p.commit_transaction(120)  # the retry ends the rest
+        fed.wait_writable(TOPIC)  # c2 unfenced by its agent
+        time.sleep(0.5)  # and no longer muted by this producer
+        p.begin_transaction()
+        after = write(p, "after")
+        p.commit_transaction(60)
+    seen = read_committed(fed, values | after)
+    assert values | after <= seen
