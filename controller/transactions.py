@@ -28,7 +28,7 @@ from metadata_log.errors import KfedError
 from metadata_log.image import MetadataImage
 from metadata_log.records import NoOp
 
-from .txn_kafka import Described, Participant
+from .txn_kafka import DESCRIBE_TRANSACTIONS, END_TXN, Described, Participant
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,9 @@ RETRY_AFTER_S: Final = 1.0
 FENCE_ATTEMPTS: Final = 50
 FENCE_BACKOFF_S: Final = 0.1
 """After EndTxn the participant writes its markers; until then InitProducerId answers CONCURRENT_TRANSACTIONS."""
+
+PROBE_TIMEOUT_S: Final = 3.0
+_NEEDED_APIS: Final = ((DESCRIBE_TRANSACTIONS, "DescribeTransactions"), (END_TXN, "EndTxn"), (22, "InitProducerId"))
 
 _NOTHING_OPEN: Final = frozenset({"Empty", "CompleteCommit", "CompleteAbort", "Dead"})
 _ENDING: Final = frozenset({"PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
@@ -58,6 +61,7 @@ class TransactionDriver:
         self._running: dict[txn.CompletionTask, asyncio.Task[None]] = {}
         self._retry_at: dict[txn.CompletionTask, float] = {}
         self._participants: dict[str, Participant] = {}
+        self._refusals: dict[tuple[str, str], str | None] = {}  # (cluster, bootstrap) -> why it cannot take part
         self.completed = 0
 
     def start_term(self) -> None:
@@ -155,6 +159,30 @@ class TransactionDriver:
             await asyncio.sleep(FENCE_BACKOFF_S)
         if code not in (ErrorCode.none, ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch):
             raise CompletionFailed(f"InitProducerId (fence) {ktid!r} on {task.cluster_id}: {code.name}")
+
+    async def refusal(self, cluster_id: str) -> str | None:
+        """Why ``cluster_id`` cannot take part in a transaction, from what its brokers serve (asked once per
+        bootstrap list): this coordinator completes a part without its producer by DescribeTransactions,
+        EndTxn and InitProducerId. Tansu serves no DescribeTransactions. None when it can, and when its
+        brokers cannot be asked now (they are asked again at the next registration)."""
+        cluster = self._service.state.image.clusters.get(cluster_id)
+        if cluster is None:
+            return None  # the command refuses an unknown cluster itself
+        key = (cluster_id, cluster.bootstrap_servers)
+        if key in self._refusals:
+            return self._refusals[key]
+        try:
+            versions = await asyncio.wait_for(self._participant(*key).api_versions(), PROBE_TIMEOUT_S)
+        except (UpstreamError, TimeoutError) as e:
+            log.info("cluster %s: cannot ask what its brokers serve (%s)", cluster_id, e)
+            return None
+        missing = [name for key_, name in _NEEDED_APIS if key_ not in versions]
+        reason = None
+        if missing:
+            reason = (f"its brokers do not serve {', '.join(missing)}, which completing a transaction without its "
+                      "producer needs (Tansu serves no DescribeTransactions; Apache Kafka 3.0+ does)")  # fmt: skip
+        self._refusals[key] = reason
+        return reason
 
     def _participant(self, cluster_id: str, bootstrap: str) -> Participant:
         participant = self._participants.get(cluster_id)

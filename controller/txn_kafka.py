@@ -90,6 +90,10 @@ class Participant:
         address = f"{response.host}:{response.port}"
         return address, await self._connection(address)
 
+    async def api_versions(self) -> dict[int, tuple[int, int]]:
+        """(lowest, highest) version per API key, as a broker of the cluster serves them."""
+        return dict((await self._any_connection()).versions)
+
     async def describe(self, ktid: str) -> Described | None:
         """The transactional id's state on its coordinator; None when the cluster never saw it."""
         address, _ = await self._coordinator(ktid)

@@ -8,7 +8,7 @@ re-checks every record at commit time, so two writers validated against the same
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 from typing import Any, Final
@@ -548,8 +548,10 @@ def add_to_transaction(
     groups: Sequence[tuple[str, str]] = (),
     completed: Sequence[str] = (),
     min_offset: int | None = None,
+    refusals: Mapping[str, str] | None = None,
 ) -> Result:
-    """Register partitions and group offsets in transaction ``sequence`` before writing to them."""
+    """Register partitions and group offsets in transaction ``sequence`` before writing to them. ``refusals``:
+    why clusters cannot take part, as the leader learnt from their brokers (``txn_refusal`` adds the log's)."""
     txn.check_transactional_id(transactional_id)
     _check_caught_up(image, min_offset)
     for i, (_, group) in enumerate(groups):
@@ -567,7 +569,7 @@ def add_to_transaction(
             partitions,
             groups,
             completed,
-            lambda c: txn_refusal(image, c),
+            lambda c: (refusals or {}).get(c) or txn_refusal(image, c),
         )
     )
 

@@ -33,10 +33,10 @@ from metadata_log.txn import (
 )
 
 from .bodies import INT32_MAX, INT64_MAX
-from .deps import Service
-from .encoding import respond
+from .deps import IdempotencyKey, Service
+from .encoding import respond, wants_msgpack
 from .log import MIN_OFFSET_WAIT_S
-from .routing import Router, WritePlan
+from .routing import Router, WritePlan, commit, write_response
 
 router = Router(prefix="/v1/transactions", tags=["transactions"])
 
@@ -128,12 +128,22 @@ def init_transactions(transactional_id: str, body: InitTransactions) -> WritePla
     )
 
 
-@router.write("POST", "/{transactional_id}/add", summary="Register partitions and group offsets before writing")
-def add_to_transaction(transactional_id: str, body: AddToTransaction) -> WritePlan:
+@router.leader("POST", "/{transactional_id}/add", summary="Register partitions and group offsets before writing")
+async def add_to_transaction(
+    request: Request, service: Service, transactional_id: str, body: AddToTransaction,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:  # fmt: skip
+    """A leader route rather than a plain write: the leader first asks the clusters' brokers whether they
+    can take part (``TransactionDriver.refusal``), which a pure plan cannot."""
     at_ms = _now_ms()
     partitions = [TxnPartition(p.cluster_id, p.physical_topic, p.physical_partition) for p in body.partitions]
     groups = [(g.cluster_id, g.group) for g in body.groups]
-    return WritePlan(
+    refusals: dict[str, str] = {}
+    for cluster_id in sorted({p.cluster_id for p in partitions} | {c for c, _ in groups}):
+        reason = await service.transactions.refusal(cluster_id)
+        if reason is not None:
+            refusals[cluster_id] = reason
+    plan = WritePlan(
         lambda image: commands.add_to_transaction(
             image,
             transactional_id,
@@ -145,9 +155,12 @@ def add_to_transaction(transactional_id: str, body: AddToTransaction) -> WritePl
             groups,
             body.completed,
             body.min_offset,
+            refusals,
         ),
         lambda image: render(image, transactional_id),
     )
+    reply = await commit(service, plan, idempotency_key, request.method, request.url.path, await request.body())
+    return write_response(reply, wants_msgpack(request))
 
 
 @router.write("POST", "/{transactional_id}/end", summary="The decision: commit or abort (one final record)")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from deploy.local import LocalFederation
 from sdk import FederatedConsumer, FederatedProducer
@@ -234,3 +234,16 @@ def test_a_participant_down_at_commit_keeps_the_commit_and_a_retry_ends_it_when_
         p.commit_transaction(60)
     seen = read_committed(fed, values | after)
     assert values | after <= seen
+
+
+@pytest.mark.brokers("tansu")
+def test_a_transaction_on_tansu_sub_clusters_is_refused_naming_the_cluster_and_why(fed) -> None:
+    with txn_producer(fed, "tx-tansu") as p:
+        p.init_transactions(60)
+        p.begin_transaction()
+        with pytest.raises(KafkaException) as refused:
+            p.produce(TOPIC, value=b"never", partition=0)
+        error = refused.value.args[0]
+        assert error.code() == KafkaError._UNSUPPORTED_FEATURE and error.txn_requires_abort(), error
+        assert "cluster 'c1'" in error.str() and "DescribeTransactions" in error.str(), error.str()
+        p.abort_transaction(30)

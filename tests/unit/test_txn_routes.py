@@ -12,6 +12,25 @@ from controller.http import build_app
 
 from .test_routes import FakePeers, FakeService, client, routers_only
 
+
+class FakeDriver:
+    """The leader's transaction driver as the routes use it: what it learnt of each cluster's brokers."""
+
+    def __init__(self, refusals: dict[str, str] | None = None) -> None:
+        self.refusals = refusals or {}
+        self.asked: list[str] = []
+
+    async def refusal(self, cluster_id: str) -> str | None:
+        self.asked.append(cluster_id)
+        return self.refusals.get(cluster_id)
+
+
+def txn_service(refusals: dict[str, str] | None = None) -> FakeService:
+    service = FakeService()
+    service.transactions = FakeDriver(refusals)  # type: ignore[attr-defined]
+    return service
+
+
 PART = {"cluster_id": "c1", "physical_topic": "U_TopicA", "physical_partition": 0}
 
 
@@ -22,7 +41,7 @@ async def _init(http: httpx.AsyncClient, tid: str = "tx") -> dict[str, Any]:
 
 
 async def test_a_transaction_goes_from_init_to_complete_through_the_log() -> None:
-    service = FakeService()
+    service = txn_service()
     async with client(routers_only(service)) as http:
         me = await _init(http)
         assert (me["producer_id"], me["epoch"], me["transaction"]) == (0, 0, None)
@@ -44,7 +63,7 @@ async def test_a_transaction_goes_from_init_to_complete_through_the_log() -> Non
 
 
 async def test_a_second_init_fences_the_first_instance_and_aborts_its_open_transaction() -> None:
-    service = FakeService()
+    service = txn_service()
     async with client(routers_only(service)) as http:
         await _init(http)
         ident = {"producer_id": 0, "epoch": 0, "sequence": 0}
@@ -58,7 +77,7 @@ async def test_a_second_init_fences_the_first_instance_and_aborts_its_open_trans
 
 
 async def test_bad_requests_name_the_field_and_the_kafka_error() -> None:
-    async with client(build_app(FakeService(), peers=FakePeers())) as http:
+    async with client(build_app(txn_service(), peers=FakePeers())) as http:
         r = await http.post("/v1/transactions/a@b/init", json={})
         assert r.status_code == 422 and r.json()["field"] == "transactional_id"
         r = await http.post("/v1/transactions/tx/init", json={"timeout_ms": 0})
@@ -85,7 +104,20 @@ async def test_bad_requests_name_the_field_and_the_kafka_error() -> None:
 async def test_the_hot_path_and_the_fastapi_route_answer_transaction_writes_alike() -> None:
     answers = []
     for app_of in (routers_only, lambda s: build_app(s, peers=FakePeers())):  # type: ignore[arg-type]
-        async with client(app_of(FakeService())) as http:
+        async with client(app_of(txn_service())) as http:
             r = await http.post("/v1/transactions/tx/init", json={"timeout_ms": 1000})
             answers.append((r.status_code, r.json()))
     assert answers[0] == answers[1]
+
+
+async def test_a_cluster_whose_brokers_cannot_take_part_is_refused_naming_it_and_why() -> None:
+    service = txn_service({"c2": "its brokers do not serve DescribeTransactions"})
+    async with client(build_app(service, peers=FakePeers())) as http:
+        await _init(http)
+        ident = {"producer_id": 0, "epoch": 0, "sequence": 0}
+        part = {**PART, "cluster_id": "c2"}
+        r = await http.post("/v1/transactions/tx/add", json={**ident, "partitions": [PART, part]})
+    assert r.status_code == 409 and r.json()["field"] == "partitions.1.cluster_id"
+    assert r.json()["kafka_error"] == "_UNSUPPORTED_FEATURE" and "DescribeTransactions" in r.json()["detail"]
+    assert service.transactions.asked == ["c1", "c2"]  # type: ignore[attr-defined]
+    assert service.read_model.image.transactions.producers["tx"].txn is None  # nothing registered
