@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, KafkaException
 from deploy.local import LocalFederation
 from sdk import FederatedConsumer, FederatedProducer
 
-from .conftest import TOPIC, controllers
+from .conftest import TOPIC, controllers, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -247,3 +247,26 @@ def test_a_transaction_on_tansu_sub_clusters_is_refused_naming_the_cluster_and_w
         assert error.code() == KafkaError._UNSUPPORTED_FEATURE and error.txn_requires_abort(), error
         assert "cluster 'c1'" in error.str() and "DescribeTransactions" in error.str(), error.str()
         p.abort_transaction(30)
+
+
+def test_an_undecided_transaction_past_its_timeout_is_aborted_by_the_coordinator(fed) -> None:
+    p = txn_producer(fed, "tx-slow", **{"transaction.timeout.ms": 2000})
+    p.init_transactions(60)
+    p.begin_transaction()
+    late = write(p, "late")  # registered (the registration starts the timeout); then the producer stalls
+    with fed.quorum.controller_client() as admin:
+        aborted = wait_until(lambda: admin.get("/v1/transactions/tx-slow")["transaction"]["state"]
+                             in ("aborting", "complete_abort"), 30, "the coordinator aborted it")  # fmt: skip
+    assert aborted
+    with pytest.raises(KafkaException) as fenced:
+        p.commit_transaction(30)
+    assert fenced.value.args[0].fatal(), fenced.value  # the timeout fenced this producer's epoch
+    with contextlib.suppress(KafkaException):  # as confluent-kafka's, a fenced producer's flush raises
+        p.close(1)
+    with txn_producer(fed, "tx-slow") as p:
+        p.init_transactions(60)
+        p.begin_transaction()
+        kept = write(p, "kept")
+        p.commit_transaction(60)
+    seen = read_committed(fed, kept)
+    assert kept <= seen and not seen & late
