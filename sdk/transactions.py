@@ -109,7 +109,8 @@ class Transactions:
         self._in_txn = False
         self._partitions: set[TxnPartition] = set()
         self._groups: set[tuple[str, str]] = set()
-        self._topics_at: dict[str, int] = {}  # topic -> metadata offset its partitions were registered at
+        # topic -> metadata offset its partitions were registered at; emptied when a transaction starts or ends
+        self._topics_at: dict[str, int] = {}
         self._log_offset = -1  # of this producer's last write to the log
         self._failed: KafkaError | None = None  # a delivery error in this transaction: only abort is left
         self._fatal: KafkaError | None = None
@@ -189,7 +190,8 @@ class Transactions:
         for producer in list(self._producer._producers.values()):
             self._kafka(producer.begin_transaction)
         self._in_txn = True
-        self._partitions, self._groups, self._topics_at = set(), set(), {}
+        self._partitions, self._groups = set(), set()
+        self._topics_at.clear()  # in place: ``guard`` holds it
         self._ended, self._taken_over = set(), set()
         self._failed = None
 
@@ -243,7 +245,7 @@ class Transactions:
         # The decision is in the log: from here on, only completion.
         self._end_parts(commit, deadline)
         self._in_txn = False
-        self._topics_at = {}  # a produce outside a transaction is refused again
+        self._topics_at.clear()  # a produce outside a transaction is refused again (in place: ``guard`` holds it)
         if registered:
             completed = sorted(clusters - self._taken_over)
             if completed:

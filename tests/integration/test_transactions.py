@@ -75,6 +75,9 @@ def test_transactions_over_two_clusters_are_all_or_nothing_to_read_committed(fed
         p.begin_transaction()
         last = write(p, "last")
         p.commit_transaction(60)
+        with pytest.raises(KafkaException) as outside:
+            p.produce(TOPIC, value=b"outside", partition=0)
+        assert outside.value.args[0].code() == KafkaError._STATE
     seen = read_committed(fed, committed | last)
     assert committed | last <= seen, f"missing: {sorted(committed | last - seen)[:10]}"
     assert not seen & aborted, f"aborted but read: {sorted(seen & aborted)[:10]}"
