@@ -27,6 +27,7 @@ from . import (
     spark,
     spark_cluster,
     throughput,
+    transactions,
 )
 from .common import (
     RESULTS_DIR,
@@ -66,6 +67,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     ),
     Benchmark(
         "operations", "#5", "Scale-up visible to producers; failure -> routed around; decommission", operations.run
+    ),
+    Benchmark(
+        "transactions",
+        "#28",
+        "Transactional FederatedProducer over two clusters vs without; commit latency",
+        transactions.run,
     ),
     Benchmark("gateway", "#26", "librdkafka through the Kafka gateway vs straight to a sub-cluster", gateway.run),
     # pyspark is imported only when it runs

@@ -5,7 +5,8 @@ Three kinds of request:
 - *open*: probes, metrics, the API docs and the dashboard's static files — never need a token;
 - *admin*: every ``POST``/``PUT``/``DELETE`` that changes the federation or reports for an agent —
   need the admin token when one is configured (``--admin-token-file``);
-- *read*: everything else, and consumer-group calls (``/v1/groups/…``; members of a group are readers)
+- *read*: everything else, and consumer-group calls (``/v1/groups/…``; members of a group are readers) and
+  transactional producers' calls (``/v1/transactions/…``; producers hold client tokens)
   — need the read or the admin token when a read token is configured (``--read-token-file``).
 
 A missing or unknown token is 401, a read token on an admin request 403, both problem+json.
@@ -44,7 +45,7 @@ class Need(Enum):
 def need_of(method: str, path: str) -> Need:
     if path in OPEN_PATHS or path == "/ui" or path.startswith("/ui/"):
         return Need.OPEN
-    if method in READ_METHODS or path.startswith("/v1/groups/"):
+    if method in READ_METHODS or path.startswith(("/v1/groups/", "/v1/transactions/")):
         return Need.READ
     return Need.ADMIN
 

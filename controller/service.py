@@ -27,6 +27,7 @@ from .gateways import GatewayRegistry
 from .groups import GroupCoordinator
 from .leases import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS, FencingRecord, LeaseTable
 from .readmodel import ReadModel
+from .transactions import TXN_CHECK_MS, TransactionDriver
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,7 @@ class ControllerService:
         self._fencing_in_flight: set[str] = set()
         self.groups = GroupCoordinator()
         self.gateways = GatewayRegistry(self)
+        self.transactions = TransactionDriver(self)
         self._group_commit_lock = asyncio.Lock()
         self.drains = DrainTracker(drain_grace_ms)
         self._drain_commit_lock = asyncio.Lock()
@@ -180,6 +182,7 @@ class ControllerService:
     async def stop(self) -> None:
         if self._lease_task is not None:
             self._lease_task.cancel()
+        await self.transactions.stop()
         await self.committer.stop()
 
     # -- leadership ------------------------------------------------------------------------------
@@ -312,6 +315,7 @@ class ControllerService:
             self.leases.start_term(time.monotonic())
             self.groups.start_term(time.monotonic())
             self.gateways.start_term(time.monotonic())
+            self.transactions.start_term()
             self.drains.start_term()
             log.info("leading: agents have %d ms to heartbeat before their clusters are fenced", self.leases.lease_ms)
         self._was_leader = leading
@@ -410,6 +414,8 @@ class ControllerService:
                 await self.enforce_leases()
                 await self.enforce_groups()
                 await self.gateways.enforce()
+                if ticks % (TXN_CHECK_MS // LEASE_CHECK_MS) == 0:
+                    await self.transactions.enforce()
                 if ticks % DRAIN_CHECK_EVERY == 0:
                     await self.enforce_drains()
                 if ticks % VERSION_CHECK_EVERY == 0:

@@ -8,12 +8,13 @@ re-checks every record at commit time, so two writers validated against the same
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 from typing import Any, Final
 
-from .errors import Conflict, InvalidRequest, NotFound
+from . import txn
+from .errors import Conflict, InvalidRequest, NotFound, Unavailable
 from .image import (
     CLUSTER_TRANSITIONS,
     PARTITION_TRANSITIONS,
@@ -500,3 +501,104 @@ def expire_gateway(image: MetadataImage, gateway_id: int, at_ms: int) -> Result:
     if current is None or not current.live:
         return Result((), {"gateway_id": gateway_id, "live": False})
     return Result((GatewayExpired(gateway_id, at_ms),), {"gateway_id": gateway_id, "live": False})
+
+
+# -- transactions across sub-clusters (the rules are ``txn.py``, docs/TRANSACTIONS.md) -----------------------
+# Each command here reads the image's transactions and returns txn's records; replay re-checks them at commit.
+
+
+def _txn(result: txn.Result) -> Result:
+    return Result(result.records, result.reply)
+
+
+def _check_caught_up(image: MetadataImage, min_offset: int | None) -> None:
+    """A producer sends the offset of its last registration: a node behind it would see no transaction,
+    and an answer from that state ("nothing to decide") is never given (docs/TRANSACTIONS.md)."""
+    if min_offset is not None and image.offset < min_offset:
+        raise Unavailable(
+            f"this node has applied up to {image.offset}, not yet {min_offset}",
+            retry_after_s=0.2,
+            applied_offset=image.offset,
+        )
+
+
+def txn_refusal(image: MetadataImage, cluster_id: str) -> str | None:
+    """Why ``cluster_id`` cannot take part in a transaction, or None."""
+    cluster = image.clusters.get(cluster_id)
+    if cluster is None:
+        return "it is not registered"
+    if cluster.state == "decommissioned":
+        return "it is decommissioned"
+    return None
+
+
+def init_transactions(image: MetadataImage, transactional_id: str, timeout_ms: int, at_ms: int) -> Result:
+    """A new epoch for ``transactional_id`` (fences every older instance; see ``txn.init_producer``)."""
+    return _txn(txn.init_producer(image.transactions, transactional_id, timeout_ms, at_ms))
+
+
+def add_to_transaction(
+    image: MetadataImage,
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+    sequence: int,
+    at_ms: int,
+    partitions: Sequence[txn.TxnPartition] = (),
+    groups: Sequence[tuple[str, str]] = (),
+    completed: Sequence[str] = (),
+    min_offset: int | None = None,
+    refusals: Mapping[str, str] | None = None,
+) -> Result:
+    """Register partitions and group offsets in transaction ``sequence`` before writing to them. ``refusals``:
+    why clusters cannot take part, as the leader learnt from their brokers (``txn_refusal`` adds the log's)."""
+    txn.check_transactional_id(transactional_id)
+    _check_caught_up(image, min_offset)
+    for i, (_, group) in enumerate(groups):
+        check_name(group, f"groups.{i}.group")
+    for i, p in enumerate(partitions):
+        check_name(p.physical_topic, f"partitions.{i}.physical_topic")
+    return _txn(
+        txn.add_to_transaction(
+            image.transactions,
+            transactional_id,
+            producer_id,
+            epoch,
+            sequence,
+            at_ms,
+            partitions,
+            groups,
+            completed,
+            lambda c: (refusals or {}).get(c) or txn_refusal(image, c),
+        )
+    )
+
+
+def end_transaction(
+    image: MetadataImage,
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+    sequence: int,
+    commit: bool,
+    at_ms: int,
+    min_offset: int | None = None,
+) -> Result:
+    """The owner's decision, commit or abort: one record, final."""
+    txn.check_transactional_id(transactional_id)
+    _check_caught_up(image, min_offset)
+    return _txn(txn.end_transaction(image.transactions, transactional_id, producer_id, epoch, sequence, commit, at_ms))
+
+
+def complete_participants(
+    image: MetadataImage, transactional_id: str, producer_id: int, epoch: int, sequence: int, cluster_ids: Sequence[str]
+) -> Result:
+    """Participant clusters ended their part as decided (each again is a no-op)."""
+    txn.check_transactional_id(transactional_id)
+    txns, records = image.transactions, list[Record]()
+    result = txn.Result(())
+    for cluster_id in cluster_ids:
+        result = txn.complete_participant(txns, transactional_id, producer_id, epoch, sequence, cluster_id)
+        txns = txn.replay(txns, result.records)
+        records += result.records
+    return Result(tuple(records), result.reply)

@@ -181,6 +181,121 @@ class GatewayExpired:  # v0: initial. Its lease ran out, or another registration
     at_ms: int
 
 
+# ---- Transactions across sub-clusters (docs/TRANSACTIONS.md; replayed by metadata_log/txn.py) ----------------
+# Members of ``Record`` / ``RECORD_TYPES`` (through ``TxnRecord``), applied by ``image/transactions.py``.
+# Flat fields only (one record per partition, as PartitionsAdded), so the codec needs no case of its own.
+
+
+@dataclass(frozen=True, slots=True)
+class TxnProducerInitialized:  # v0: initial. A transactional.id's new (producer_id, epoch); every older one is fenced.
+    """Written by a producer's init_transactions, and by the coordinator when it takes a transaction over (a
+    timeout, or a decided transaction its owner leaves incomplete): the epoch moves on so the old owner can
+    start nothing more. ``at_ms`` is the proposer's wall clock."""
+
+    TYPE: ClassVar[str] = "TxnProducerInitialized"
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    timeout_ms: int
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnPartitionAdded:  # v0: initial. One physical partition joins transaction `sequence`; the first starts it.
+    """Logged before the producer writes to the partition (Kafka's AddPartitionsToTxn), so the coordinator
+    knows every cluster it may have to end the transaction on."""
+
+    TYPE: ClassVar[str] = "TxnPartitionAdded"
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    sequence: int
+    cluster_id: str
+    physical_topic: str
+    physical_partition: int
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnGroupAdded:  # v0: initial. A consumer group's offsets on one cluster join transaction `sequence`.
+    """``send_offsets_to_transaction``: the group's offsets for partitions on ``cluster_id`` are committed in
+    that cluster's part of the transaction (Kafka's AddOffsetsToTxn), so they become visible with its output."""
+
+    TYPE: ClassVar[str] = "TxnGroupAdded"
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    sequence: int
+    cluster_id: str
+    group: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnDecided:  # v0: initial. The decision of transaction `sequence`: final; what follows only completes it.
+    TYPE: ClassVar[str] = "TxnDecided"
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    sequence: int
+    commit: bool
+    reason: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnParticipantCompleted:  # v0: initial. One participant cluster ended its part as decided.
+    TYPE: ClassVar[str] = "TxnParticipantCompleted"
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    sequence: int
+    cluster_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TxnProducerRestored:  # v0: initial. Snapshots only: a transactional.id's (producer_id, epoch) as it is.
+    """A snapshot cannot replay a producer's history of epochs, so it states the result; the transaction it
+    holds is restored by ``TxnRestored`` and the ordinary records after it (``txn.snapshot_records``)."""
+
+    TYPE: ClassVar[str] = "TxnProducerRestored"
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    timeout_ms: int
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnRestored:  # v0: initial. Snapshots only: transaction `sequence` starts as it started, with no partition yet.
+    TYPE: ClassVar[str] = "TxnRestored"
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    sequence: int
+    started_at_ms: int
+
+
+TxnRecord = (
+    TxnProducerInitialized
+    | TxnPartitionAdded
+    | TxnGroupAdded
+    | TxnDecided
+    | TxnParticipantCompleted
+    | TxnProducerRestored
+    | TxnRestored
+)
+TXN_RECORD_TYPES: Final[tuple[type[TxnRecord], ...]] = (
+    TxnProducerInitialized,
+    TxnPartitionAdded,
+    TxnGroupAdded,
+    TxnDecided,
+    TxnParticipantCompleted,
+    TxnProducerRestored,
+    TxnRestored,
+)
+
+
 Record = (
     ClusterRegistered
     | ClusterStateChanged
@@ -198,6 +313,7 @@ Record = (
     | MetadataVersionChanged
     | GatewayRegistered
     | GatewayExpired
+    | TxnRecord
 )
 
 RECORD_TYPES: Final[tuple[type[Record], ...]] = (
@@ -217,6 +333,7 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     MetadataVersionChanged,
     GatewayRegistered,
     GatewayExpired,
+    *TXN_RECORD_TYPES,
 )
 
 
@@ -319,85 +436,3 @@ KEY_ORDER_RECORD_TYPES: Final[tuple[type[KeyOrderRecord], ...]] = (
 
 for _key_order_cls in KEY_ORDER_RECORD_TYPES:
     _quick_init(_key_order_cls)
-
-
-# ---- Transactions across sub-clusters (docs/TRANSACTIONS.md; replayed by metadata_log/txn.py) ----------------
-# Appended after every other type: they are not in ``Record`` / ``RECORD_TYPES`` until the image applies them.
-# Flat fields only (one record per partition, as PartitionsAdded), so the codec needs no case of its own.
-
-
-@dataclass(frozen=True, slots=True)
-class TxnProducerInitialized:  # v0: initial. A transactional.id's new (producer_id, epoch); every older one is fenced.
-    """Written by a producer's init_transactions, and by the coordinator when it takes a transaction over (a
-    timeout, or a decided transaction its owner leaves incomplete): the epoch moves on so the old owner can
-    start nothing more. ``at_ms`` is the proposer's wall clock."""
-
-    TYPE: ClassVar[str] = "TxnProducerInitialized"
-    transactional_id: str
-    producer_id: int
-    epoch: int
-    timeout_ms: int
-    at_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class TxnPartitionAdded:  # v0: initial. One physical partition joins transaction `sequence`; the first starts it.
-    """Logged before the producer writes to the partition (Kafka's AddPartitionsToTxn), so the coordinator
-    knows every cluster it may have to end the transaction on."""
-
-    TYPE: ClassVar[str] = "TxnPartitionAdded"
-    transactional_id: str
-    producer_id: int
-    epoch: int
-    sequence: int
-    cluster_id: str
-    physical_topic: str
-    physical_partition: int
-    at_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class TxnGroupAdded:  # v0: initial. A consumer group's offsets on one cluster join transaction `sequence`.
-    """``send_offsets_to_transaction``: the group's offsets for partitions on ``cluster_id`` are committed in
-    that cluster's part of the transaction (Kafka's AddOffsetsToTxn), so they become visible with its output."""
-
-    TYPE: ClassVar[str] = "TxnGroupAdded"
-    transactional_id: str
-    producer_id: int
-    epoch: int
-    sequence: int
-    cluster_id: str
-    group: str
-    at_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class TxnDecided:  # v0: initial. The decision of transaction `sequence`: final; what follows only completes it.
-    TYPE: ClassVar[str] = "TxnDecided"
-    transactional_id: str
-    producer_id: int
-    epoch: int
-    sequence: int
-    commit: bool
-    reason: str
-    at_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class TxnParticipantCompleted:  # v0: initial. One participant cluster ended its part as decided.
-    TYPE: ClassVar[str] = "TxnParticipantCompleted"
-    transactional_id: str
-    producer_id: int
-    epoch: int
-    sequence: int
-    cluster_id: str
-
-
-TxnRecord = TxnProducerInitialized | TxnPartitionAdded | TxnGroupAdded | TxnDecided | TxnParticipantCompleted
-TXN_RECORD_TYPES: Final[tuple[type[TxnRecord], ...]] = (
-    TxnProducerInitialized,
-    TxnPartitionAdded,
-    TxnGroupAdded,
-    TxnDecided,
-    TxnParticipantCompleted,
-)

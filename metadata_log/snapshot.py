@@ -53,6 +53,7 @@ from .records import (
     Record,
     TopicCreated,
 )
+from .txn import snapshot_records
 
 __all__ = [
     "Layout",
@@ -123,6 +124,8 @@ def _fields(image: MetadataImage) -> Iterator[RecordFields]:
         yield GatewayRegistered, (gw.gateway_id, gw.host, gw.port, gw.instance, gw.incarnation, gw.rack, gw.listener)
         if not gw.live:
             yield GatewayExpired, (gw.gateway_id, 0)  # the time of the expiry is not kept
+    for txn_record in snapshot_records(image.transactions):
+        yield type(txn_record), tuple(getattr(txn_record, name) for name in txn_record.__match_args__)
 
 
 # -- records ----------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ Only the records of ``records.py`` enter the log; everything here is recomputed 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
@@ -38,7 +38,9 @@ from .records import (
     TxnParticipantCompleted,
     TxnPartitionAdded,
     TxnProducerInitialized,
+    TxnProducerRestored,
     TxnRecord,
+    TxnRestored,
 )
 
 TxnState = Literal["ongoing", "committing", "aborting", "complete_commit", "complete_abort"]
@@ -58,6 +60,10 @@ DEFAULT_TRANSACTION_TIMEOUT_MS: Final = 60_000
 DEFAULT_COMPLETION_GRACE_MS: Final = 30_000
 """How long the owner of a decided transaction has to complete it on every participant before the
 coordinator fences it and completes the transaction itself."""
+PARTICIPANT_TRANSACTION_TIMEOUT_MS: Final = 900_000
+"""The transaction.timeout.ms of each participant's Kafka transaction (a broker's default
+transaction.max.timeout.ms): it must outlive the federated transaction's decision and completion, so that
+Kafka never aborts a part the log decided to commit (docs/TRANSACTIONS.md)."""
 MAX_PARTITIONS_PER_TRANSACTION: Final = 10_000
 """Most physical partitions plus groups in one transaction: bounds the records a transaction writes."""
 MAX_REASON_CHARS: Final = 200
@@ -171,20 +177,60 @@ def replay(txns: Transactions, records: Iterable[TxnRecord]) -> Transactions:
     producers = dict(txns.producers)
     next_pid = txns.next_producer_id
     for record in records:
-        if isinstance(record, TxnProducerInitialized):
-            next_pid = _replay_init(producers, next_pid, record)
-            continue
-        producer = producers.get(record.transactional_id)
-        if producer is None:
-            raise TxnRecordRejected(f"transactional id {record.transactional_id!r} was never initialized")
-        if isinstance(record, TxnDecided):
-            txn = _replay_decided(producer, record)
-        elif isinstance(record, TxnParticipantCompleted):
-            txn = _replay_completed(producer, record)
-        else:
-            txn = _replay_add(producer, record)
-        producers[record.transactional_id] = replace(producer, txn=txn)
+        next_pid = replay_into(producers, next_pid, record)
     return Transactions(producers, next_pid)
+
+
+def replay_into(producers: dict[str, TxnProducer], next_pid: int, record: TxnRecord) -> int:
+    """Fold one record into ``producers`` (the caller's copy); returns the next free producer id. Raises
+    ``TxnRecordRejected`` and then leaves ``producers`` as it was."""
+    if isinstance(record, TxnProducerInitialized):
+        return _replay_init(producers, next_pid, record)
+    if isinstance(record, TxnProducerRestored):
+        current = producers.get(record.transactional_id)
+        if not 0 <= record.epoch <= MAX_EPOCH or record.producer_id < 0:
+            raise TxnRecordRejected(f"producer {record.producer_id} epoch {record.epoch} is out of range")
+        producers[record.transactional_id] = TxnProducer(record.transactional_id, record.producer_id, record.epoch,
+            record.timeout_ms, record.at_ms, current.txn if current is not None else None)  # fmt: skip
+        return max(next_pid, record.producer_id + 1)
+    producer = producers.get(record.transactional_id)
+    if producer is None:
+        raise TxnRecordRejected(f"transactional id {record.transactional_id!r} was never initialized")
+    if isinstance(record, TxnRestored):
+        if (record.producer_id, record.epoch) != (producer.producer_id, producer.epoch):
+            raise TxnRecordRejected(f"{record.transactional_id!r}: a restored transaction must be the producer's")
+        txn = Transaction(record.producer_id, record.epoch, record.sequence, "ongoing", record.started_at_ms)
+    elif isinstance(record, TxnDecided):
+        txn = _replay_decided(producer, record)
+    elif isinstance(record, TxnParticipantCompleted):
+        txn = _replay_completed(producer, record)
+    else:
+        txn = _replay_add(producer, record)
+    producers[record.transactional_id] = replace(producer, txn=txn)
+    return next_pid
+
+
+def snapshot_records(txns: Transactions) -> Iterator[TxnRecord]:
+    """Records that rebuild ``txns`` from ``EMPTY_TRANSACTIONS`` (a snapshot): per transactional.id, its
+    transaction replayed under the epoch that ran it (restored, its partitions and groups added, decided,
+    completed where it is), then the producer as it is now. ``next_producer_id`` follows: producer ids are
+    handed out in order and the newest is always some producer's current one."""
+    for producer in sorted(txns.producers.values(), key=lambda p: p.producer_id):
+        tid, txn = producer.transactional_id, producer.txn
+        if txn is not None:
+            yield TxnProducerRestored(tid, txn.producer_id, txn.epoch, producer.timeout_ms, producer.initialized_at_ms)
+            yield TxnRestored(tid, txn.producer_id, txn.epoch, txn.sequence, txn.started_at_ms)
+            key = (tid, txn.producer_id, txn.epoch, txn.sequence)
+            for p in sorted(txn.partitions):
+                yield TxnPartitionAdded(*key, *_fields(p), txn.started_at_ms)
+            for cluster_id, group in sorted(txn.groups):
+                yield TxnGroupAdded(*key, cluster_id, group, txn.started_at_ms)
+            if txn.decided:
+                yield TxnDecided(*key, txn.commit, txn.reason, txn.decided_at_ms or 0)
+                for cluster_id in sorted(txn.clusters - txn.pending):
+                    yield TxnParticipantCompleted(*key, cluster_id)
+        yield TxnProducerRestored(tid, producer.producer_id, producer.epoch, producer.timeout_ms,
+                                  producer.initialized_at_ms)  # fmt: skip
 
 
 def _replay_init(producers: dict[str, TxnProducer], next_pid: int, r: TxnProducerInitialized) -> int:

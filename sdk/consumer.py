@@ -30,6 +30,7 @@ from metadata_log.image import MetadataImage, PartitionImage
 
 from .config import split_config
 from .messages import Origin, Placement, Slots, place_batch, placement_in, set_slot
+from .transactions import GroupMetadata
 
 log = logging.getLogger(__name__)
 
@@ -361,6 +362,29 @@ class FederatedConsumer:
                 _commit(consumer, offsets, asynchronous)
         except KafkaException as e:
             log.warning("group %s: commit failed: %s", self.group, e)
+
+    # -- transactions: consume-transform-produce --------------------------------------------------------------
+    def consumer_group_metadata(self) -> GroupMetadata:
+        """What ``FederatedProducer.send_offsets_to_transaction`` takes: this group, and this consumer to map
+        logical partitions to physical ones."""
+        return GroupMetadata(str(self.group), self)
+
+    def physical_offsets(self, offsets: Sequence[TopicPartition]) -> dict[str, tuple[list[TopicPartition], Any]]:
+        """Per cluster: ``offsets`` (logical partitions) as physical ones, and its consumer's group metadata.
+        Partitions this member does not own are skipped, as by ``commit``."""
+        by_cluster: dict[str, tuple[list[TopicPartition], Any]] = {}
+        for tp in offsets:
+            if tp.offset < 0:
+                raise ValueError(f"offset of {tp.topic}/{tp.partition} must be >= 0, got {tp.offset}")
+            placement = self._owned.get((tp.topic, tp.partition))
+            if placement is None:
+                continue
+            cluster_id = placement.cluster_id
+            if cluster_id not in by_cluster:
+                by_cluster[cluster_id] = ([], self._consumers[cluster_id].consumer_group_metadata())
+            physical = TopicPartition(placement.physical_topic, placement.physical_partition, tp.offset)
+            by_cluster[cluster_id][0].append(physical)
+        return by_cluster
 
     def close(self) -> None:
         """Commit (with auto commit), leave the group so others take over at once, and stop."""

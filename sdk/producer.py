@@ -40,6 +40,7 @@ from metadata_log.publisher import LogDelta
 from .config import split_config
 from .errors import NoWritablePartition, PartitionNotWritable, UnknownTopic
 from .messages import Origin, Placement, Report, label, placement_in, reporter, unsent
+from .transactions import TransactionalApi, Transactions
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +97,11 @@ class _Route:
     why_not: Mapping[int, str]  # logical partition -> why it takes no writes
 
 
-class FederatedProducer:
+class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/transactions.py
     def __init__(self, config: Mapping[str, Any]) -> None:
         client_config = split_config(config)
         cfg = client_config.kafka
+        self._txn = Transactions.from_config(self, client_config)
         self._mute_s = int(cfg.pop("kfed.mute.ms", DEFAULT_MUTE_MS)) / 1000
         self._default_callback: DeliveryCallback | None = cfg.pop("on_delivery", None)
         self._physical_config = {"enable.metrics.push": False, **cfg}
@@ -118,6 +120,8 @@ class FederatedProducer:
         self._follower.poll(0)  # an image before the first produce
         self._follower.start()
         self.produce = _keyless_router(self._keyless, self.produce)  # type: ignore[method-assign]  # same call
+        if self._txn is not None:
+            self.produce = self._txn.guard(self.produce)  # type: ignore[method-assign]  # same call
 
     # -- metadata ----------------------------------------------------------------------------------
     @property
@@ -228,7 +232,11 @@ class FederatedProducer:
         cluster = self._follower.image.clusters[cluster_id]
         config = {**self._physical_config, "bootstrap.servers": cluster.bootstrap_servers,
                   "error_cb": partial(self._cluster_error, cluster_id)}  # fmt: skip
+        if self._txn is not None:
+            config.update(self._txn.physical_config(cluster_id))
         producer = Producer(config)
+        if self._txn is not None:
+            self._txn.started(producer)
         self._producers[cluster_id] = producer
         return producer
 
@@ -248,7 +256,9 @@ class FederatedProducer:
                 callback(None, label(msg, target.origin))
             return
         code = err.code()
-        if rerouted and code == KafkaError._PURGE_QUEUE:
+        if self._txn is not None:
+            self._txn.delivery_failed(err)
+        if rerouted and code == KafkaError._PURGE_QUEUE and self._txn is None:  # a transaction's stay in it
             # never sent: safe to produce again, elsewhere
             self._reroute.append((target.origin.topic, msg.value(), msg.headers(), msg.timestamp()[1], callback))
             return
@@ -339,6 +349,8 @@ class FederatedProducer:
     def close(self, timeout: float | None = 30.0) -> int:
         remaining = self.flush(timeout)
         self._follower.stop()
+        if self._txn is not None:
+            self._txn.close()
         return remaining
 
     def __enter__(self) -> FederatedProducer:

@@ -38,6 +38,13 @@ from ..records import (
     Record,
     TopicCreated,
     TopicDeleted,
+    TxnDecided,
+    TxnGroupAdded,
+    TxnParticipantCompleted,
+    TxnPartitionAdded,
+    TxnProducerInitialized,
+    TxnProducerRestored,
+    TxnRestored,
 )
 from .cluster import ClusterDelta, LastRegistrations
 from .common import InvalidRecord
@@ -46,13 +53,14 @@ from .groups import GroupsDelta
 from .metadata import MetadataImage
 from .quorum import QuorumDelta
 from .topics import TopicsDelta
+from .transactions import TransactionsDelta
 
 
 class MetadataDelta:
     """Changes of one batch over a base image: ``replay`` records (or ``replay_run`` columns), then ``apply``
     once. Counts the records replayed: the image after them is at ``base.offset`` + that many."""
 
-    __slots__ = ("_base", "_clusters", "_count", "_gateways", "_groups", "_memo", "_quorum", "_topics")
+    __slots__ = ("_base", "_clusters", "_count", "_gateways", "_groups", "_memo", "_quorum", "_topics", "_txns")
 
     def __init__(self, base: MetadataImage) -> None:
         self._base = base
@@ -61,6 +69,7 @@ class MetadataDelta:
         self._groups: GroupsDelta | None = None
         self._quorum: QuorumDelta | None = None
         self._gateways: GatewaysDelta | None = None
+        self._txns: TransactionsDelta | None = None
         self._memo = base.replay_memo
         self._count = 0
 
@@ -102,6 +111,12 @@ class MetadataDelta:
         part = self._gateways
         if part is None:
             part = self._gateways = GatewaysDelta(self._base.gateways)
+        return part
+
+    def transactions_delta(self) -> TransactionsDelta:
+        part = self._txns
+        if part is None:
+            part = self._txns = TransactionsDelta(self._base.transactions)
         return part
 
     # -- replay --------------------------------------------------------------------------------------
@@ -161,6 +176,7 @@ class MetadataDelta:
             quorum.metadata_version if quorum is not None else base.metadata_version,
             gateways.apply() if gateways is not None else base.gateways,
             self._memo,
+            transactions=self._txns.apply() if self._txns is not None else base.transactions,
         )
 
 
@@ -195,6 +211,13 @@ _ROUTES: Final[Mapping[type[Record], _Route]] = {
     GatewayRegistered: (MetadataDelta.gateways_delta, GatewaysDelta.replay_registered),
     GatewayExpired: (MetadataDelta.gateways_delta, GatewaysDelta.replay_expired),
     NoOp: (_no_part, _nothing),
+    TxnProducerInitialized: (MetadataDelta.transactions_delta, TransactionsDelta.replay),
+    TxnPartitionAdded: (MetadataDelta.transactions_delta, TransactionsDelta.replay),
+    TxnGroupAdded: (MetadataDelta.transactions_delta, TransactionsDelta.replay),
+    TxnDecided: (MetadataDelta.transactions_delta, TransactionsDelta.replay),
+    TxnParticipantCompleted: (MetadataDelta.transactions_delta, TransactionsDelta.replay),
+    TxnProducerRestored: (MetadataDelta.transactions_delta, TransactionsDelta.replay),
+    TxnRestored: (MetadataDelta.transactions_delta, TransactionsDelta.replay),
 }
 """Per record type: the part of the image it changes, and the part's method that replays it."""
 

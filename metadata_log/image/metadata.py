@@ -11,6 +11,7 @@ from .gateways import GatewayImage
 from .groups import GroupImage
 from .quorum import VoterImage
 from .topics import PartitionImage, TopicImage
+from .transactions import EMPTY_TRANSACTIONS, Transactions
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,8 @@ class MetadataImage:
     metadata_version: int = 1  # see ``MetadataVersionChanged``
     gateways: Mapping[int, GatewayImage] = field(default_factory=dict)  # ``kfed gateway`` instances, by broker id
     replay_memo: LastRegistrations | None = field(default=None, compare=False, repr=False)
+    # After replay_memo, so that positional construction of the fields before it stays as it is.
+    transactions: Transactions = EMPTY_TRANSACTIONS  # producers by transactional.id, their transactions
 
     def partition_count(self) -> int:
         return sum(len(t.partitions) for t in self.topics.values())

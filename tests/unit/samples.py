@@ -21,6 +21,13 @@ from metadata_log.records import (
     Record,
     TopicCreated,
     TopicDeleted,
+    TxnDecided,
+    TxnGroupAdded,
+    TxnParticipantCompleted,
+    TxnPartitionAdded,
+    TxnProducerInitialized,
+    TxnProducerRestored,
+    TxnRestored,
 )
 
 ONE_OF_EACH: list[Record] = [
@@ -51,5 +58,12 @@ ONE_OF_EACH: list[Record] = [
     GatewayRegistered(0, "127.0.0.1", 9092, "instance-a", 1),
     GatewayRegistered(1, "127.0.0.1", 9093, "instance-b", 2, "rack-1"),
     GatewayExpired(1, 1_700_000_003_000),
+    TxnProducerInitialized("tx-a", 0, 0, 60_000, 1_700_000_004_000),
+    TxnPartitionAdded("tx-a", 0, 0, 0, "c1", "U_TopicA", 0, 1_700_000_004_100),
+    TxnGroupAdded("tx-a", 0, 0, 0, "c2", "g1", 1_700_000_004_200),
+    TxnDecided("tx-a", 0, 0, 0, True, "committed by its producer", 1_700_000_004_300),
+    TxnParticipantCompleted("tx-a", 0, 0, 0, "c1"),
+    TxnProducerRestored("tx-b", 5, 3, 60_000, 1_700_000_004_400),
+    TxnRestored("tx-b", 5, 3, 9, 1_700_000_004_500),
 ]
 """A log that uses every record type and every kind of change; it applies cleanly from the empty image."""

@@ -401,6 +401,10 @@ class TxnMachine(RuleBasedStateMachine):
                 key = self.owner_of[rid]
                 assert self.decisions.get(key) is True, f"{rid} of {key} is visible, decision {self.decisions.get(key)}"
 
+    @invariant()
+    def a_snapshot_replays_to_the_state(self) -> None:
+        assert T.replay(T.EMPTY_TRANSACTIONS, T.snapshot_records(self.txns)) == self.txns
+
     def teardown(self) -> None:
         self.quiesce()
 
