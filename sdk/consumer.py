@@ -25,10 +25,10 @@ from confluent_kafka import OFFSET_STORED, Consumer, KafkaException, Message, To
 
 from metadata_log.client import ControllerClient
 from metadata_log.errors import KfedError
-from metadata_log.follower import LogFollower
+from metadata_log.follower import FollowerError, LogFollower
 from metadata_log.image import MetadataImage, PartitionImage
 
-from .config import split_config
+from .config import check_kafka_settings, ms_setting, split_config
 from .messages import Origin, Placement, Slots, place_batch, placement_in, set_slot
 
 log = logging.getLogger(__name__)
@@ -54,15 +54,22 @@ class FederatedConsumer:
         self.group = cfg.get("group.id")
         if not self.group:
             raise ValueError("config needs 'group.id'")
-        self._session_timeout_ms = int(cfg.pop("kfed.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))
+        # librdkafka checks the settings it is passed (the probe below); these are taken out first
+        self._session_timeout_ms = ms_setting(cfg, "kfed.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS, minimum=1)
         # An application that stops polling (stuck, or its thread died) must not keep its partitions:
         # past this, the heartbeat thread leaves the group; the next poll joins again.
-        self._max_poll_interval_s = int(cfg.pop("max.poll.interval.ms", DEFAULT_MAX_POLL_INTERVAL_MS)) / 1000
+        self._max_poll_interval_s = (
+            ms_setting(cfg, "max.poll.interval.ms", DEFAULT_MAX_POLL_INTERVAL_MS, minimum=1) / 1000
+        )
         self._last_poll = time.monotonic()
         # Auto commit is done here, from what the application was handed: librdkafka's own would also count
         # messages still in this consumer's buffer, which a revocation drops (and the next owner would skip).
-        self._auto_commit = str(cfg.pop("enable.auto.commit", True)).lower() in ("true", "1")
-        self._auto_commit_s = int(cfg.pop("auto.commit.interval.ms", 5000)) / 1000
+        auto_commit = str(cfg.pop("enable.auto.commit", True)).lower()
+        if auto_commit not in ("true", "1", "false", "0"):
+            raise ValueError(f"invalid value {auto_commit!r} for configuration property 'enable.auto.commit': "
+                             "true or false is needed")  # fmt: skip
+        self._auto_commit = auto_commit in ("true", "1")
+        self._auto_commit_s = ms_setting(cfg, "auto.commit.interval.ms", 5000) / 1000
         self._last_auto_commit = time.monotonic()
         cfg.pop("enable.auto.offset.store", None)
         # Tansu ignores max.partition.fetch.bytes: without a short queue back-off librdkafka waits 1 s per cycle.
@@ -73,8 +80,12 @@ class FederatedConsumer:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
         }
+        check_kafka_settings(Consumer, self._physical_config)  # invalid settings fail here, as confluent-kafka's
         self._follower = LogFollower(controllers, wait_ms=2000, access=access)
-        self._follower.poll(0)
+        try:
+            self._follower.poll(0)
+        except FollowerError as e:  # like bootstrap.servers: retried in the background
+            log.warning("no metadata yet (%s); following the log in the background", e)
         self._follower.start()
         self._client = ControllerClient(controllers, deadline_s=CLIENT_DEADLINE_S, access=access)
         self._consumers: dict[str, Consumer] = {}
