@@ -181,79 +181,8 @@ class GatewayExpired:  # v0: initial. Its lease ran out, or another registration
     at_ms: int
 
 
-Record = (
-    ClusterRegistered
-    | ClusterStateChanged
-    | ClusterFenced
-    | ClusterUnfenced
-    | PhysicalPartitionsReported
-    | TopicCreated
-    | PartitionsAdded
-    | PartitionStateChanged
-    | TopicDeleted
-    | GroupCoordinatorAssigned
-    | GroupGenerationStarted
-    | NoOp
-    | QuorumVoterChanged
-    | MetadataVersionChanged
-    | GatewayRegistered
-    | GatewayExpired
-)
-
-RECORD_TYPES: Final[tuple[type[Record], ...]] = (
-    ClusterRegistered,
-    ClusterStateChanged,
-    ClusterFenced,
-    ClusterUnfenced,
-    PhysicalPartitionsReported,
-    TopicCreated,
-    PartitionsAdded,
-    PartitionStateChanged,
-    TopicDeleted,
-    GroupCoordinatorAssigned,
-    GroupGenerationStarted,
-    NoOp,
-    QuorumVoterChanged,
-    MetadataVersionChanged,
-    GatewayRegistered,
-    GatewayExpired,
-)
-
-
-def _quick_init(cls: type) -> None:
-    """Replace the ``__init__`` of a frozen slots dataclass by one that stores each field through its slot
-    descriptor. The generated one calls ``object.__setattr__`` per field (frozen classes forbid plain
-    assignment): 1.1 µs for a ``PartitionsAdded`` against 0.5 µs, and records are built by the million (a
-    follower decodes every one; a 500-partition topic is 501). Same signature, defaults and result:
-    the class stays frozen, since only ``__init__`` writes through the descriptors."""
-    fields = dataclasses.fields(cls)
-    namespace: dict[str, Any] = {}
-    params, body = [], []
-    for f in fields:
-        if f.default_factory is not dataclasses.MISSING:
-            raise TypeError(f"{cls.__name__}.{f.name}: default factories are not supported here")
-        if f.default is dataclasses.MISSING:
-            params.append(f.name)
-        else:
-            namespace[f"_default_{f.name}"] = f.default
-            params.append(f"{f.name}=_default_{f.name}")
-        namespace[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
-        body.append(f"    _set_{f.name}(self, {f.name})")
-    source = f"def __init__(self, {', '.join(params)}):\n" + ("\n".join(body) or "    pass") + "\n"
-    exec(source, namespace)  # built from the dataclass's own field names, as dataclasses does
-    init = namespace["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    cls.__init__ = init  # type: ignore[misc]
-
-
-for _cls in (*RECORD_TYPES, GroupMember):
-    _quick_init(_cls)
-
-
 # -- Key order (issue 27, docs/KEY_ORDER.md) ------------------------------------------------------------------
-# Replayed by ``metadata_log/keyorder/replay.py``. They join ``Record`` and ``RECORD_TYPES`` (and the samples of
-# every type in tests/unit/samples.py) in the change that makes ``image.py`` apply them; until then no command
-# proposes them and the codec does not know them.
+# Replayed by ``metadata_log/keyorder/replay.py`` (the image's ``key_orders``); in ``Record`` and ``RECORD_TYPES``.
 
 KeyOrder = Literal["none", "strict"]
 KEY_ORDERS: Final[tuple[KeyOrder, ...]] = ("none", "strict")
@@ -317,8 +246,75 @@ KEY_ORDER_RECORD_TYPES: Final[tuple[type[KeyOrderRecord], ...]] = (
     KeyRangeReleased,
 )
 
-for _key_order_cls in KEY_ORDER_RECORD_TYPES:
-    _quick_init(_key_order_cls)
+Record = (
+    ClusterRegistered
+    | ClusterStateChanged
+    | ClusterFenced
+    | ClusterUnfenced
+    | PhysicalPartitionsReported
+    | TopicCreated
+    | PartitionsAdded
+    | PartitionStateChanged
+    | TopicDeleted
+    | GroupCoordinatorAssigned
+    | GroupGenerationStarted
+    | NoOp
+    | QuorumVoterChanged
+    | MetadataVersionChanged
+    | GatewayRegistered
+    | GatewayExpired
+    | KeyOrderRecord
+)
+
+RECORD_TYPES: Final[tuple[type[Record], ...]] = (
+    ClusterRegistered,
+    ClusterStateChanged,
+    ClusterFenced,
+    ClusterUnfenced,
+    PhysicalPartitionsReported,
+    TopicCreated,
+    PartitionsAdded,
+    PartitionStateChanged,
+    TopicDeleted,
+    GroupCoordinatorAssigned,
+    GroupGenerationStarted,
+    NoOp,
+    QuorumVoterChanged,
+    MetadataVersionChanged,
+    GatewayRegistered,
+    GatewayExpired,
+    *KEY_ORDER_RECORD_TYPES,
+)
+
+
+def _quick_init(cls: type) -> None:
+    """Replace the ``__init__`` of a frozen slots dataclass by one that stores each field through its slot
+    descriptor. The generated one calls ``object.__setattr__`` per field (frozen classes forbid plain
+    assignment): 1.1 µs for a ``PartitionsAdded`` against 0.5 µs, and records are built by the million (a
+    follower decodes every one; a 500-partition topic is 501). Same signature, defaults and result:
+    the class stays frozen, since only ``__init__`` writes through the descriptors."""
+    fields = dataclasses.fields(cls)
+    namespace: dict[str, Any] = {}
+    params, body = [], []
+    for f in fields:
+        if f.default_factory is not dataclasses.MISSING:
+            raise TypeError(f"{cls.__name__}.{f.name}: default factories are not supported here")
+        if f.default is dataclasses.MISSING:
+            params.append(f.name)
+        else:
+            namespace[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        namespace[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
+        body.append(f"    _set_{f.name}(self, {f.name})")
+    source = f"def __init__(self, {', '.join(params)}):\n" + ("\n".join(body) or "    pass") + "\n"
+    exec(source, namespace)  # built from the dataclass's own field names, as dataclasses does
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init  # type: ignore[misc]
+
+
+for _cls in (*RECORD_TYPES, GroupMember):
+    _quick_init(_cls)
 
 
 # ---- Transactions across sub-clusters (docs/TRANSACTIONS.md; replayed by metadata_log/txn.py) ----------------

@@ -19,6 +19,7 @@ almost all ``PartitionsAdded`` and ``PhysicalPartitionsReported``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import fields as dataclass_fields
 from dataclasses import replace
 from typing import Any, Final, Literal
 
@@ -35,6 +36,7 @@ from .codec import (
 )
 from .heap import gc_paused
 from .image import EMPTY_IMAGE, MetadataDelta, MetadataImage, apply
+from .keyorder.replay import snapshot_records as key_order_records
 from .records import (
     ClusterFenced,
     ClusterRegistered,
@@ -123,6 +125,9 @@ def _fields(image: MetadataImage) -> Iterator[RecordFields]:
         yield GatewayRegistered, (gw.gateway_id, gw.host, gw.port, gw.instance, gw.incarnation, gw.rack, gw.listener)
         if not gw.live:
             yield GatewayExpired, (gw.gateway_id, 0)  # the time of the expiry is not kept
+    # key order (issue 27): after the topics, whose partitions its ranges name
+    for record in key_order_records(image.key_orders):
+        yield type(record), tuple(getattr(record, f.name) for f in dataclass_fields(record))
 
 
 # -- records ----------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Final
 from .cluster import ClusterImage, LastRegistrations
 from .gateways import GatewayImage
 from .groups import GroupImage
+from .key_orders import KeyOrders
 from .quorum import VoterImage
 from .topics import PartitionImage, TopicImage
 
@@ -28,6 +29,7 @@ class MetadataImage:
     voters: Mapping[int, VoterImage] = field(default_factory=dict)
     metadata_version: int = 1  # see ``MetadataVersionChanged``
     gateways: Mapping[int, GatewayImage] = field(default_factory=dict)  # ``kfed gateway`` instances, by broker id
+    key_orders: KeyOrders = field(default_factory=dict)  # per topic ever strict (issue 27); absent: key_order none
     replay_memo: LastRegistrations | None = field(default=None, compare=False, repr=False)
 
     def partition_count(self) -> int:
