@@ -17,7 +17,7 @@ from fastapi import FastAPI
 
 from .. import auth, dashboard, metrics, problems
 from ..service import ControllerService
-from . import agents, clusters, gateways, groups, health, log, metadata, operations, quorum, topics
+from . import agents, clusters, gateways, groups, health, key_order, log, metadata, operations, quorum, topics
 from .hotpath import HotPath
 from .limits import MeasureAndLimit
 from .log import LogStreams
@@ -35,6 +35,7 @@ ROUTERS: tuple[Router, ...] = (  # the most requested first: FastAPI tries them 
     topics.router,
     operations.router,
     gateways.router,
+    key_order.router,  # issue 27
 )
 LEADER_ROUTES: tuple[LeaderRoute, ...] = tuple(route for router in ROUTERS for route in router.leader_routes)
 """What the hot path forwards from a follower (and, for writes with a body, serves on the leader)."""

@@ -35,6 +35,7 @@ class CreateTopic(_Strict):
     partitions_per_cluster: int = Field(le=INT32_MAX, description="Logical partitions placed on each active cluster.")
     physical_topic: str | None = Field(None, description="Physical topic name; defaults to the logical name.")
     retention_ms: int | None = Field(None, le=INT64_MAX, description="Retention of the data (used by drain decisions).")
+    key_order: str = Field("none", description="'strict': per-key order across resizes (docs/KEY_ORDER.md); 'none'.")
 
 
 class AddPartitions(_Strict):
@@ -101,3 +102,16 @@ class GroupHeartbeat(_Strict):
 
 class GroupLeave(_Strict):
     member_id: str = Field(max_length=200)
+
+
+# -- key order (issue 27) --------------------------------------------------------------------------------
+class ChangeKeyOrder(_Strict):
+    key_order: str = Field(description="'strict' (per-key order across resizes) or 'none'.")
+
+
+class KeySeals(_Strict):
+    topic: str = Field(description="The strict logical topic.")
+    epoch: int = Field(ge=0, le=INT64_MAX, description="The epoch whose seals were measured (the latest).")
+    end_offsets: dict[Annotated[int, Field(ge=0, le=INT32_MAX)], Annotated[int, Field(ge=0, le=INT64_MAX)]] = Field(
+        max_length=100_000, description="Logical partition -> its physical end offset (the seal)."
+    )

@@ -1,0 +1,60 @@
+"""Strict key order on the local federation (issue 27, docs/KEY_ORDER.md): a topic created strict from the CLI,
+its routing epochs started by planned changes (in their batch) and by the leader's loop (an expand, once the
+new partitions have leaders), and the seal points the agents measure after the grace."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+
+from deploy.local import LocalFederation, kfed_command
+
+from .conftest import controllers, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def kfed(fed: LocalFederation, *args: str) -> str:
+    command = kfed_command(*args, "--controller", controllers(fed), *fed.quorum.token_args)
+    return subprocess.run(command, check=True, capture_output=True, text=True, timeout=120).stdout
+
+
+def topic(fed: LocalFederation, name: str) -> dict[str, Any]:
+    return dict(fed.metadata(topic=name)["topics"][0])
+
+
+@pytest.mark.brokers("tansu")
+def test_a_strict_topics_epochs_follow_expand_and_shrink_and_the_agents_seal_them(fed: LocalFederation) -> None:
+    out = kfed(fed, "topic", "create", "K", "--region", "r1", "--partitions-per-cluster", "2", "--key-order", "strict")
+    assert "key order strict" in out
+    first = topic(fed, "K")
+    assert (first["key_order"], first["key_epoch"]) == ("strict", 1)
+    assert sorted({p for _, _, p in first["key_ranges"]}) == [0, 1, 2, 3]
+    fed.wait_writable("K")
+
+    # expand: the leader's loop starts the epoch once P4 and P5 have leaders
+    # (in a physical topic of their own: Tansu cannot add partitions to K)
+    kfed(fed, "topic", "expand", "K", "--cluster", "c1", "--partitions", "4", "--physical-topic", "K-more")
+    expanded = wait_until(lambda: (t := topic(fed, "K"))["key_epoch"] == 2 and t, 30, "the expand's epoch")
+    assert sorted({p for _, _, p in expanded["key_ranges"]}) == [0, 1, 2, 3, 4, 5]
+    assert expanded["key_epoch_cause"] == "writable partitions changed"
+    assert expanded["pending_seals"], "the partitions that gave keys to P4 and P5 are to be sealed"
+    sealed = wait_until(lambda: not (t := topic(fed, "K"))["pending_seals"] and t, 30, "the agents' seals")
+    assert {s["epoch"] for s in sealed["seals"]} == {2}
+    assert {s["partition"] for s in sealed["seals"]} == set(expanded["pending_seals"])
+
+    # shrink: the epoch is in the shrink's own batch
+    kfed(fed, "topic", "shrink", "K", "--partitions", "5", "--no-wait")
+    shrunk = topic(fed, "K")
+    assert shrunk["key_epoch"] == 3 and shrunk["key_epoch_cause"] == "K shrunk"
+    assert 5 not in {p for _, _, p in shrunk["key_ranges"]} and shrunk["pending_seals"] == [5]
+    wait_until(lambda: not topic(fed, "K")["pending_seals"], 30, "P5's seal")
+    status = kfed(fed, "topic", "status", "K")
+    assert "key order strict: epoch 3 (K shrunk)" in status and "seals pending: none" in status
+
+    # an operator switches it back to none, and strict again: epochs go on from where they were
+    assert "key order none" in kfed(fed, "topic", "key-order", "K", "none")
+    assert topic(fed, "K")["key_order"] == "none"
+    assert "epoch 4" in kfed(fed, "topic", "key-order", "K", "strict")
