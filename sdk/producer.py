@@ -10,6 +10,10 @@ created on first use). Routing comes from a followed metadata image (the log, ta
 - keyed messages go to ``crc32(key) % len(writable partitions)``. Ordering caveat: when the writable set
   changes (a partition goes read-only, a cluster is fenced or added), keys move to other partitions, so
   per-key order holds only while the set is stable — as with any partition-count change in Kafka;
+- on a ``key_order: strict`` topic (docs/KEY_ORDER.md), keyed messages go where the topic's current routing
+  epoch maps their slot (``crc32(key) & 16383``) and carry that epoch in a ``kfed-epoch`` header; a key
+  whose partition takes no writes right now waits (below) instead of moving: keys move only with an epoch.
+  Key-less messages and explicit partitions are routed as on any topic, unstamped (they are never held);
 - an explicit ``partition`` that is not writable fails at once with ``PartitionNotWritable``.
 
 Waiting, as librdkafka does for a topic whose leader is unknown: a message that no partition can take
@@ -37,7 +41,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import cycle
@@ -47,6 +51,8 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from metadata_log.follower import FollowerError, LogFollower
 from metadata_log.image import ClusterImage, MetadataImage, is_writable
+from metadata_log.keyorder.replay import strict_history
+from metadata_log.keyorder.routing import SLOT_MASK, epoch_header
 from metadata_log.publisher import LogDelta
 
 from .config import check_kafka_settings, ms_setting, split_config
@@ -112,15 +118,27 @@ class _Route:
     # partition when the metadata is not loaded yet (the topic is then not known either way).
     leaderless: frozenset[int] = frozenset()
     loaded: bool = True
+    # key_order strict: the target of each key slot (None: its partition takes no writes now, keyed
+    # messages of that slot wait), and the epoch header keyed messages carry. None on other topics.
+    table: Sequence[_Target | None] | None = None
+    stamp: tuple[str, bytes] | None = None
 
     def waits(self, partition: int) -> bool:
         """Whether a message for this explicit partition waits (rather than is refused) while it cannot go."""
         return not self.loaded or partition in self.leaderless
 
-    def takes(self, partition: int | None) -> bool:
-        """Whether a message for ``partition`` (None: routed here) can go now."""
+    def keyed(self, key: Any) -> _Target | None:
+        """Where a keyed message goes now; None while it cannot go (``FederatedProducer.produce`` does the
+        same inline)."""
+        crc = zlib.crc32(key if isinstance(key, bytes) else str(key).encode())
+        if self.table is not None:
+            return self.table[crc & SLOT_MASK]
+        return self.writable[crc % len(self.writable)] if self.writable else None
+
+    def takes(self, partition: int | None, key: Any) -> bool:
+        """Whether a message for ``partition`` (None: routed here) with ``key`` can go now."""
         if partition is None:
-            return bool(self.writable)
+            return bool(self.writable) if key is None else self.keyed(key) is not None
         return partition in self.targets and partition not in self.why_not
 
 
@@ -235,13 +253,28 @@ class FederatedProducer:
                 report = self._reporter(target, rerouted=True)
                 keyless.append((producer.produce, p.physical_topic, p.physical_partition, report, target))
                 writable.append(target)
-        route = _Route(tuple(writable), cycle(keyless), targets, why_not, frozenset(leaderless))
+        table, stamp = self._strict_table(image, topic, writable)
+        route = _Route(tuple(writable), cycle(keyless), targets, why_not, frozenset(leaderless), True, table, stamp)
         with self._lock:  # the check and the stores at once: the follower thread may forget routes between them
             if epoch == self._epoch:  # else made from what just changed: good for this message only
                 self._routes[topic] = route
                 if writable and topic not in self._waiting:  # the C router must not overtake waiting messages
                     self._keyless[topic] = route.keyless
         return route
+
+    def _strict_table(
+        self, image: MetadataImage, topic: str, writable: list[_Target]
+    ) -> tuple[list[_Target | None] | None, tuple[str, bytes] | None]:
+        """For a strict topic, its current epoch's slot -> target table (a slot whose partition is not in
+        ``writable`` maps to None) and epoch header; (None, None) for any other topic."""
+        history = strict_history(image.key_orders, topic)
+        if history is None:
+            return None, None
+        by_partition = {t.origin.partition: t for t in writable}
+        table: list[_Target | None] = []
+        for first, end, partition in history.map.ranges():
+            table += [by_partition.get(partition)] * (end - first)
+        return table, epoch_header(history.epoch)
 
     # -- producing ---------------------------------------------------------------------------------
     def produce(
@@ -278,7 +311,16 @@ class FederatedProducer:
                 else:  # two to five arguments fewer to parse: the usual case
                     send(physical_topic, value, None, physical_partition, report)
                 return
-            target = writable[zlib.crc32(key if isinstance(key, bytes) else str(key).encode()) % len(writable)]
+            crc = zlib.crc32(key if isinstance(key, bytes) else str(key).encode())
+            table = route.table
+            if table is None:
+                target = writable[crc % len(writable)]
+            else:  # strict: the epoch's owner of the key's slot, or wait for it
+                target = table[crc & SLOT_MASK]  # type: ignore[assignment]  # checked just below
+                if target is None:
+                    self._wait(topic, _Waiting(value, key, None, headers, on_delivery, timestamp, 0.0))
+                    return
+                headers = _stamped(headers, route.stamp)  # type: ignore[arg-type]  # set with table
         else:
             target = route.targets.get(partition)  # type: ignore[assignment]  # checked just below
             if (target is None or partition in route.why_not) and not route.waits(partition):
@@ -317,7 +359,7 @@ class FederatedProducer:
             still: deque[_Waiting] = deque()
             for m in queue:
                 p = m.partition
-                if route.takes(p):
+                if route.takes(p, m.key):
                     self._send(route, topic, m.value, m.key, p, m.headers, m.callback, m.timestamp)
                 elif p is not None and route.loaded and not route.waits(p):
                     why = route.why_not.get(p, f"topic {topic!r} has no partition {p}")
@@ -357,9 +399,9 @@ class FederatedProducer:
             send(physical_topic, value, None, physical_partition, report, None, timestamp, headers)
             return
         if partition is None:
-            target = route.writable[
-                zlib.crc32(key if isinstance(key, bytes) else str(key).encode()) % len(route.writable)
-            ]
+            target = route.keyed(key)  # type: ignore[assignment]  # takes() said it can go
+            if route.stamp is not None:
+                headers = _stamped(headers, route.stamp)
         else:
             target = route.targets[partition]
         pinned = target.report_pinned if on_delivery is None else partial(self._delivered, target, on_delivery, False)
@@ -532,6 +574,15 @@ def _why_not_writable(state: str, cluster: ClusterImage | None) -> str:
     if cluster.fenced:
         return f"cluster {cluster.cluster_id} is fenced ({cluster.fenced_reason})"
     return f"cluster {cluster.cluster_id} is {cluster.state}"
+
+
+def _stamped(headers: Any, stamp: tuple[str, bytes]) -> list[Any]:
+    """``headers`` (None, a list of pairs or a dict, as confluent-kafka takes them) with the epoch header."""
+    if headers is None:
+        return [stamp]
+    if isinstance(headers, dict):
+        return [*headers.items(), stamp]
+    return [*headers, stamp]
 
 
 def _keyless_router(routes: dict[str, Iterator[Keyless]], produce: Callable[..., None]) -> Callable[..., None]:

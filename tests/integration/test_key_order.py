@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from deploy.local import LocalFederation, kfed_command
+from metadata_log.keyorder.routing import slot_of
+from sdk import FederatedConsumer, FederatedProducer
 
 from .conftest import controllers, wait_until
 
@@ -25,6 +27,34 @@ def topic(fed: LocalFederation, name: str) -> dict[str, Any]:
     return dict(fed.metadata(topic=name)["topics"][0])
 
 
+def owner(key_ranges: list[list[int]], key: bytes) -> int:
+    slot = slot_of(key)
+    return next(p for first, end, p in key_ranges if first <= slot < end)
+
+
+def produce_keyed(fed: LocalFederation, name: str, keys: list[bytes], round_: str) -> list[tuple[bytes, int, Any]]:
+    """Produce one message per key and a key-less one, valued ``round_``; (key, logical partition, headers)
+    of each, as a group member reads them back."""
+    with FederatedProducer({"kfed.controllers": controllers(fed), "linger.ms": 2}) as p:
+        for key in keys:
+            p.produce(name, round_.encode(), key=key)
+        p.produce(name, round_.encode())
+        assert p.flush(60) == 0
+    read: list[tuple[bytes, int, Any]] = []
+    with FederatedConsumer({"kfed.controllers": controllers(fed), "group.id": f"g-{round_}",
+                            "auto.offset.reset": "earliest"}) as consumer:  # fmt: skip
+        consumer.subscribe([name])
+
+        def all_read() -> bool:
+            for m in consumer.consume(500, 0.2):
+                if m.error() is None and m.value() == round_.encode():
+                    read.append((m.key(), m.partition(), m.headers()))
+            return len(read) >= len(keys) + 1
+
+        wait_until(all_read, 60, f"the messages of {round_} read back")
+    return read
+
+
 @pytest.mark.brokers("tansu")
 def test_a_strict_topics_epochs_follow_expand_and_shrink_and_the_agents_seal_them(fed: LocalFederation) -> None:
     out = kfed(fed, "topic", "create", "K", "--region", "r1", "--partitions-per-cluster", "2", "--key-order", "strict")
@@ -33,6 +63,13 @@ def test_a_strict_topics_epochs_follow_expand_and_shrink_and_the_agents_seal_the
     assert (first["key_order"], first["key_epoch"]) == ("strict", 1)
     assert sorted({p for _, _, p in first["key_ranges"]}) == [0, 1, 2, 3]
     fed.wait_writable("K")
+    keys = [f"key-{i}".encode() for i in range(300)]
+    for key, partition, headers in produce_keyed(fed, "K", keys, "epoch-1"):
+        if key is None:
+            assert not headers, "a key-less message is not stamped"
+            continue
+        assert partition == owner(first["key_ranges"], key), "a key goes where its epoch maps its slot"
+        assert headers == [("kfed-epoch", b"1")]
 
     # expand: the leader's loop starts the epoch once P4 and P5 have leaders
     # (in a physical topic of their own: Tansu cannot add partitions to K)
@@ -42,6 +79,9 @@ def test_a_strict_topics_epochs_follow_expand_and_shrink_and_the_agents_seal_the
     assert expanded["key_epoch_cause"] == "writable partitions changed"
     assert expanded["pending_seals"], "the partitions that gave keys to P4 and P5 are to be sealed"
     sealed = wait_until(lambda: not (t := topic(fed, "K"))["pending_seals"] and t, 30, "the agents' seals")
+    after = produce_keyed(fed, "K", keys, "epoch-2")
+    assert {p for k, p, _ in after if k is not None} == {0, 1, 2, 3, 4, 5}, "the new partitions take keyed traffic"
+    assert all(p == owner(expanded["key_ranges"], k) and h == [("kfed-epoch", b"2")] for k, p, h in after if k)
     assert {s["epoch"] for s in sealed["seals"]} == {2}
     assert {s["partition"] for s in sealed["seals"]} == set(expanded["pending_seals"])
 
