@@ -462,10 +462,20 @@ class ControllerService:
         topics: list[str],
         owned: list[tuple[str, int]],
         session_timeout_ms: int,
+        metadata_offset: int = -1,
+        committed: Sequence[tuple[str, int, int]] = (),
+        give_up: Sequence[tuple[str, int, int]] = (),
     ) -> dict[str, Any]:
-        """Join or renew a member; rebalance when needed; answer with its assignment and what it may start."""
+        """Join or renew a member; rebalance when needed; answer with its assignment and what it may start.
+        Strict key order: record the releases its committed offsets and give-ups call for."""
         self.require_leader(" (the group coordinator)")
-        member_id = self.groups.heartbeat(group, member_id, topics, owned, session_timeout_ms, time.monotonic())
+        member_id = self.groups.heartbeat(
+            group, member_id, topics, owned, session_timeout_ms, time.monotonic(), metadata_offset
+        )
+        if self.state.image.key_orders:
+            releases = self.groups.key_order_records(group, self.state.image, topics, committed, give_up)
+            if releases:
+                await self._commit_own(releases, f"key-order releases of group {group}")
         await self.enforce_groups()
         return self.groups.reply(group, member_id, self.state.image)
 

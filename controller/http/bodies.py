@@ -15,6 +15,11 @@ INT64_MAX: Final = 2**63 - 1  # offsets and times: what Kafka and msgpack carry
 INT32_MAX: Final = 2**31 - 1  # Kafka partition ids
 
 
+_Partition = Annotated[int, Field(ge=0, le=INT32_MAX)]
+_Offset = Annotated[int, Field(ge=0, le=INT64_MAX)]
+_Epoch = Annotated[int, Field(ge=1, le=INT64_MAX)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -97,6 +102,16 @@ class GroupHeartbeat(_Strict):
     session_timeout_ms: int = Field(
         SESSION_TIMEOUT_MS_DEFAULT, ge=SESSION_TIMEOUT_MS_MIN, le=SESSION_TIMEOUT_MS_MAX,
         description="The member is dropped (and stops consuming) after this long without a heartbeat.",
+    )  # fmt: skip
+    # strict key order (issue 27, docs/KEY_ORDER.md decision 4)
+    metadata_offset: int = Field(-1, ge=-1, le=INT64_MAX, description="Offset of the metadata the member acts on.")
+    committed: list[tuple[str, _Partition, _Offset]] = Field(
+        default_factory=list, max_length=100_000,
+        description="[topic, partition, offset]: the group's committed offsets on strict partitions the member owns.",
+    )  # fmt: skip
+    give_up: list[tuple[str, _Epoch, _Partition]] = Field(
+        default_factory=list, max_length=1_000,
+        description="[topic, epoch, partition]: parents the member waited kfed.key.order.max.wait.ms for.",
     )  # fmt: skip
 
 
