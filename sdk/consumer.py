@@ -313,8 +313,9 @@ class FederatedConsumer:
         self._last_poll = time.monotonic()
         while True:
             self._apply_assignment()
-            released = self._key_order_step()
-            if released:
+            self._key_order_step()
+            released = self._key_order.take(num_messages)
+            if released:  # before anything new is read: a slot's new records never pass its released ones
                 return released
             if self._unfetched and time.monotonic() - self._stalls_checked > STALLED_START_S / 4:
                 self._restart_stalled()
@@ -349,13 +350,14 @@ class FederatedConsumer:
                 return []
 
     # -- strict key order (sdk/key_order.py) ---------------------------------------------------------
-    def _key_order_step(self) -> list[Message]:
-        """Held messages the latest metadata and releases let go; and, now and then, the group's committed
-        offsets on the open parents this member owns, for the coordinator (its next heartbeat)."""
+    def _key_order_step(self) -> None:
+        """Let go the held messages the latest metadata and releases allow; and, now and then, read the
+        group's committed offsets on the open parents this member owns, for the coordinator (its next
+        heartbeat)."""
         image = self._follower.image
         with self._reply_lock:
             releases = self._reply.get("key_releases") if self._reply is not None else None
-        released = self._key_order.observe(image, releases, self)
+        self._key_order.observe(image, releases, self)
         parents = self._key_order.parents_to_check(image, list(self._owned))
         if parents:
             committed = []
@@ -371,7 +373,6 @@ class FederatedConsumer:
                 if c.offset >= 0 and c.error is None:
                     committed.append((tp[0], tp[1], c.offset))
             self._key_order.committed = committed
-        return released
 
     def key_order_stats(self) -> dict[str, Any]:
         """Per strict topic: records held now and ever, delivered, the longest hold (ms) and order breaks."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
@@ -52,6 +53,9 @@ class KeyOrderMember:
         self.max_wait_ms = max_wait_ms
         self.on_order_break = on_order_break
         self._holds: dict[str, HoldBack[Message]] = {}
+        # Released by observe, not handed out yet (consume hands out at most num_messages): commits do not
+        # pass them, and a revoked partition's are dropped with its held ones.
+        self._ready: deque[Message] = deque()
         self._observed: tuple[object, object] | None = None  # (image, releases) last observed
         self.observed_offset = -1  # of the metadata the hold-backs act on
         self.committed: list[tuple[str, int, int]] = []  # reported in the heartbeat; replaced whole
@@ -86,14 +90,19 @@ class KeyOrderMember:
             hold.observe(strict_history(image.key_orders, topic), {}, _now_ms())
         return hold
 
-    def observe(self, image: MetadataImage, releases: Mapping[str, Any] | None, consumer: Any) -> list[Message]:
-        """New metadata or releases (the heartbeat's ``key_releases``): the held messages that may go now;
-        and the parents waited for too long, for the next heartbeat."""
+    def take(self, count: int) -> list[Message]:
+        """Up to ``count`` released messages, oldest first."""
+        ready = self._ready
+        return [ready.popleft() for _ in range(min(count, len(ready)))]
+
+    def observe(self, image: MetadataImage, releases: Mapping[str, Any] | None, consumer: Any) -> None:
+        """New metadata or releases (the heartbeat's ``key_releases``): the held messages that may go now
+        join the released ones (``take``); the parents waited for too long are noted for the next heartbeat."""
         if not self._holds:
             self.observed_offset = image.offset
-            return []
+            return
         now_ms = _now_ms()
-        out: list[Message] = []
+        out = self._ready
         if self._observed is None or self._observed[0] is not image or self._observed[1] is not releases:
             self._observed = (image, releases)
             for topic, hold in self._holds.items():
@@ -104,10 +113,9 @@ class KeyOrderMember:
                         release = history.release(self.group, (epoch, partition))
                         if release is not None:
                             acted[(epoch, partition)] = release
-                out += self._handed(consumer, hold.observe(history, acted, now_ms))
+                out.extend(self._handed(consumer, hold.observe(history, acted, now_ms)))
             self.observed_offset = image.offset
         self.give_up = [(topic, e, p) for topic, hold in self._holds.items() for e, p in hold.expired(now_ms)]
-        return out
 
     def _handed(self, consumer: Any, deliveries: Iterable[Delivery[Message]]) -> list[Message]:
         out = []
@@ -124,13 +132,21 @@ class KeyOrderMember:
     def commit_position(self, tp: LogicalPartition, position: int) -> int:
         """The offset the group may commit for ``tp`` read up to ``position``: not past a held record."""
         hold = self._holds.get(tp[0])
-        return position if hold is None else hold.commit_position(tp[1], position)
+        if hold is None:
+            return position
+        position = hold.commit_position(tp[1], position)
+        for m in self._ready:
+            offset = m.offset()
+            if m.topic() == tp[0] and m.partition() == tp[1] and offset is not None:
+                position = min(position, offset)
+        return position
 
     def drop(self, tp: LogicalPartition) -> None:
         """This member stopped consuming ``tp``: its held records are read again by the next owner."""
         hold = self._holds.get(tp[0])
         if hold is not None:
             hold.drop(tp[1], _now_ms())
+            self._ready = deque(m for m in self._ready if m.topic() != tp[0] or m.partition() != tp[1])
 
     def parents_to_check(self, image: MetadataImage, owned: Iterable[LogicalPartition]) -> list[LogicalPartition]:
         """Owned partitions that are open parents of the group with their seal recorded, once per
