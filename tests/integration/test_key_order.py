@@ -182,3 +182,54 @@ def test_per_key_order_holds_across_an_expand_and_a_shrink_while_producing(fed: 
     held = [s for r in readers for s in r.consumer.key_order_stats().values()]
     assert sum(s["held_total"] for s in held) > 0, "moved keys were held back: the test exercised the rule"
     print(f"key order: {len(delivered) - len(seen)} records handed out again after rebalances; {held}")
+
+
+@pytest.mark.brokers("tansu")
+def test_a_fenced_parent_is_given_up_after_max_wait_and_the_break_is_reported(fed: LocalFederation) -> None:
+    """The unplanned policy (docs/KEY_ORDER.md decision 5): c2's broker dies, the fence moves its keys to c1 at
+    once; the records of those keys wait for c2's partitions, which cannot be read to a seal, for
+    kfed.key.order.max.wait.ms; then the group gives them up (a broken release in the log) and delivers
+    them flagged, through on_order_break."""
+    with fed.quorum.controller_client() as client:
+        client.post("/v1/topics", {"name": "F", "region": "r1", "partitions_per_cluster": 2, "key_order": "strict"})
+    fed.wait_writable("F")
+    acked: list[str] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.append(msg.value().decode())
+
+    producer = FederatedProducer({"kfed.controllers": controllers(fed), "linger.ms": 2, "message.timeout.ms": 5000,
+                                  "on_delivery": report})  # fmt: skip
+    keys = [f"k{i}" for i in range(100)]
+    for key in keys:
+        producer.produce("F", f"{key}:before".encode(), key=key.encode())
+    assert producer.flush(30) == 0
+    fed.clusters["c2"].kill_broker()
+    wait_until(lambda: topic(fed, "F")["key_epoch"] == 2, 30, "the fence's epoch")
+    assert {p for _, _, p in topic(fed, "F")["key_ranges"]} == {0, 1}, "c2's keys moved to c1"
+    after = len(acked)
+    for key in keys:
+        producer.produce("F", f"{key}:after".encode(), key=key.encode())
+    producer.flush(30)
+    producer.close()
+    on_c1_after = set(acked[after:])
+    assert len(on_c1_after) == len(keys), "every key went to c1 after the fence"
+    breaks: list[Any] = []
+    consumer = FederatedConsumer({"kfed.controllers": controllers(fed), "group.id": "g-fenced",
+                                  "auto.offset.reset": "earliest", "kfed.key.order.max.wait.ms": 3000,
+                                  "on_order_break": lambda c, b: breaks.append(b)})  # fmt: skip
+    consumer.subscribe(["F"])
+    got: set[str] = set()
+
+    def read_everything_after() -> bool:
+        got.update(m.value().decode() for m in consumer.consume(500, 0.2) if m.error() is None)
+        return on_c1_after <= got
+
+    wait_until(read_everything_after, 90, "the held records were given up and delivered")
+    stats = consumer.key_order_stats()["F"]
+    consumer.close()
+    assert breaks and {b.kind for b in breaks} == {"gave_up"} and {b.epoch for b in breaks} == {2}
+    assert stats["breaks"]["gave_up"] == len([b for b in breaks if b.kind == "gave_up"])
+    releases = topic(fed, "F")["releases"]
+    assert releases and all(r["broken"] and r["group"] == "g-fenced" for r in releases)
