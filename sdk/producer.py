@@ -51,6 +51,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from metadata_log.follower import FollowerError, LogFollower
 from metadata_log.image import ClusterImage, MetadataImage, is_writable
+from metadata_log.keyorder.history import first_moves
 from metadata_log.keyorder.replay import strict_history
 from metadata_log.keyorder.routing import SLOT_MASK, epoch_header
 from metadata_log.publisher import LogDelta
@@ -119,9 +120,12 @@ class _Route:
     leaderless: frozenset[int] = frozenset()
     loaded: bool = True
     # key_order strict: the target of each key slot (None: its partition takes no writes now, keyed
-    # messages of that slot wait), and the epoch header keyed messages carry. None on other topics.
+    # messages of that slot wait), the epoch header, and per slot the headers of a message without its own:
+    # [stamp] for a slot that has moved by this epoch, None for one that never did (not stamped: the header
+    # costs librdkafka a third of a produce, and such a record waits for nothing; docs/KEY_ORDER.md).
     table: Sequence[_Target | None] | None = None
     stamp: tuple[str, bytes] | None = None
+    stamps: Sequence[list[tuple[str, bytes]] | None] | None = None
 
     def waits(self, partition: int) -> bool:
         """Whether a message for this explicit partition waits (rather than is refused) while it cannot go."""
@@ -253,8 +257,9 @@ class FederatedProducer:
                 report = self._reporter(target, rerouted=True)
                 keyless.append((producer.produce, p.physical_topic, p.physical_partition, report, target))
                 writable.append(target)
-        table, stamp = self._strict_table(image, topic, writable)
-        route = _Route(tuple(writable), cycle(keyless), targets, why_not, frozenset(leaderless), True, table, stamp)
+        table, stamp, stamps = self._strict_table(image, topic, writable)
+        route = _Route(tuple(writable), cycle(keyless), targets, why_not, frozenset(leaderless), True, table, stamp,
+                       stamps)  # fmt: skip
         with self._lock:  # the check and the stores at once: the follower thread may forget routes between them
             if epoch == self._epoch:  # else made from what just changed: good for this message only
                 self._routes[topic] = route
@@ -264,17 +269,19 @@ class FederatedProducer:
 
     def _strict_table(
         self, image: MetadataImage, topic: str, writable: list[_Target]
-    ) -> tuple[list[_Target | None] | None, tuple[str, bytes] | None]:
+    ) -> tuple[list[_Target | None] | None, tuple[str, bytes] | None, list[list[tuple[str, bytes]] | None] | None]:
         """For a strict topic, its current epoch's slot -> target table (a slot whose partition is not in
-        ``writable`` maps to None) and epoch header; (None, None) for any other topic."""
+        ``writable`` maps to None), epoch header and slot -> headers (``_Route.stamps``); Nones for any other."""
         history = strict_history(image.key_orders, topic)
         if history is None:
-            return None, None
+            return None, None, None
         by_partition = {t.origin.partition: t for t in writable}
         table: list[_Target | None] = []
         for first, end, partition in history.map.ranges():
             table += [by_partition.get(partition)] * (end - first)
-        return table, epoch_header(history.epoch)
+        stamp = epoch_header(history.epoch)
+        stamped = [stamp]
+        return table, stamp, [stamped if epoch else None for epoch in first_moves(history)]
 
     # -- producing ---------------------------------------------------------------------------------
     def produce(
@@ -316,11 +323,14 @@ class FederatedProducer:
             if table is None:
                 target = writable[crc % len(writable)]
             else:  # strict: the epoch's owner of the key's slot, or wait for it
-                target = table[crc & SLOT_MASK]  # type: ignore[assignment]  # checked just below
+                slot = crc & SLOT_MASK
+                target = table[slot]  # type: ignore[assignment]  # checked just below
                 if target is None:
                     self._wait(topic, _Waiting(value, key, None, headers, on_delivery, timestamp, 0.0))
                     return
-                headers = _stamped(headers, route.stamp)  # type: ignore[arg-type]  # set with table
+                stamped = route.stamps[slot]  # type: ignore[index]  # set with table
+                if stamped is not None:
+                    headers = stamped if headers is None else _stamped(headers, route.stamp)  # type: ignore[arg-type]  # set with table
         else:
             target = route.targets.get(partition)  # type: ignore[assignment]  # checked just below
             if (target is None or partition in route.why_not) and not route.waits(partition):
@@ -400,8 +410,10 @@ class FederatedProducer:
             return
         if partition is None:
             target = route.keyed(key)  # type: ignore[assignment]  # takes() said it can go
-            if route.stamp is not None:
-                headers = _stamped(headers, route.stamp)
+            if route.stamps is not None and route.stamp is not None:
+                key_bytes = key if isinstance(key, bytes) else str(key).encode()
+                if route.stamps[zlib.crc32(key_bytes) & SLOT_MASK] is not None:
+                    headers = _stamped(headers, route.stamp)
         else:
             target = route.targets[partition]
         pinned = target.report_pinned if on_delivery is None else partial(self._delivered, target, on_delivery, False)
