@@ -75,7 +75,7 @@ class HoldStats:
     held: int = 0  # records held now
     held_total: int = 0  # records ever held
     delivered: int = 0
-    longest_hold_ms: int = 0
+    longest_hold_ms: int = 0  # the longest a record was held by this member, delivered or dropped with its partition
     breaks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(BREAK_KINDS, 0))
 
 
@@ -253,6 +253,9 @@ class HoldBack(Generic[T]):
         slots = self._queues.pop(partition, {})
         dropped = sum(len(q) for q in slots.values())
         self.stats.held -= dropped
+        if dropped:  # they waited that long here too: the next owner's wait for them comes on top
+            oldest = min(q[0].since_ms for q in slots.values())
+            self.stats.longest_hold_ms = max(self.stats.longest_hold_ms, now_ms - oldest)
         self._restart_waits(now_ms)
         return dropped
 

@@ -1,6 +1,7 @@
 """Issue 27's end-to-end test: per-key order across an expand onto a third sub-cluster, a shrink of two
 partitions and a decommission, while two producer processes write 1,000 keys; and the same on a ``none``
-topic, which reorders.
+topic, whose moved keys nothing orders (it prints how many came out of order: a quarter to a half of the
+keys in most runs, none in a run where the group's fetchers of the new partitions started late).
 
 Each producer process owns 500 keys and writes ``<key>:<sequence number>`` round after round (one producer
 per key: two producers of one key have no order between them to keep). A group of three FederatedConsumers
@@ -49,6 +50,7 @@ class Reader(threading.Thread):
                                            "auto.offset.reset": "earliest", "kfed.session.timeout.ms": 6000,
                                            "on_order_break": lambda c, b: self.breaks.append(b)})  # fmt: skip
         self.delivered = delivered
+        self.partitions: dict[str, set[int]] = {}  # key -> the logical partitions its records were read from
         self.stop_flag = threading.Event()
 
     def run(self) -> None:
@@ -58,6 +60,7 @@ class Reader(threading.Thread):
                 if m.error() is None and m.key() is not None:
                     key, seq = m.value().decode().split(":")
                     self.delivered.append((key, int(seq)))
+                    self.partitions.setdefault(key, set()).add(m.partition())
         self.consumer.close()
 
 
@@ -155,5 +158,14 @@ def test_strict_key_order_survives_expand_shrink_and_decommission_and_none_reord
 
     none = resize_while_producing(fed, tmp_path, "Unordered", "none")
     reordered = [k for k, s in first_deliveries(none["delivered"]).items() if s != sorted(s)]
-    print(f"none: {len(reordered)} of {KEYS} keys delivered out of order")
-    assert reordered, "the same run on a key_order none topic reorders keys"
+    partitions_of: dict[str, set[int]] = {}
+    for r in none["readers"]:
+        for k, ps in r.partitions.items():
+            partitions_of.setdefault(k, set()).update(ps)
+    moved = {k for k, ps in partitions_of.items() if len(ps) > 1}
+    print(f"none: {len(reordered)} of {KEYS} keys delivered out of order; {len(moved)} keys written to more than "
+          "one partition")  # fmt: skip
+    # Whether a moved key comes out of order depends on how the group's reads of its old and new partitions
+    # interleave (seen 249-498 of 1,000 in most runs; none in a run where the new partitions' fetchers
+    # started late): every key written to two partitions is exposed, and nothing orders them.
+    assert len(moved) > KEYS // 4, "the resizes moved keys of the none topic"
