@@ -117,6 +117,7 @@ class FederatedConsumer:
         self._unfetched: dict[LogicalPartition, float] = {}  # started, no fetch response yet: since when
         self._stalls_checked = 0.0
         self._on_assign: PartitionsCallback | None = None
+        self._paused: set[LogicalPartition] = set()  # fetching paused: too many records held back
         self._on_revoke: PartitionsCallback | None = None
 
     # -- group membership ----------------------------------------------------------------------------
@@ -278,6 +279,7 @@ class FederatedConsumer:
         del self._owned[tp]
         self._unfetched.pop(tp, None)
         self._key_order.drop(tp)  # its held records: the next owner reads them again (not committed past)
+        self._paused.discard(tp)
         try:
             consumer.incremental_unassign([physical])
         except KafkaException as e:
@@ -358,6 +360,9 @@ class FederatedConsumer:
         with self._reply_lock:
             releases = self._reply.get("key_releases") if self._reply is not None else None
         self._key_order.observe(image, releases, self)
+        paused = self._key_order.paused() & set(self._owned)
+        if paused != self._paused:
+            self._pause_fetching(paused)
         parents = self._key_order.parents_to_check(image, list(self._owned))
         if parents:
             committed = []
@@ -373,6 +378,26 @@ class FederatedConsumer:
                 if c.offset >= 0 and c.error is None:
                     committed.append((tp[0], tp[1], c.offset))
             self._key_order.committed = committed
+
+    def _pause_fetching(self, paused: set[LogicalPartition]) -> None:
+        """Pause fetching ``paused`` (and resume what is no longer in it) on the physical consumers."""
+        for tps, pause in ((paused - self._paused, True), (self._paused - paused, False)):
+            for tp in tps:
+                p = self._owned.get(tp)
+                if p is None:
+                    continue
+                physical = [TopicPartition(p.physical_topic, p.physical_partition)]
+                try:
+                    if pause:
+                        self._consumers[p.cluster_id].pause(physical)
+                    else:
+                        self._consumers[p.cluster_id].resume(physical)
+                except KafkaException as e:
+                    log.warning("group %s: pausing or resuming %s/%d: %s", self.group, *tp, e)
+        if paused:
+            log.info("group %s: %d records held back: fetching paused on %s", self.group,
+                     sum(s["held"] for s in self._key_order.stats().values()), sorted(paused))  # fmt: skip
+        self._paused = paused
 
     def key_order_stats(self) -> dict[str, Any]:
         """Per strict topic: records held now and ever, delivered, the longest hold (ms) and order breaks."""

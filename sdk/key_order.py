@@ -164,6 +164,11 @@ class KeyOrderMember:
                 out.append((topic, partition))
         return out
 
+    def paused(self) -> set[LogicalPartition]:
+        """Partitions to stop fetching: those holding records, while ``kfed.key.order.max.held`` records or
+        more are held in one strict topic (never one that holds none: it may be the parent others wait for)."""
+        return {(topic, p) for topic, hold in self._holds.items() for p in hold.paused()}
+
     def heartbeat_fields(self) -> dict[str, Any]:
         return {"metadata_offset": self.observed_offset, "committed": [list(c) for c in self.committed],
                 "give_up": [list(g) for g in self.give_up]}  # fmt: skip

@@ -114,6 +114,7 @@ class _Reader(threading.Thread):
         super().__init__(daemon=True, name=name)
         self.consumer = FederatedConsumer({"kfed.controllers": controllers(fed), "group.id": "g-order",
                                            "auto.offset.reset": "earliest", "kfed.session.timeout.ms": 6000,
+                                           "kfed.key.order.max.held": 200,  # bounded: fetching pauses past it
                                            "on_order_break": lambda c, b: self.breaks.append(b)})  # fmt: skip
         self.delivered = delivered
         self.breaks: list[Any] = []
