@@ -11,8 +11,9 @@ created on first use). Routing comes from a followed metadata image (the log, ta
   changes (a partition goes read-only, a cluster is fenced or added), keys move to other partitions, so
   per-key order holds only while the set is stable — as with any partition-count change in Kafka;
 - on a ``key_order: strict`` topic (docs/KEY_ORDER.md), keyed messages go where the topic's current routing
-  epoch maps their slot (``crc32(key) & 16383``) and carry that epoch in a ``kfed-epoch`` header; a key
-  whose partition takes no writes right now waits (below) instead of moving: keys move only with an epoch.
+  epoch maps their slot (``crc32(key) & 16383``) and, once their slot has moved, carry that epoch in a
+  ``kfed-epoch`` header; a key whose partition takes no writes right now waits (below) instead of moving:
+  keys move only with an epoch.
   Key-less messages and explicit partitions are routed as on any topic, unstamped (they are never held);
 - an explicit ``partition`` that is not writable fails at once with ``PartitionNotWritable``.
 
