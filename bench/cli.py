@@ -20,6 +20,7 @@ from . import (
     federation,
     gateway,
     image,
+    key_order,
     latency,
     operations,
     raft_layer,
@@ -73,6 +74,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "#28",
         "Transactional FederatedProducer over two clusters vs without; commit latency",
         transactions.run,
+    ),
+    Benchmark(
+        "key-order", "#27", "Strict key order: producer msgs/s strict vs none; expand -> keyed traffic", key_order.run
     ),
     Benchmark("gateway", "#26", "librdkafka through the Kafka gateway vs straight to a sub-cluster", gateway.run),
     # pyspark is imported only when it runs

@@ -26,6 +26,7 @@ from metadata_log.commands import PhysicalPartition
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
 from metadata_log.follower import LogFollower
 from metadata_log.image import MetadataImage
+from metadata_log.keyorder.commands import seals_to_measure
 from metadata_log.publisher import LogDelta
 from metadata_log.records import TopicDeleted
 
@@ -48,6 +49,10 @@ class AgentSettings:
     # clients following the log have dropped it by then (see _due_for_deletion).
     retire_grace_ms: int = 3000
     replication_factor: int = -1
+    # A strict topic's seal on a partition here is measured this long after the agent first saw its epoch
+    # pending (docs/KEY_ORDER.md, decision 3): producers that routed by the epoch before have seen the new
+    # one and had their in-flight writes acknowledged by then. The drain check's grace, for the same reason.
+    key_seal_grace_ms: int = 2000
 
 
 class Agent:
@@ -82,6 +87,7 @@ class Agent:
         self._unreachable = "cluster unreachable"
         self._retired_since: dict[str, float] = {}  # physical topic -> when first seen retired
         self._told_cannot_grow: set[tuple[str, int]] = set()
+        self._epochs_seen: dict[tuple[str, int], float] = {}  # (strict topic, epoch) with seals to measure here
         self._stop = threading.Event()
         self.healthy = False
         self.reason: str | None = "starting"
@@ -148,6 +154,8 @@ class Agent:
         self._report_leaders(image, scan)
         if self._beats % self.settings.drain_report_every == 0 and self._loss is None:
             self._report_drain(image)
+        if self._loss is None and image.key_orders:
+            self._report_key_seals(image)
         healthy = self._loss is None
         self._heartbeat(image, healthy, None if healthy else self._loss)
 
@@ -284,6 +292,37 @@ class Agent:
             self.client.post(f"/v1/agents/{self.cluster_id}/drain", {"partitions": report})
         except KfedError as e:
             log.warning("%s: reporting drain progress failed: %s", self.cluster_id, e)
+
+    def _report_key_seals(self, image: MetadataImage) -> None:
+        """Measure the seals of strict topics' latest epochs on this cluster, once their grace has passed
+        since this agent first saw them pending, and report them (the leader records ``KeyOrderSealed``)."""
+        pending = seals_to_measure(image, image.key_orders, self.cluster_id)
+        now = time.monotonic()
+        live = {(topic, epoch) for topic, epoch, _ in pending}
+        self._epochs_seen = {key: since for key, since in self._epochs_seen.items() if key in live}
+        due: dict[tuple[str, int], dict[int, tuple[str, int]]] = {}  # (topic, epoch) -> partition -> physical
+        for topic, epoch, partition in pending:
+            since = self._epochs_seen.setdefault((topic, epoch), now)
+            if now - since >= self.settings.key_seal_grace_ms / 1000:
+                p = image.topics[topic].partitions[partition]
+                due.setdefault((topic, epoch), {})[partition] = (p.physical_topic, p.physical_partition)
+        if not due:
+            return
+        try:
+            ends = self.cluster.drain_offsets([tp for physical in due.values() for tp in physical.values()])
+        except ClusterUnreachable as e:
+            log.warning("%s: measuring key-order seals failed: %s", self.cluster_id, e)
+            return
+        for (topic, epoch), physical in sorted(due.items()):
+            end_offsets = {str(p): ends[tp][1] for p, tp in physical.items() if tp in ends}
+            if not end_offsets:
+                continue
+            try:
+                body = {"topic": topic, "epoch": epoch, "end_offsets": end_offsets}
+                self.client.post(f"/v1/agents/{self.cluster_id}/key-seals", body)
+                log.info("%s: sealed %s epoch %d at %s", self.cluster_id, topic, epoch, end_offsets)
+            except KfedError as e:  # the epoch moved on (its seals abandoned), or the leader is away: next beat
+                log.warning("%s: reporting seals of %s epoch %d failed: %s", self.cluster_id, topic, epoch, e)
 
     def _heartbeat(self, image: MetadataImage, healthy: bool, reason: str | None) -> dict[str, Any] | None:
         """The leader's reply (with ``fenced``), or None when the beat did not get through."""

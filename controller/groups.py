@@ -18,9 +18,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from metadata_log.errors import Conflict
+from metadata_log.errors import Conflict, NotFound
 from metadata_log.image import MetadataImage
-from metadata_log.records import GroupCoordinatorAssigned, GroupGenerationStarted, GroupMember, Record
+from metadata_log.keyorder import commands as key_order
+from metadata_log.keyorder.history import acted_on, open_parents
+from metadata_log.keyorder.replay import strict_history
+from metadata_log.records import GroupCoordinatorAssigned, GroupGenerationStarted, GroupMember, KeyRangeReleased, Record
 
 SESSION_TIMEOUT_MS_DEFAULT: Final = 10_000
 SESSION_TIMEOUT_MS_MIN: Final = 1_000
@@ -38,6 +41,7 @@ class Member:
     session_timeout_s: float
     last_seen_s: float
     owned: frozenset[TopicPartition] = field(default_factory=frozenset)
+    metadata_offset: int = -1  # of the metadata it acts on (strict key order: releases it has seen)
 
 
 class GroupCoordinator:
@@ -60,6 +64,7 @@ class GroupCoordinator:
         owned: Iterable[TopicPartition],
         session_timeout_ms: int,
         now_s: float,
+        metadata_offset: int = -1,
     ) -> str:
         """Join or renew; returns the member id (a new one when ``member_id`` is None)."""
         members = self._groups.setdefault(group, {})
@@ -69,7 +74,7 @@ class GroupCoordinator:
             raise Conflict(f"group {group!r} has {MAX_MEMBERS_PER_GROUP} members already")
         self._heard.setdefault(group, set()).add(member_id)
         members[member_id] = Member(
-            member_id, tuple(sorted(set(topics))), session_timeout_ms / 1000, now_s, frozenset(owned)
+            member_id, tuple(sorted(set(topics))), session_timeout_ms / 1000, now_s, frozenset(owned), metadata_offset
         )
         return member_id
 
@@ -127,7 +132,9 @@ class GroupCoordinator:
             for m in g.members:
                 if m.member_id == member_id:
                     assignment = m.assignment
-        others = {tp for m in self._groups.get(group, {}).values() if m.member_id != member_id for tp in m.owned}
+        members = self._groups.get(group, {})
+        others = {tp for m in members.values() if m.member_id != member_id for tp in m.owned}
+        subscribed = members[member_id].topics if member_id in members else ()
         return {
             "member_id": member_id,
             "generation": g.generation if g else 0,
@@ -135,4 +142,50 @@ class GroupCoordinator:
             "assignment": [list(tp) for tp in assignment],
             "startable": [list(tp) for tp in assignment if tp not in others],
             "heartbeat_ms": GROUP_HEARTBEAT_MS,
+            "key_releases": self.key_releases(group, subscribed, image),
         }
+
+    def key_releases(self, group: str, topics: Iterable[str], image: MetadataImage) -> dict[str, list[list[int]]]:
+        """Per strict topic of ``topics``: the group's releases its members may act on now, ``[epoch,
+        partition]`` each: those the current owner of the parent partition has seen (``acted_on``,
+        docs/KEY_ORDER.md decision 4)."""
+        out: dict[str, list[list[int]]] = {}
+        for name in topics:
+            history = strict_history(image.key_orders, name)
+            if history is None:
+                continue
+            seen = {p: m.metadata_offset for m in self._groups.get(group, {}).values() for t, p in m.owned if t == name}
+            out[name] = [[epoch, p] for epoch, p in sorted(acted_on(history, group, seen))]
+        return out
+
+    def key_order_records(
+        self,
+        group: str,
+        image: MetadataImage,
+        topics: Iterable[str],
+        committed: Iterable[tuple[str, int, int]],
+        give_up: Iterable[tuple[str, int, int]],
+    ) -> list[Record]:
+        """The releases a member's heartbeat calls for, over the strict ones of the ``topics`` it subscribes
+        to: parents the group committed up to their seal (``committed``, as the member read them) or that
+        were drained (``release_parents``), and parents it waited too long for that cannot be read to
+        their seal (``give_up``; one that can be read is waited for: refused, nothing recorded)."""
+        by_topic: dict[str, dict[int, int]] = {}
+        for name, partition, offset in committed:
+            by_topic.setdefault(name, {})[partition] = offset
+        records: list[Record] = []
+        for name in sorted(set(topics) | set(by_topic)):
+            history = strict_history(image.key_orders, name)
+            if history is not None and open_parents(history, group):
+                offsets = by_topic.get(name, {})
+                records += key_order.release_parents(image, image.key_orders, group, name, offsets).records
+        released = {(r.topic, r.epoch, r.partition) for r in records if isinstance(r, KeyRangeReleased)}
+        for name, epoch, partition in give_up:
+            if (name, epoch, partition) in released or strict_history(image.key_orders, name) is None:
+                continue
+            try:
+                reason = f"group {group} waited its kfed.key.order.max.wait.ms"
+                records += key_order.give_up(image, image.key_orders, group, name, epoch, partition, reason).records
+            except (Conflict, NotFound):
+                continue  # readable (the group is to read it) or not an open parent: nothing to record
+        return records

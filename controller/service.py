@@ -17,6 +17,7 @@ from typing import Any, Final
 from metadata_log.commands import Result
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound, OutcomeUnknown, Unavailable
 from metadata_log.image import MetadataImage
+from metadata_log.keyorder.commands import plan_epochs
 from metadata_log.raft import RaftNode
 from metadata_log.records import LATEST_METADATA_VERSION, MetadataVersionChanged, QuorumVoterChanged, Record
 from metadata_log.state import MAX_IDEMPOTENCY_KEY_CHARS, LogState, Outcome, Proposal
@@ -418,6 +419,7 @@ class ControllerService:
                     await self.transactions.enforce()
                 if ticks % DRAIN_CHECK_EVERY == 0:
                     await self.enforce_drains()
+                    await self.enforce_key_order()
                 if ticks % VERSION_CHECK_EVERY == 0:
                     await self.upgrade_metadata_version()
             except Exception:
@@ -445,6 +447,19 @@ class ControllerService:
             if records and await self._commit_own(records, "drain decision"):
                 log.warning("drained: %s", ", ".join(_describe(r) for r in records[:10]))
 
+    # -- strict key order -----------------------------------------------------------------
+    async def enforce_key_order(self) -> None:
+        """Start the next routing epoch of each strict topic whose keys should go to other partitions than its
+        map says: an expand once the new partitions have leaders, a fence, a planned change made while the
+        latest epoch still waited for seals (docs/KEY_ORDER.md, decision 2). Apply re-checks the epoch number,
+        so a racing write makes this proposal fail and the next check retry."""
+        image = self.state.image
+        if not image.key_orders or not self.sync_term():
+            return
+        records = plan_epochs(image, image.key_orders, "writable partitions changed")
+        if records and await self._commit_own(records, "key-order epochs"):
+            log.warning("key order: %s", ", ".join(_describe(r) for r in records if r.TYPE == "KeyOrderEpochStarted"))
+
     # -- consumer groups -------------------------------------------------------------------------
     async def group_heartbeat(
         self,
@@ -453,10 +468,20 @@ class ControllerService:
         topics: list[str],
         owned: list[tuple[str, int]],
         session_timeout_ms: int,
+        metadata_offset: int = -1,
+        committed: Sequence[tuple[str, int, int]] = (),
+        give_up: Sequence[tuple[str, int, int]] = (),
     ) -> dict[str, Any]:
-        """Join or renew a member; rebalance when needed; answer with its assignment and what it may start."""
+        """Join or renew a member; rebalance when needed; answer with its assignment and what it may start.
+        Strict key order: record the releases its committed offsets and give-ups call for."""
         self.require_leader(" (the group coordinator)")
-        member_id = self.groups.heartbeat(group, member_id, topics, owned, session_timeout_ms, time.monotonic())
+        member_id = self.groups.heartbeat(
+            group, member_id, topics, owned, session_timeout_ms, time.monotonic(), metadata_offset
+        )
+        if self.state.image.key_orders:
+            releases = self.groups.key_order_records(group, self.state.image, topics, committed, give_up)
+            if releases:
+                await self._commit_own(releases, f"key-order releases of group {group}")
         await self.enforce_groups()
         return self.groups.reply(group, member_id, self.state.image)
 

@@ -16,6 +16,7 @@ from typing import Any, Final, TextIO
 from metadata_log.access import access_from, add_access_arguments
 from metadata_log.client import ControllerClient
 from metadata_log.errors import KfedError, NotFound
+from metadata_log.records import KEY_ORDERS
 
 DEFAULT_CONTROLLERS: Final = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
 POLL_S: Final = 0.5
@@ -104,7 +105,25 @@ def add_parsers(sub: Any) -> None:
     create.add_argument("--region", required=True)
     create.add_argument("--partitions-per-cluster", type=positive_int, required=True)
     create.add_argument("--retention-ms", type=positive_int, default=None)
+    create.add_argument(
+        "--key-order",
+        choices=KEY_ORDERS,
+        default="none",
+        help="strict: a key's records are consumed in order across expand, shrink, decommission and a cluster set "
+        "read-only (producers stamp a routing epoch, group members hold moved keys back; docs/KEY_ORDER.md). "
+        "none (default): keys move when the writable partitions change",
+    )
     create.set_defaults(func=topic_create)
+    key_order = tsub.add_parser(
+        "key-order",
+        parents=[client],
+        help="switch a topic's key order to strict or none (a logged record)",
+        description="strict starts a routing epoch over the partitions keys can go to now; records written "
+        "before were not stamped and wait for nothing. none stops stamping and holding back.",
+    )
+    key_order.add_argument("name")
+    key_order.add_argument("key_order", choices=KEY_ORDERS)
+    key_order.set_defaults(func=topic_key_order)
     show = tsub.add_parser("status", parents=[client], help="a topic's logical partitions and where they live")
     show.add_argument("name")
     show.set_defaults(func=topic_status)
@@ -235,9 +254,17 @@ def topic_create(client: ControllerClient, args: argparse.Namespace, out: TextIO
         "region": args.region,
         "partitions_per_cluster": args.partitions_per_cluster,
         "retention_ms": args.retention_ms,
+        "key_order": args.key_order,
     }
     reply = client.post("/v1/topics", body)
-    print(f"topic {reply['name']}: {len(reply['partitions'])} partitions", file=out)
+    print(f"topic {reply['name']}: {len(reply['partitions'])} partitions, key order {reply['key_order']}", file=out)
+    return 0
+
+
+def topic_key_order(client: ControllerClient, args: argparse.Namespace, out: TextIO) -> int:
+    reply = client.put(f"/v1/topics/{args.name}/key_order", {"key_order": args.key_order})
+    epoch = f", epoch {reply['key_epoch']}" if reply["key_order"] == "strict" else ""
+    print(f"topic {reply['name']}: key order {reply['key_order']}{epoch}", file=out)
     return 0
 
 
@@ -250,6 +277,10 @@ def topic_status(client: ControllerClient, args: argparse.Namespace, out: TextIO
              "yes" if p["writable"] else "no", p["leader"] or "-"]
         )  # fmt: skip
     _table(rows, out)
+    if topic.get("key_order") == "strict":
+        pending = ", ".join(f"P{p}" for p in topic["pending_seals"]) or "none"
+        print(f"key order strict: epoch {topic['key_epoch']} ({topic['key_epoch_cause']}), "
+              f"{len(topic['key_ranges'])} key ranges, seals pending: {pending}", file=out)  # fmt: skip
     return 0
 
 

@@ -181,6 +181,72 @@ class GatewayExpired:  # v0: initial. Its lease ran out, or another registration
     at_ms: int
 
 
+# -- key order (docs/KEY_ORDER.md) ------------------------------------------------------------------------------
+# Replayed by ``metadata_log/keyorder/replay.py`` (the image's ``key_orders``); in ``Record`` and ``RECORD_TYPES``.
+
+KeyOrder = Literal["none", "strict"]
+KEY_ORDERS: Final[tuple[KeyOrder, ...]] = ("none", "strict")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicKeyOrderChanged:  # v0: initial. "strict" is followed in the same batch by its first epoch's records.
+    TYPE: ClassVar[str] = "TopicKeyOrderChanged"
+    topic: str
+    key_order: KeyOrder
+
+
+@dataclass(frozen=True, slots=True)
+class KeyOrderEpochStarted:  # v0: initial. Its `moves` KeyRangeMoved records follow in the same batch.
+    TYPE: ClassVar[str] = "KeyOrderEpochStarted"
+    topic: str
+    epoch: int
+    moves: int
+    cause: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRangeMoved:  # v0: initial. Slots [first_slot, end_slot) go from from_partition (-1: none) to to_partition.
+    TYPE: ClassVar[str] = "KeyRangeMoved"
+    topic: str
+    epoch: int
+    first_slot: int
+    end_slot: int
+    from_partition: int
+    to_partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyOrderSealed:  # v0: initial. No record of an epoch before `epoch` is written to `partition` from end_offset on.
+    TYPE: ClassVar[str] = "KeyOrderSealed"
+    topic: str
+    epoch: int
+    partition: int
+    end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRangeReleased:  # v0: initial. `group` may deliver what left `partition` in `epoch`; broken: it gave up.
+    TYPE: ClassVar[str] = "KeyRangeReleased"
+    group: str
+    topic: str
+    epoch: int
+    partition: int
+    broken: bool
+    reason: str
+    at_offset: int = -1  # the log offset of the release; -1: this record's own (a snapshot writes the original)
+
+
+KeyOrderRecord = TopicKeyOrderChanged | KeyOrderEpochStarted | KeyRangeMoved | KeyOrderSealed | KeyRangeReleased
+
+KEY_ORDER_RECORD_TYPES: Final[tuple[type[KeyOrderRecord], ...]] = (
+    TopicKeyOrderChanged,
+    KeyOrderEpochStarted,
+    KeyRangeMoved,
+    KeyOrderSealed,
+    KeyRangeReleased,
+)
+
+
 # ---- Transactions across sub-clusters (docs/TRANSACTIONS.md; replayed by metadata_log/txn.py) ----------------
 # Members of ``Record`` / ``RECORD_TYPES`` (through ``TxnRecord``), applied by ``image/transactions.py``.
 # Flat fields only (one record per partition, as PartitionsAdded), so the codec needs no case of its own.
@@ -313,6 +379,7 @@ Record = (
     | MetadataVersionChanged
     | GatewayRegistered
     | GatewayExpired
+    | KeyOrderRecord
     | TxnRecord
 )
 
@@ -333,6 +400,7 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     MetadataVersionChanged,
     GatewayRegistered,
     GatewayExpired,
+    *KEY_ORDER_RECORD_TYPES,
     *TXN_RECORD_TYPES,
 )
 
@@ -365,74 +433,3 @@ def _quick_init(cls: type) -> None:
 
 for _cls in (*RECORD_TYPES, GroupMember):
     _quick_init(_cls)
-
-
-# -- key order (docs/KEY_ORDER.md) ------------------------------------------------------------------------------
-# Replayed by ``metadata_log/keyorder/replay.py``. They join ``Record`` and ``RECORD_TYPES`` (and the samples of
-# every type in tests/unit/samples.py) in the change that makes ``image.py`` apply them; until then no command
-# proposes them and the codec does not know them.
-
-KeyOrder = Literal["none", "strict"]
-KEY_ORDERS: Final[tuple[KeyOrder, ...]] = ("none", "strict")
-
-
-@dataclass(frozen=True, slots=True)
-class TopicKeyOrderChanged:  # v0: initial. "strict" is followed in the same batch by its first epoch's records.
-    TYPE: ClassVar[str] = "TopicKeyOrderChanged"
-    topic: str
-    key_order: KeyOrder
-
-
-@dataclass(frozen=True, slots=True)
-class KeyOrderEpochStarted:  # v0: initial. Its `moves` KeyRangeMoved records follow in the same batch.
-    TYPE: ClassVar[str] = "KeyOrderEpochStarted"
-    topic: str
-    epoch: int
-    moves: int
-    cause: str
-
-
-@dataclass(frozen=True, slots=True)
-class KeyRangeMoved:  # v0: initial. Slots [first_slot, end_slot) go from from_partition (-1: none) to to_partition.
-    TYPE: ClassVar[str] = "KeyRangeMoved"
-    topic: str
-    epoch: int
-    first_slot: int
-    end_slot: int
-    from_partition: int
-    to_partition: int
-
-
-@dataclass(frozen=True, slots=True)
-class KeyOrderSealed:  # v0: initial. No record of an epoch before `epoch` is written to `partition` from end_offset on.
-    TYPE: ClassVar[str] = "KeyOrderSealed"
-    topic: str
-    epoch: int
-    partition: int
-    end_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class KeyRangeReleased:  # v0: initial. `group` may deliver what left `partition` in `epoch`; broken: it gave up.
-    TYPE: ClassVar[str] = "KeyRangeReleased"
-    group: str
-    topic: str
-    epoch: int
-    partition: int
-    broken: bool
-    reason: str
-    at_offset: int = -1  # the log offset of the release; -1: this record's own (a snapshot writes the original)
-
-
-KeyOrderRecord = TopicKeyOrderChanged | KeyOrderEpochStarted | KeyRangeMoved | KeyOrderSealed | KeyRangeReleased
-
-KEY_ORDER_RECORD_TYPES: Final[tuple[type[KeyOrderRecord], ...]] = (
-    TopicKeyOrderChanged,
-    KeyOrderEpochStarted,
-    KeyRangeMoved,
-    KeyOrderSealed,
-    KeyRangeReleased,
-)
-
-for _key_order_cls in KEY_ORDER_RECORD_TYPES:
-    _quick_init(_key_order_cls)

@@ -19,6 +19,7 @@ almost all ``PartitionsAdded`` and ``PhysicalPartitionsReported``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import fields as dataclass_fields
 from dataclasses import replace
 from typing import Any, Final, Literal
 
@@ -35,6 +36,7 @@ from .codec import (
 )
 from .heap import gc_paused
 from .image import EMPTY_IMAGE, MetadataDelta, MetadataImage, apply
+from .keyorder.replay import snapshot_records as key_order_records
 from .records import (
     ClusterFenced,
     ClusterRegistered,
@@ -126,6 +128,9 @@ def _fields(image: MetadataImage) -> Iterator[RecordFields]:
             yield GatewayExpired, (gw.gateway_id, 0)  # the time of the expiry is not kept
     for txn_record in snapshot_records(image.transactions):
         yield type(txn_record), tuple(getattr(txn_record, name) for name in txn_record.__match_args__)
+    # key order: after the topics, whose partitions its ranges name
+    for record in key_order_records(image.key_orders):
+        yield type(record), tuple(getattr(record, f.name) for f in dataclass_fields(record))
 
 
 # -- records ----------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .image import ClusterImage, MetadataImage, PartitionImage, TopicImage, is_writable
+from .keyorder.replay import key_order_view
 
 
 def cluster_view(cluster: ClusterImage) -> dict[str, Any]:
@@ -63,6 +64,8 @@ def topic_view(image: MetadataImage, topic: TopicImage) -> dict[str, Any]:
         "region": topic.region,
         "retention_ms": topic.retention_ms,
         "partitions": partitions,
+        # "key_order": "none", or "strict" with its epoch, key map, seals and releases
+        **key_order_view(image.key_orders, topic.name),
     }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,3 +41,26 @@ def split_config(config: Mapping[str, Any]) -> ClientConfig:
     if token:
         access = Access(str(token), access.ca_file)
     return ClientConfig(controller_urls(controllers), access, rest)
+
+
+def ms_setting(config: dict[str, Any], key: str, default: int, *, keep: bool = False, minimum: int = 0) -> int:
+    """The integer setting ``key`` (milliseconds or a count) of ``config``, popped unless ``keep``; a
+    ``ValueError`` naming the key when it is not an integer >= ``minimum`` (in the constructor, as
+    confluent-kafka checks its own settings)."""
+    value = config.get(key, default) if keep else config.pop(key, default)
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"invalid value {value!r} for configuration property {key!r}: an integer is needed") from None
+    if number < minimum or isinstance(value, bool):
+        raise ValueError(f"invalid value {value!r} for configuration property {key!r}: must be >= {minimum}")
+    return number
+
+
+def check_kafka_settings(client: Callable[[dict[str, Any]], Any], config: Mapping[str, Any]) -> None:
+    """Make (and drop) one confluent-kafka ``client`` with ``config`` so that librdkafka checks every
+    setting now, as confluent-kafka's constructors do: an invalid one raises its ``KafkaException``
+    (``_INVALID_ARG``, naming the property). No broker is contacted (no ``bootstrap.servers``); logging is
+    off for the probe, which would only warn about that."""
+    probe = client({**config, "log_level": 0})
+    del probe

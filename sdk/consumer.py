@@ -25,11 +25,13 @@ from confluent_kafka import OFFSET_STORED, Consumer, KafkaException, Message, To
 
 from metadata_log.client import ControllerClient
 from metadata_log.errors import KfedError
-from metadata_log.follower import LogFollower
+from metadata_log.follower import FollowerError, LogFollower
 from metadata_log.image import MetadataImage, PartitionImage
+from metadata_log.keyorder.holdback import DEFAULT_MAX_HELD, DEFAULT_MAX_WAIT_MS
 
-from .config import split_config
-from .messages import Origin, Placement, Slots, place_batch, placement_in, set_slot
+from .config import check_kafka_settings, ms_setting, split_config
+from .key_order import KeyOrderMember
+from .messages import Origin, Placement, Slots, origin_in, place_batch, placement_in, set_slot
 from .transactions import GroupMetadata
 
 log = logging.getLogger(__name__)
@@ -55,17 +57,34 @@ class FederatedConsumer:
         self.group = cfg.get("group.id")
         if not self.group:
             raise ValueError("config needs 'group.id'")
-        self._session_timeout_ms = int(cfg.pop("kfed.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS))
+        # librdkafka checks the settings it is passed (the probe below); these are taken out first
+        self._session_timeout_ms = ms_setting(cfg, "kfed.session.timeout.ms", DEFAULT_SESSION_TIMEOUT_MS, minimum=1)
         # An application that stops polling (stuck, or its thread died) must not keep its partitions:
         # past this, the heartbeat thread leaves the group; the next poll joins again.
-        self._max_poll_interval_s = int(cfg.pop("max.poll.interval.ms", DEFAULT_MAX_POLL_INTERVAL_MS)) / 1000
+        self._max_poll_interval_s = (
+            ms_setting(cfg, "max.poll.interval.ms", DEFAULT_MAX_POLL_INTERVAL_MS, minimum=1) / 1000
+        )
         self._last_poll = time.monotonic()
         # Auto commit is done here, from what the application was handed: librdkafka's own would also count
         # messages still in this consumer's buffer, which a revocation drops (and the next owner would skip).
-        self._auto_commit = str(cfg.pop("enable.auto.commit", True)).lower() in ("true", "1")
-        self._auto_commit_s = int(cfg.pop("auto.commit.interval.ms", 5000)) / 1000
+        auto_commit = str(cfg.pop("enable.auto.commit", True)).lower()
+        if auto_commit not in ("true", "1", "false", "0"):
+            raise ValueError(f"invalid value {auto_commit!r} for configuration property 'enable.auto.commit': "
+                             "true or false is needed")  # fmt: skip
+        self._auto_commit = auto_commit in ("true", "1")
+        self._auto_commit_s = ms_setting(cfg, "auto.commit.interval.ms", 5000) / 1000
         self._last_auto_commit = time.monotonic()
         cfg.pop("enable.auto.offset.store", None)
+        # strict key order: records of moved key ranges are held back (sdk/key_order.py)
+        on_order_break = cfg.pop("on_order_break", None)
+        if on_order_break is not None and not callable(on_order_break):
+            raise ValueError("invalid value for configuration property 'on_order_break': a callable is needed")
+        self._key_order = KeyOrderMember(
+            str(self.group),
+            ms_setting(cfg, "kfed.key.order.max.held", DEFAULT_MAX_HELD, minimum=1),
+            ms_setting(cfg, "kfed.key.order.max.wait.ms", DEFAULT_MAX_WAIT_MS),
+            on_order_break,
+        )
         # Tansu ignores max.partition.fetch.bytes: without a short queue back-off librdkafka waits 1 s per cycle.
         self._physical_config = {
             "enable.metrics.push": False,
@@ -74,8 +93,12 @@ class FederatedConsumer:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
         }
+        check_kafka_settings(Consumer, self._physical_config)  # invalid settings fail here, as confluent-kafka's
         self._follower = LogFollower(controllers, wait_ms=2000, access=access)
-        self._follower.poll(0)
+        try:
+            self._follower.poll(0)
+        except FollowerError as e:  # like bootstrap.servers: retried in the background
+            log.warning("no metadata yet (%s); following the log in the background", e)
         self._follower.start()
         self._client = ControllerClient(controllers, deadline_s=CLIENT_DEADLINE_S, access=access)
         self._consumers: dict[str, Consumer] = {}
@@ -95,6 +118,7 @@ class FederatedConsumer:
         self._unfetched: dict[LogicalPartition, float] = {}  # started, no fetch response yet: since when
         self._stalls_checked = 0.0
         self._on_assign: PartitionsCallback | None = None
+        self._paused: set[LogicalPartition] = set()  # fetching paused: too many records held back
         self._on_revoke: PartitionsCallback | None = None
 
     # -- group membership ----------------------------------------------------------------------------
@@ -120,7 +144,7 @@ class FederatedConsumer:
     def _heartbeat(self) -> bool:
         owned = [list(tp) for tp in list(self._owned)]
         body = {"member_id": self._member_id, "topics": self._topics, "owned": owned,
-                "session_timeout_ms": self._session_timeout_ms}  # fmt: skip
+                "session_timeout_ms": self._session_timeout_ms, **self._key_order.heartbeat_fields()}  # fmt: skip
         try:
             reply = self._client.post(f"/v1/groups/{self.group}/heartbeat", body)
         except KfedError as e:
@@ -248,12 +272,15 @@ class FederatedConsumer:
                 self._unfetched[tp] = now
 
     def _revoke(self, tp: LogicalPartition) -> None:
-        placement = self._owned.pop(tp)
-        self._unfetched.pop(tp, None)
+        placement = self._owned[tp]
         consumer = self._consumers[placement.cluster_id]
         physical = TopicPartition(placement.physical_topic, placement.physical_partition)
         if self._auto_commit:
             self._commit_handed_out(consumer, [placement], False)
+        del self._owned[tp]
+        self._unfetched.pop(tp, None)
+        self._key_order.drop(tp)  # its held records: the next owner reads them again (not committed past)
+        self._paused.discard(tp)
         try:
             consumer.incremental_unassign([physical])
         except KafkaException as e:
@@ -289,6 +316,10 @@ class FederatedConsumer:
         self._last_poll = time.monotonic()
         while True:
             self._apply_assignment()
+            self._key_order_step()
+            released = self._key_order.take(num_messages)
+            if released:  # before anything new is read: a slot's new records never pass its released ones
+                return released
             if self._unfetched and time.monotonic() - self._stalls_checked > STALLED_START_S / 4:
                 self._restart_stalled()
             if self._auto_commit and time.monotonic() - self._last_auto_commit > self._auto_commit_s:
@@ -305,7 +336,9 @@ class FederatedConsumer:
                     # wait only on the last consumer of the round, when nothing was found before it
                     batch = consumer.consume(num_messages - len(out), wait if i == n - 1 and not out else 0)
                     if batch:
-                        placed = place_batch(batch, self._slots[cluster_id])
+                        placed = self._key_order.offer(
+                            self._follower.image, place_batch(batch, self._slots[cluster_id]), self
+                        )
                         if out:
                             out += placed
                         else:
@@ -318,6 +351,72 @@ class FederatedConsumer:
                 time.sleep(0.02)
             if deadline is not None and time.monotonic() >= deadline:
                 return []
+
+    # -- strict key order (sdk/key_order.py) ---------------------------------------------------------
+    def _key_order_step(self) -> None:
+        """Let go the held messages the latest metadata and releases allow; and, now and then, read the
+        group's committed offsets on the open parents this member owns, for the coordinator (its next
+        heartbeat)."""
+        image = self._follower.image
+        with self._reply_lock:
+            releases = self._reply.get("key_releases") if self._reply is not None else None
+        self._key_order.observe(image, releases, self)
+        paused = self._key_order.paused() & set(self._owned)
+        if paused != self._paused:
+            self._pause_fetching(paused)
+        parents = self._key_order.parents_to_check(image, list(self._owned))
+        if parents:
+            committed = []
+            for tp in parents:
+                p = self._owned[tp]
+                try:
+                    [c] = self._consumers[p.cluster_id].committed(
+                        [TopicPartition(p.physical_topic, p.physical_partition)], timeout=CLIENT_DEADLINE_S
+                    )
+                except KafkaException as e:
+                    log.warning("group %s: reading the committed offset of %s/%d: %s", self.group, *tp, e)
+                    continue
+                if c.offset >= 0 and c.error is None:
+                    committed.append((tp[0], tp[1], c.offset))
+            self._key_order.committed = committed
+
+    def _pause_fetching(self, paused: set[LogicalPartition]) -> None:
+        """Pause fetching ``paused`` (and resume what is no longer in it) on the physical consumers."""
+        for tps, pause in ((paused - self._paused, True), (self._paused - paused, False)):
+            for tp in tps:
+                p = self._owned.get(tp)
+                if p is None:
+                    continue
+                physical = [TopicPartition(p.physical_topic, p.physical_partition)]
+                try:
+                    if pause:
+                        self._consumers[p.cluster_id].pause(physical)
+                    else:
+                        self._consumers[p.cluster_id].resume(physical)
+                except KafkaException as e:
+                    log.warning("group %s: pausing or resuming %s/%d: %s", self.group, *tp, e)
+        if paused:
+            log.info("group %s: %d records held back: fetching paused on %s", self.group,
+                     sum(s["held"] for s in self._key_order.stats().values()), sorted(paused))  # fmt: skip
+        self._paused = paused
+
+    def key_order_stats(self) -> dict[str, Any]:
+        """Per strict topic: records held now and ever, delivered, the longest hold (ms) and order breaks."""
+        return self._key_order.stats()
+
+    def _origin(self, cluster_id: str, tp: TopicPartition) -> LogicalPartition | None:
+        origin = origin_in(self._slots.get(cluster_id, {}), tp.topic, tp.partition)
+        return (origin.topic, origin.partition) if origin is not None else None
+
+    def _not_past_held(self, cluster_id: str, offsets: list[TopicPartition]) -> list[TopicPartition]:
+        """Physical commit offsets lowered to the first record held back there, if any."""
+        out = []
+        for tp in offsets:
+            logical = self._origin(cluster_id, tp)
+            if logical is not None:
+                tp = TopicPartition(tp.topic, tp.partition, self._key_order.commit_position(logical, tp.offset))
+            out.append(tp)
+        return out
 
     # -- offsets ----------------------------------------------------------------------------------
     def commit(self, message: Message | None = None, offsets: Any = None, asynchronous: bool = True) -> None:
@@ -336,7 +435,7 @@ class FederatedConsumer:
                     physical = TopicPartition(placement.physical_topic, placement.physical_partition, tp.offset)
                     by_cluster.setdefault(placement.cluster_id, []).append(physical)
             for cluster_id, physical_offsets in by_cluster.items():
-                _commit(self._consumers[cluster_id], physical_offsets, asynchronous)
+                _commit(self._consumers[cluster_id], self._not_past_held(cluster_id, physical_offsets), asynchronous)
             return
         if message is not None:
             placement = self._owned.get((message.topic(), message.partition()))  # type: ignore[arg-type]  # logical: set
@@ -344,7 +443,8 @@ class FederatedConsumer:
             if placement is None or offset is None:
                 return  # no longer ours: the next owner starts from the last committed offset
             tp = TopicPartition(placement.physical_topic, placement.physical_partition, offset + 1)
-            _commit(self._consumers[placement.cluster_id], [tp], asynchronous)
+            _commit(self._consumers[placement.cluster_id], self._not_past_held(placement.cluster_id, [tp]),
+                    asynchronous)  # fmt: skip
             return
         for cluster_id, consumer in self._consumers.items():
             placements = [p for p in self._owned.values() if p.cluster_id == cluster_id]
@@ -359,7 +459,7 @@ class FederatedConsumer:
             positions = consumer.position([TopicPartition(p.physical_topic, p.physical_partition) for p in placements])
             offsets = handed_out(positions)
             if offsets:
-                _commit(consumer, offsets, asynchronous)
+                _commit(consumer, self._not_past_held(placements[0].cluster_id, offsets), asynchronous)
         except KafkaException as e:
             log.warning("group %s: commit failed: %s", self.group, e)
 

@@ -1,5 +1,8 @@
 """Errors of the federated SDK: raised at once by ``produce`` (nothing is queued).
 
+A message no partition can take *right now* is not refused: it waits (see ``sdk.producer``).
+``NoWritablePartition`` is no longer raised by ``produce``; it stays importable for code that catches it.
+
 They sit in kfed's one error tree (``metadata_log.errors``): ``except KfedError`` catches them, and each is
 also the kind of refusal it is (``UnknownTopic`` a ``NotFound``, the others a ``Conflict``).
 """

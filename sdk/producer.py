@@ -10,7 +10,24 @@ created on first use). Routing comes from a followed metadata image (the log, ta
 - keyed messages go to ``crc32(key) % len(writable partitions)``. Ordering caveat: when the writable set
   changes (a partition goes read-only, a cluster is fenced or added), keys move to other partitions, so
   per-key order holds only while the set is stable — as with any partition-count change in Kafka;
+- on a ``key_order: strict`` topic (docs/KEY_ORDER.md), keyed messages go where the topic's current routing
+  epoch maps their slot (``crc32(key) & 16383``) and, once their slot has moved, carry that epoch in a
+  ``kfed-epoch`` header; a key whose partition takes no writes right now waits (below) instead of moving:
+  keys move only with an epoch.
+  Key-less messages and explicit partitions are routed as on any topic, unstamped (they are never held);
 - an explicit ``partition`` that is not writable fails at once with ``PartitionNotWritable``.
+
+Waiting, as librdkafka does for a topic whose leader is unknown: a message that no partition can take
+*right now* (no leader known yet, every cluster fenced or muted, the topic shrunk to nothing writable, the
+metadata not loaded yet because no controller answers) is queued here, not refused. It leaves the queue
+when a partition takes it (on ``poll``/``flush``, or on a ``produce`` after the metadata changed), or is
+reported to ``on_delivery`` with ``_MSG_TIMED_OUT`` once ``message.timeout.ms`` (default 300 s) passed.
+``queue.buffering.max.messages`` bounds the queue (``BufferError`` past it, like confluent-kafka's). While
+a topic has waiting messages, its new messages queue behind them: order per partition and per key holds.
+An explicit partition that is writable but has no leader yet waits too; one that is read-only, removed or
+on a fenced or muted cluster is refused at once. A topic the loaded metadata does not have is refused at
+once (``UnknownTopic``): the followed log is the federation's truth, there is no propagation to wait out.
+Once handed to a cluster's producer, a message is bounded by that producer's own ``message.timeout.ms``.
 
 Client-side muting (the KIP-693 idea): a cluster-level delivery error, or the log fencing a cluster,
 mutes that cluster's partitions in this producer for ``kfed.mute.ms`` (default 10 s) and purges the
@@ -25,7 +42,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import cycle
@@ -33,18 +50,23 @@ from typing import Any, Final
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from metadata_log.follower import LogFollower
+from metadata_log.follower import FollowerError, LogFollower
 from metadata_log.image import ClusterImage, MetadataImage, is_writable
+from metadata_log.keyorder.history import first_moves
+from metadata_log.keyorder.replay import strict_history
+from metadata_log.keyorder.routing import SLOT_MASK, epoch_header
 from metadata_log.publisher import LogDelta
 
-from .config import split_config
-from .errors import NoWritablePartition, PartitionNotWritable, UnknownTopic
+from .config import check_kafka_settings, ms_setting, split_config
+from .errors import PartitionNotWritable, UnknownTopic
 from .messages import Origin, Placement, Report, label, placement_in, reporter, unsent
 from .transactions import TransactionalApi, Transactions
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MUTE_MS: Final = 10_000
+DEFAULT_MESSAGE_TIMEOUT_MS: Final = 300_000  # librdkafka's defaults
+DEFAULT_QUEUE_MAX_MESSAGES: Final = 100_000
 # Errors that say "this cluster is not taking writes", as opposed to a problem with one message.
 CLUSTER_ERRORS: Final = frozenset(
     {
@@ -95,6 +117,51 @@ class _Route:
     keyless: Iterator[Keyless]  # round-robin over writable, for key-less messages
     targets: Mapping[int, _Target]  # every logical partition, writable or not
     why_not: Mapping[int, str]  # logical partition -> why it takes no writes
+    # What waits instead of being refused: partitions that take writes but have no leader yet; every
+    # partition when the metadata is not loaded yet (the topic is then not known either way).
+    leaderless: frozenset[int] = frozenset()
+    loaded: bool = True
+    # key_order strict: the target of each key slot (None: its partition takes no writes now, keyed
+    # messages of that slot wait), the epoch header, and per slot the headers of a message without its own:
+    # [stamp] for a slot that has moved by this epoch, None for one that never did (not stamped: the header
+    # costs librdkafka a third of a produce, and such a record waits for nothing; docs/KEY_ORDER.md).
+    table: Sequence[_Target | None] | None = None
+    stamp: tuple[str, bytes] | None = None
+    stamps: Sequence[list[tuple[str, bytes]] | None] | None = None
+
+    def waits(self, partition: int) -> bool:
+        """Whether a message for this explicit partition waits (rather than is refused) while it cannot go."""
+        return not self.loaded or partition in self.leaderless
+
+    def keyed(self, key: Any) -> _Target | None:
+        """Where a keyed message goes now; None while it cannot go (``FederatedProducer.produce`` does the
+        same inline)."""
+        crc = zlib.crc32(key if isinstance(key, bytes) else str(key).encode())
+        if self.table is not None:
+            return self.table[crc & SLOT_MASK]
+        return self.writable[crc % len(self.writable)] if self.writable else None
+
+    def takes(self, partition: int | None, key: Any) -> bool:
+        """Whether a message for ``partition`` (None: routed here) with ``key`` can go now."""
+        if partition is None:
+            return bool(self.writable) if key is None else self.keyed(key) is not None
+        return partition in self.targets and partition not in self.why_not
+
+
+_NOT_LOADED: Final = _Route((), cycle(()), {}, {}, loaded=False)
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A message no partition could take when it was produced (see the module's docstring)."""
+
+    value: Any
+    key: Any
+    partition: int | None
+    headers: Any
+    callback: DeliveryCallback | None
+    timestamp: int
+    deadline: float  # monotonic; inf: message.timeout.ms 0, no limit
 
 
 class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/transactions.py
@@ -102,9 +169,18 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         client_config = split_config(config)
         cfg = client_config.kafka
         self._txn = Transactions.from_config(self, client_config)
-        self._mute_s = int(cfg.pop("kfed.mute.ms", DEFAULT_MUTE_MS)) / 1000
+        self._mute_s = ms_setting(cfg, "kfed.mute.ms", DEFAULT_MUTE_MS) / 1000
         self._default_callback: DeliveryCallback | None = cfg.pop("on_delivery", None)
         self._physical_config = {"enable.metrics.push": False, **cfg}
+        check_kafka_settings(Producer, self._physical_config)  # invalid settings fail here, not at produce()
+        timeout_key = "delivery.timeout.ms" if "delivery.timeout.ms" in cfg else "message.timeout.ms"
+        timeout_ms = ms_setting(cfg, timeout_key, DEFAULT_MESSAGE_TIMEOUT_MS, keep=True)
+        self._timeout_s = timeout_ms / 1000 if timeout_ms else float("inf")
+        self._max_waiting = ms_setting(cfg, "queue.buffering.max.messages", DEFAULT_QUEUE_MAX_MESSAGES, keep=True)
+        self._waiting: dict[str, deque[_Waiting]] = {}  # topic -> its messages no partition could take yet
+        self._waiting_count = 0
+        self._waiting_tried = -1  # the routes' epoch the waiting messages were last tried with
+        self._undeliverable: deque[tuple[DeliveryCallback | None, KafkaError, Message]] = deque()  # for poll()
         self._producers: dict[str, Producer] = {}
         self._routes: dict[str, _Route] = {}
         self._keyless: dict[str, Iterator[Keyless]] = {}  # topic -> its route's keyless, while it has writable ones
@@ -117,7 +193,10 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         self._follower = LogFollower(
             client_config.controllers, wait_ms=2000, publisher=self, access=client_config.access
         )
-        self._follower.poll(0)  # an image before the first produce
+        try:
+            self._follower.poll(0)  # an image before the first produce
+        except FollowerError as e:  # like bootstrap.servers: retried in the background, messages wait
+            log.warning("no metadata yet (%s); following the log in the background", e)
         self._follower.start()
         self.produce = _keyless_router(self._keyless, self.produce)  # type: ignore[method-assign]  # same call
         if self._txn is not None:
@@ -153,13 +232,15 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         if route is not None:
             return route
         epoch, image = self._epoch, self._follower.image
+        if image.offset < 0:
+            return _NOT_LOADED  # not stored: the first image forgets routes anyway
         t = image.topics.get(topic)
         if t is None:
             raise UnknownTopic(topic, image.offset)
         now = time.monotonic()
         writable: list[_Target] = []
         keyless: list[Keyless] = []
-        targets, why_not = {}, {}
+        targets, why_not, leaderless = {}, {}, set()
         for p in t.partitions:
             target = _Target(Origin(topic, p.partition, p.cluster_id), p.physical_topic, p.physical_partition)
             targets[p.partition] = target
@@ -171,6 +252,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
                 why_not[p.partition] = (
                     f"physical partition {p.physical_topic}/{p.physical_partition} on {p.cluster_id} has no leader yet"
                 )
+                leaderless.add(p.partition)
             elif self._muted.get(p.cluster_id, 0) > now:
                 why_not[p.partition] = f"cluster {p.cluster_id} is muted by this producer after delivery errors"
             else:
@@ -180,13 +262,31 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
                 report = self._reporter(target, rerouted=True)
                 keyless.append((producer.produce, p.physical_topic, p.physical_partition, report, target))
                 writable.append(target)
-        route = _Route(tuple(writable), cycle(keyless), targets, why_not)
+        table, stamp, stamps = self._strict_table(image, topic, writable)
+        route = _Route(tuple(writable), cycle(keyless), targets, why_not, frozenset(leaderless), True, table, stamp,
+                       stamps)  # fmt: skip
         with self._lock:  # the check and the stores at once: the follower thread may forget routes between them
             if epoch == self._epoch:  # else made from what just changed: good for this message only
                 self._routes[topic] = route
-                if writable:
+                if writable and topic not in self._waiting:  # the C router must not overtake waiting messages
                     self._keyless[topic] = route.keyless
         return route
+
+    def _strict_table(
+        self, image: MetadataImage, topic: str, writable: list[_Target]
+    ) -> tuple[list[_Target | None] | None, tuple[str, bytes] | None, list[list[tuple[str, bytes]] | None] | None]:
+        """For a strict topic, its current epoch's slot -> target table (a slot whose partition is not in
+        ``writable`` maps to None), epoch header and slot -> headers (``_Route.stamps``); Nones for any other."""
+        history = strict_history(image.key_orders, topic)
+        if history is None:
+            return None, None, None
+        by_partition = {t.origin.partition: t for t in writable}
+        table: list[_Target | None] = []
+        for first, end, partition in history.map.ranges():
+            table += [by_partition.get(partition)] * (end - first)
+        stamp = epoch_header(history.epoch)
+        stamped = [stamp]
+        return table, stamp, [stamped if epoch else None for epoch in first_moves(history)]
 
     # -- producing ---------------------------------------------------------------------------------
     def produce(
@@ -201,15 +301,19 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
     ) -> None:
         """Queue one message for a logical topic (same contract as confluent-kafka's ``produce``).
 
-        The usual call, key-less with no extras, is served in C by ``_keyless_router`` (same routing)."""
+        The usual call, key-less with no extras, is served in C by ``_keyless_router`` (same routing).
+        A message no partition can take right now waits (see the module's docstring)."""
         if self._to_purge:
             self._purge_fenced()
+        if self._waiting and self._waiting_tried != self._epoch:
+            self._try_waiting(expire=False)
         route = self._routes.get(topic) or self._route(topic)
         # Arguments go positionally (confluent-kafka parses keywords more slowly); the 6th is on_delivery's alias.
         if partition is None or partition < 0:
             writable = route.writable
-            if not writable:
-                raise NoWritablePartition(topic, dict(route.why_not))
+            if not writable or (self._waiting and topic in self._waiting):
+                self._wait(topic, _Waiting(value, key, None, headers, on_delivery, timestamp, 0.0))
+                return
             if key is None:
                 send, physical_topic, physical_partition, report, target = next(route.keyless)
                 if on_delivery is not None:
@@ -219,14 +323,125 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
                 else:  # two to five arguments fewer to parse: the usual case
                     send(physical_topic, value, None, physical_partition, report)
                 return
-            target = writable[zlib.crc32(key if isinstance(key, bytes) else str(key).encode()) % len(writable)]
+            crc = zlib.crc32(key if isinstance(key, bytes) else str(key).encode())
+            table = route.table
+            if table is None:
+                target = writable[crc % len(writable)]
+            else:  # strict: the epoch's owner of the key's slot, or wait for it
+                slot = crc & SLOT_MASK
+                target = table[slot]  # type: ignore[assignment]  # checked just below
+                if target is None:
+                    self._wait(topic, _Waiting(value, key, None, headers, on_delivery, timestamp, 0.0))
+                    return
+                stamped = route.stamps[slot]  # type: ignore[index]  # set with table
+                if stamped is not None:
+                    headers = stamped if headers is None else _stamped(headers, route.stamp)  # type: ignore[arg-type]  # set with table
         else:
             target = route.targets.get(partition)  # type: ignore[assignment]  # checked just below
-            if target is None or partition in route.why_not:
+            if (target is None or partition in route.why_not) and not route.waits(partition):
                 why = route.why_not.get(partition, f"topic {topic!r} has no partition {partition}")
                 raise PartitionNotWritable(topic, partition, why)
+            if target is None or partition in route.why_not or (self._waiting and topic in self._waiting):
+                self._wait(topic, _Waiting(value, key, partition, headers, on_delivery, timestamp, 0.0))
+                return
         pinned = target.report_pinned if on_delivery is None else partial(self._delivered, target, on_delivery, False)
         target.send(target.physical_topic, value, key, target.physical_partition, pinned, None, timestamp, headers)  # type: ignore[misc]  # writable: send is set
+
+    # -- messages waiting for a partition ----------------------------------------------------------
+    def _wait(self, topic: str, message: _Waiting) -> None:
+        if self._waiting_count >= self._max_waiting:
+            raise BufferError(f"Local: Queue full ({self._waiting_count} messages wait for a writable partition)")
+        message.deadline = time.monotonic() + self._timeout_s
+        queue = self._waiting.get(topic)
+        if queue is None:
+            with self._lock:  # with _route's store: no key-less route of this topic in the C router from now on
+                queue = self._waiting[topic] = deque()
+                self._keyless.pop(topic, None)
+        queue.append(message)
+        self._waiting_count += 1
+
+    def _try_waiting(self, expire: bool) -> None:
+        """Hand the waiting messages a partition now takes to it, in order; with ``expire``, report those
+        past their ``message.timeout.ms``. The others keep their place."""
+        self._waiting_tried = self._epoch
+        now = time.monotonic()
+        for topic, queue in list(self._waiting.items()):
+            try:
+                route = self._routes.get(topic) or self._route(topic)
+            except UnknownTopic as e:  # deleted while its messages waited
+                self._fail_waiting(topic, queue, KafkaError(KafkaError._UNKNOWN_TOPIC, str(e)))
+                continue
+            still: deque[_Waiting] = deque()
+            for m in queue:
+                p = m.partition
+                if route.takes(p, m.key):
+                    self._send(route, topic, m.value, m.key, p, m.headers, m.callback, m.timestamp)
+                elif p is not None and route.loaded and not route.waits(p):
+                    why = route.why_not.get(p, f"topic {topic!r} has no partition {p}")
+                    error = KafkaError(KafkaError._UNKNOWN_PARTITION, str(PartitionNotWritable(topic, p, why)))
+                    self._undeliverable.append((m.callback, error, unsent(topic, m.value, m.headers)))
+                elif expire and m.deadline <= now:
+                    why = "; ".join(f"P{q}: {w}" for q, w in sorted(route.why_not.items())[:4]) or "no metadata yet"
+                    error = KafkaError(KafkaError._MSG_TIMED_OUT, f"Local: Message timed out waiting for a "
+                                       f"writable partition of {topic!r} ({why})")  # fmt: skip
+                    self._undeliverable.append((m.callback, error, unsent(topic, m.value, m.headers)))
+                else:
+                    still.append(m)
+            self._waiting_count -= len(queue) - len(still)
+            with self._lock:
+                if still:
+                    self._waiting[topic] = still
+                else:  # the next produce() routes it (and lets the C router have it) again
+                    del self._waiting[topic]
+                    self._routes.pop(topic, None)
+
+    def _fail_waiting(self, topic: str, queue: deque[_Waiting], error: KafkaError) -> None:
+        for m in queue:
+            self._undeliverable.append((m.callback, error, unsent(topic, m.value, m.headers)))
+        self._waiting_count -= len(queue)
+        with self._lock:
+            del self._waiting[topic]
+
+    def _send(
+        self, route: _Route, topic: str, value: Any, key: Any, partition: int | None, headers: Any,
+        on_delivery: DeliveryCallback | None, timestamp: int,
+    ) -> None:  # fmt: skip
+        """Hand one message to the physical producer of the partition ``route`` gives it (one is writable)."""
+        if partition is None and key is None:
+            send, physical_topic, physical_partition, report, target = next(route.keyless)
+            if on_delivery is not None:
+                report = partial(self._delivered, target, on_delivery, True)
+            send(physical_topic, value, None, physical_partition, report, None, timestamp, headers)
+            return
+        if partition is None:
+            target = route.keyed(key)  # type: ignore[assignment]  # takes() said it can go
+            if route.stamps is not None and route.stamp is not None:
+                key_bytes = key if isinstance(key, bytes) else str(key).encode()
+                if route.stamps[zlib.crc32(key_bytes) & SLOT_MASK] is not None:
+                    headers = _stamped(headers, route.stamp)
+        else:
+            target = route.targets[partition]
+        pinned = target.report_pinned if on_delivery is None else partial(self._delivered, target, on_delivery, False)
+        target.send(target.physical_topic, value, key, target.physical_partition, pinned, None, timestamp, headers)  # type: ignore[misc]  # writable: send is set
+
+    def _serve_undeliverable(self) -> int:
+        served = 0
+        while self._undeliverable:
+            callback, error, message = self._undeliverable.popleft()
+            callback = callback or self._default_callback
+            if callback is not None:
+                callback(error, message)
+            served += 1
+        return served
+
+    def _forget_expired_mutes(self) -> None:
+        """Routes made while a cluster was muted exclude it; once its mute ends they are made again."""
+        now = time.monotonic()
+        expired = [c for c, until in self._muted.items() if until <= now]
+        if expired:
+            for cluster_id in expired:
+                del self._muted[cluster_id]
+            self._forget_routes()
 
     def _producer(self, cluster_id: str) -> Producer:
         cluster = self._follower.image.clusters[cluster_id]
@@ -305,23 +520,32 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
             try:
                 self.produce(topic, value, None, None, headers, callback, timestamp)
                 moved += 1
-            except (NoWritablePartition, UnknownTopic) as e:
+            except UnknownTopic as e:  # deleted meanwhile; no writable partition: it waits, as produce() does
                 callback = callback or self._default_callback
                 if callback is not None:
-                    callback(KafkaError(KafkaError._PURGE_QUEUE, f"no writable partition to re-route to: {e}"),
+                    callback(KafkaError(KafkaError._UNKNOWN_TOPIC, f"nowhere to re-route to: {e}"),
                              unsent(topic, value, headers))  # fmt: skip
         return moved
+
+    def _housekeeping(self) -> int:
+        """What poll() and flush() do besides serving the physical producers: returns reports served."""
+        self._purge_fenced()
+        if self._muted:
+            self._forget_expired_mutes()
+        served = self._drain_reroutes()
+        if self._waiting:
+            self._try_waiting(expire=True)
+        return served + self._serve_undeliverable()
 
     # -- confluent-kafka's surface -----------------------------------------------------------------
     def poll(self, timeout: float = 0) -> int:
         """Serve delivery callbacks of every physical producer; returns how many were served."""
-        self._purge_fenced()
-        served = self._drain_reroutes()
+        served = self._housekeeping()
         producers = list(self._producers.values())
         if not producers:
-            if timeout > 0:
-                time.sleep(min(timeout, 0.05))
-            return served
+            if timeout > 0 and not served:
+                self._follower.wait_for(self._follower.image.offset + 1, min(timeout, 0.05))
+            return served + self._housekeeping()
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
             for p in producers:
@@ -335,16 +559,23 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         """Wait until every message is delivered or failed (or ``timeout``); returns how many remain."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            self._purge_fenced()
-            self._drain_reroutes()
-            for p in list(self._producers.values()):
+            self._housekeeping()
+            producers = list(self._producers.values())
+            for p in producers:
                 p.flush(0.05)
+            if not producers and self._waiting:  # nothing to serve but the log: wait for it to move
+                self._follower.wait_for(self._follower.image.offset + 1, 0.05)
             remaining = len(self)
             if remaining == 0 or (deadline is not None and time.monotonic() >= deadline):
                 return remaining
 
     def __len__(self) -> int:
-        return sum(len(p) for p in self._producers.values()) + len(self._reroute)
+        return (
+            sum(len(p) for p in self._producers.values())
+            + len(self._reroute)
+            + self._waiting_count
+            + len(self._undeliverable)
+        )
 
     def close(self, timeout: float | None = 30.0) -> int:
         remaining = self.flush(timeout)
@@ -368,6 +599,15 @@ def _why_not_writable(state: str, cluster: ClusterImage | None) -> str:
     if cluster.fenced:
         return f"cluster {cluster.cluster_id} is fenced ({cluster.fenced_reason})"
     return f"cluster {cluster.cluster_id} is {cluster.state}"
+
+
+def _stamped(headers: Any, stamp: tuple[str, bytes]) -> list[Any]:
+    """``headers`` (None, a list of pairs or a dict, as confluent-kafka takes them) with the epoch header."""
+    if headers is None:
+        return [stamp]
+    if isinstance(headers, dict):
+        return [*headers.items(), stamp]
+    return [*headers, stamp]
 
 
 def _keyless_router(routes: dict[str, Iterator[Keyless]], produce: Callable[..., None]) -> Callable[..., None]:

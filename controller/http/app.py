@@ -17,7 +17,20 @@ from fastapi import FastAPI
 
 from .. import auth, dashboard, metrics, problems
 from ..service import ControllerService
-from . import agents, clusters, gateways, groups, health, log, metadata, operations, quorum, topics, transactions
+from . import (
+    agents,
+    clusters,
+    gateways,
+    groups,
+    health,
+    key_order,
+    log,
+    metadata,
+    operations,
+    quorum,
+    topics,
+    transactions,
+)
 from .hotpath import HotPath
 from .limits import MeasureAndLimit
 from .log import LogStreams
@@ -36,6 +49,7 @@ ROUTERS: tuple[Router, ...] = (  # the most requested first: FastAPI tries them 
     operations.router,
     gateways.router,
     transactions.router,
+    key_order.router,
 )
 LEADER_ROUTES: tuple[LeaderRoute, ...] = tuple(route for router in ROUTERS for route in router.leader_routes)
 """What the hot path forwards from a follower (and, for writes with a body, serves on the leader)."""

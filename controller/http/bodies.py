@@ -15,6 +15,11 @@ INT64_MAX: Final = 2**63 - 1  # offsets and times: what Kafka and msgpack carry
 INT32_MAX: Final = 2**31 - 1  # Kafka partition ids
 
 
+_Partition = Annotated[int, Field(ge=0, le=INT32_MAX)]
+_Offset = Annotated[int, Field(ge=0, le=INT64_MAX)]
+_Epoch = Annotated[int, Field(ge=1, le=INT64_MAX)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -35,6 +40,7 @@ class CreateTopic(_Strict):
     partitions_per_cluster: int = Field(le=INT32_MAX, description="Logical partitions placed on each active cluster.")
     physical_topic: str | None = Field(None, description="Physical topic name; defaults to the logical name.")
     retention_ms: int | None = Field(None, le=INT64_MAX, description="Retention of the data (used by drain decisions).")
+    key_order: str = Field("none", description="'strict': per-key order across resizes (docs/KEY_ORDER.md); 'none'.")
 
 
 class AddPartitions(_Strict):
@@ -97,7 +103,30 @@ class GroupHeartbeat(_Strict):
         SESSION_TIMEOUT_MS_DEFAULT, ge=SESSION_TIMEOUT_MS_MIN, le=SESSION_TIMEOUT_MS_MAX,
         description="The member is dropped (and stops consuming) after this long without a heartbeat.",
     )  # fmt: skip
+    # strict key order (docs/KEY_ORDER.md decision 4)
+    metadata_offset: int = Field(-1, ge=-1, le=INT64_MAX, description="Offset of the metadata the member acts on.")
+    committed: list[tuple[str, _Partition, _Offset]] = Field(
+        default_factory=list, max_length=100_000,
+        description="[topic, partition, offset]: the group's committed offsets on strict partitions the member owns.",
+    )  # fmt: skip
+    give_up: list[tuple[str, _Epoch, _Partition]] = Field(
+        default_factory=list, max_length=1_000,
+        description="[topic, epoch, partition]: parents the member waited kfed.key.order.max.wait.ms for.",
+    )  # fmt: skip
 
 
 class GroupLeave(_Strict):
     member_id: str = Field(max_length=200)
+
+
+# -- key order ----------------------------------------------------------------------------------
+class ChangeKeyOrder(_Strict):
+    key_order: str = Field(description="'strict' (per-key order across resizes) or 'none'.")
+
+
+class KeySeals(_Strict):
+    topic: str = Field(description="The strict logical topic.")
+    epoch: int = Field(ge=0, le=INT64_MAX, description="The epoch whose seals were measured (the latest).")
+    end_offsets: dict[Annotated[int, Field(ge=0, le=INT32_MAX)], Annotated[int, Field(ge=0, le=INT64_MAX)]] = Field(
+        max_length=100_000, description="Logical partition -> its physical end offset (the seal)."
+    )

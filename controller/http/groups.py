@@ -35,7 +35,8 @@ async def group_heartbeat(request: Request, service: Service, group: str, body: 
     check_name(group, "group")
     owned = [(t, p) for t, p in body.owned]
     return respond(request, await service.group_heartbeat(
-        group, body.member_id, body.topics, owned, body.session_timeout_ms))  # fmt: skip
+        group, body.member_id, body.topics, owned, body.session_timeout_ms, body.metadata_offset,
+        body.committed, body.give_up))  # fmt: skip
 
 
 @router.leader("POST", "/{group}/leave", summary="Leave a group (its partitions go to the other members)")

@@ -1,5 +1,8 @@
 """Logical topics: create one over its region's clusters, add partitions (scale up), change a partition's
-state, delete, read. Scaling down is an operation (``operations.py``)."""
+state, switch its key order, delete, read. Scaling down is an operation (``operations.py``).
+
+A change of a strict topic's writable set starts its next routing epoch in the same batch (``with_epochs``,
+docs/KEY_ORDER.md); an expand's epoch starts from the leader's loop once the new partitions have leaders."""
 
 from __future__ import annotations
 
@@ -12,9 +15,10 @@ from starlette.responses import Response
 from metadata_log import commands
 from metadata_log.errors import NotFound
 from metadata_log.image import MetadataImage
+from metadata_log.keyorder import commands as key_order
 from metadata_log.views import topic_view
 
-from .bodies import AddPartitions, ChangeState, CreateTopic
+from .bodies import AddPartitions, ChangeKeyOrder, ChangeState, CreateTopic
 from .deps import Service
 from .encoding import respond
 from .routing import Router, WritePlan
@@ -40,14 +44,16 @@ async def get_topic(request: Request, service: Service, name: str) -> Response:
 def create_topic(body: CreateTopic) -> WritePlan:
     topic_id = str(uuid.uuid4())  # chosen by the proposer: apply has no randomness
     return WritePlan(
-        lambda image: commands.create_topic(
+        lambda image: key_order.create_topic(
             image,
+            image.key_orders,
             body.name,
             body.region,
             body.partitions_per_cluster,
             topic_id,
             body.physical_topic,
             body.retention_ms,
+            body.key_order,
         ),
         lambda image: render_topic(image, body.name),
     )
@@ -64,7 +70,20 @@ def add_partitions(name: str, body: AddPartitions) -> WritePlan:
 @router.write("PUT", "/{name}/partitions/{partition}/state", summary="Change one logical partition's state")
 def change_partition_state(name: str, partition: int, body: ChangeState) -> WritePlan:
     return WritePlan(
-        lambda image: commands.change_partition_state(image, name, partition, body.state),
+        lambda image: key_order.with_epochs(
+            image,
+            image.key_orders,
+            commands.change_partition_state(image, name, partition, body.state),
+            f"partition {partition} {body.state}",
+        ),
+        lambda image: render_topic(image, name),
+    )
+
+
+@router.write("PUT", "/{name}/key_order", summary="Switch a topic's key order: 'strict' or 'none' (docs/KEY_ORDER.md)")
+def change_key_order(name: str, body: ChangeKeyOrder) -> WritePlan:
+    return WritePlan(
+        lambda image: key_order.change_key_order(image, image.key_orders, name, body.key_order),
         lambda image: render_topic(image, name),
     )
 

@@ -29,6 +29,11 @@ from ..records import (
     GatewayRegistered,
     GroupCoordinatorAssigned,
     GroupGenerationStarted,
+    KeyOrderEpochStarted,
+    KeyOrderRecord,
+    KeyOrderSealed,
+    KeyRangeMoved,
+    KeyRangeReleased,
     MetadataVersionChanged,
     NoOp,
     PartitionsAdded,
@@ -38,6 +43,7 @@ from ..records import (
     Record,
     TopicCreated,
     TopicDeleted,
+    TopicKeyOrderChanged,
     TxnDecided,
     TxnGroupAdded,
     TxnParticipantCompleted,
@@ -50,6 +56,7 @@ from .cluster import ClusterDelta, LastRegistrations
 from .common import InvalidRecord
 from .gateways import GatewaysDelta
 from .groups import GroupsDelta
+from .key_orders import KeyOrdersDelta
 from .metadata import MetadataImage
 from .quorum import QuorumDelta
 from .topics import TopicsDelta
@@ -60,7 +67,18 @@ class MetadataDelta:
     """Changes of one batch over a base image: ``replay`` records (or ``replay_run`` columns), then ``apply``
     once. Counts the records replayed: the image after them is at ``base.offset`` + that many."""
 
-    __slots__ = ("_base", "_clusters", "_count", "_gateways", "_groups", "_memo", "_quorum", "_topics", "_txns")
+    __slots__ = (
+        "_base",
+        "_clusters",
+        "_count",
+        "_gateways",
+        "_groups",
+        "_key_orders",
+        "_memo",
+        "_quorum",
+        "_topics",
+        "_txns",
+    )
 
     def __init__(self, base: MetadataImage) -> None:
         self._base = base
@@ -70,6 +88,7 @@ class MetadataDelta:
         self._quorum: QuorumDelta | None = None
         self._gateways: GatewaysDelta | None = None
         self._txns: TransactionsDelta | None = None
+        self._key_orders: KeyOrdersDelta | None = None
         self._memo = base.replay_memo
         self._count = 0
 
@@ -119,6 +138,23 @@ class MetadataDelta:
             part = self._txns = TransactionsDelta(self._base.transactions)
         return part
 
+    def key_orders_delta(self) -> KeyOrdersDelta:
+        part = self._key_orders
+        if part is None:
+            # a bound method of the topics part, not of this delta: no reference cycle (see topics_delta)
+            part = self._key_orders = KeyOrdersDelta(self._base.key_orders, self.topics_delta().partition_count)
+        return part
+
+    def key_order_record(self, record: KeyOrderRecord) -> None:
+        """A key-order record, with the log offset it takes."""
+        self.key_orders_delta().replay(record, self._base.offset + self._count + 1)
+
+    def topic_deleted(self, record: TopicDeleted) -> None:
+        """A topic goes, with its key order."""
+        self.topics_delta().replay_deleted(record)
+        if self._key_orders is not None or record.name in self._base.key_orders:
+            self.key_orders_delta().forget(record.name)
+
     # -- replay --------------------------------------------------------------------------------------
     def replay(self, record: Record) -> None:
         """Fold one record into the delta; ``InvalidRecord`` if it does not fit."""
@@ -166,7 +202,7 @@ class MetadataDelta:
         """The image after every replayed record; unchanged parts are the base image's own maps."""
         base = self._base
         clusters, topics, groups, quorum = self._clusters, self._topics, self._groups, self._quorum
-        gateways = self._gateways
+        gateways, key_orders = self._gateways, self._key_orders
         return MetadataImage(  # by position: the fields in order (offset, clusters, topics, groups, voters, ...)
             base.offset + self._count,
             clusters.apply() if clusters is not None else base.clusters,
@@ -175,6 +211,7 @@ class MetadataDelta:
             quorum.voters() if quorum is not None else base.voters,
             quorum.metadata_version if quorum is not None else base.metadata_version,
             gateways.apply() if gateways is not None else base.gateways,
+            key_orders.apply() if key_orders is not None else base.key_orders,
             self._memo,
             transactions=self._txns.apply() if self._txns is not None else base.transactions,
         )
@@ -186,6 +223,10 @@ def _is_run(item: Run | Record) -> bool:
 
 def _no_part(delta: MetadataDelta) -> None:
     return None
+
+
+def _the_delta(delta: MetadataDelta) -> MetadataDelta:
+    return delta
 
 
 def _nothing(part: None, record: Record) -> None:
@@ -203,7 +244,7 @@ _ROUTES: Final[Mapping[type[Record], _Route]] = {
     TopicCreated: (MetadataDelta.topics_delta, TopicsDelta.replay_created),
     PartitionsAdded: (MetadataDelta.topics_delta, TopicsDelta.replay_partition_added),
     PartitionStateChanged: (MetadataDelta.topics_delta, TopicsDelta.replay_partition_state),
-    TopicDeleted: (MetadataDelta.topics_delta, TopicsDelta.replay_deleted),
+    TopicDeleted: (_the_delta, MetadataDelta.topic_deleted),
     GroupCoordinatorAssigned: (MetadataDelta.groups_delta, GroupsDelta.replay_coordinator),
     GroupGenerationStarted: (MetadataDelta.groups_delta, GroupsDelta.replay_generation),
     QuorumVoterChanged: (MetadataDelta.quorum_delta, QuorumDelta.replay_voter),
@@ -218,6 +259,12 @@ _ROUTES: Final[Mapping[type[Record], _Route]] = {
     TxnParticipantCompleted: (MetadataDelta.transactions_delta, TransactionsDelta.replay),
     TxnProducerRestored: (MetadataDelta.transactions_delta, TransactionsDelta.replay),
     TxnRestored: (MetadataDelta.transactions_delta, TransactionsDelta.replay),
+    # -- key order
+    TopicKeyOrderChanged: (_the_delta, MetadataDelta.key_order_record),
+    KeyOrderEpochStarted: (_the_delta, MetadataDelta.key_order_record),
+    KeyRangeMoved: (_the_delta, MetadataDelta.key_order_record),
+    KeyOrderSealed: (_the_delta, MetadataDelta.key_order_record),
+    KeyRangeReleased: (_the_delta, MetadataDelta.key_order_record),
 }
 """Per record type: the part of the image it changes, and the part's method that replays it."""
 

@@ -9,6 +9,7 @@ from typing import Final
 from .cluster import ClusterImage, LastRegistrations
 from .gateways import GatewayImage
 from .groups import GroupImage
+from .key_orders import KeyOrders
 from .quorum import VoterImage
 from .topics import PartitionImage, TopicImage
 from .transactions import EMPTY_TRANSACTIONS, Transactions
@@ -29,6 +30,7 @@ class MetadataImage:
     voters: Mapping[int, VoterImage] = field(default_factory=dict)
     metadata_version: int = 1  # see ``MetadataVersionChanged``
     gateways: Mapping[int, GatewayImage] = field(default_factory=dict)  # ``kfed gateway`` instances, by broker id
+    key_orders: KeyOrders = field(default_factory=dict)  # per topic ever strict; absent: key_order none
     replay_memo: LastRegistrations | None = field(default=None, compare=False, repr=False)
     # After replay_memo, so that positional construction of the fields before it stays as it is.
     transactions: Transactions = EMPTY_TRANSACTIONS  # producers by transactional.id, their transactions

@@ -100,6 +100,14 @@ class TopicsDelta:
             self._placements[topic_name] = placements
         return placements
 
+    def partition_count(self, name: str) -> int | None:
+        """How many logical partitions topic ``name`` has as replayed so far (None: no such topic)."""
+        parts = self._partitions.get(name)
+        if parts is not None:
+            return len(parts)
+        topic = (self._changed if self._changed is not None else self._base).get(name)
+        return None if topic is None else len(topic.partitions)
+
     # -- one record at a time ------------------------------------------------------------------------
     def replay_created(self, record: TopicCreated) -> None:
         topics = self._writable()

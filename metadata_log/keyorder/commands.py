@@ -2,8 +2,8 @@
 a reply (``metadata_log/commands.py``'s contract; the controller proposes the records, replies once they are
 committed, and ``apply`` re-checks every record).
 
-Until the image carries its key-order map, each command takes it as ``key_orders`` (the lead's wiring passes
-``image.key_orders``). Where an epoch starts (docs/KEY_ORDER.md, decision 2):
+Each command takes the key-order map as ``key_orders`` (the routes pass ``image.key_orders``; tests pass maps
+of their own). Where an epoch starts (docs/KEY_ORDER.md, decision 2):
 
 - ``create_topic(..., key_order="strict")`` and ``change_key_order``: the first epoch, in the same batch;
 - ``plan_epochs`` after a planned change (shrink, decommission, cluster read-only) or a fence, appended to
@@ -16,7 +16,6 @@ Until the image carries its key-order map, each command takes it as ``key_orders
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .. import commands
@@ -52,13 +51,8 @@ MAX_SEALS_PER_REPORT: Final = MAX_STRICT_PARTITIONS
 MAX_REASON_CHARS: Final = 500
 
 
-@dataclass(frozen=True, slots=True)
-class Result:
-    """``commands.Result`` with room for the key-order records, which are not in ``Record`` until the image
-    applies them; the two merge then."""
-
-    records: tuple[Record | KeyOrderRecord, ...]
-    reply: dict[str, Any] = field(default_factory=dict)
+Result = commands.Result
+"""The contract of ``metadata_log/commands.py``: records to propose and the reply."""
 
 
 def check_key_order(value: Any, field_name: str = "key_order") -> KeyOrder:
@@ -198,10 +192,10 @@ def plan_epoch(image: MetadataImage, key_orders: KeyOrders, name: str, cause: st
     return Result(tuple(records), _reply(image, key_orders, name, records))
 
 
-def plan_epochs(image: MetadataImage, key_orders: KeyOrders, cause: str) -> list[Record | KeyOrderRecord]:
+def plan_epochs(image: MetadataImage, key_orders: KeyOrders, cause: str) -> list[Record]:
     """``plan_epoch`` of every strict topic, for the image after a change of clusters or partitions: the
     records to append to that change's batch (or to propose from the leader's loop)."""
-    records: list[Record | KeyOrderRecord] = []
+    records: list[Record] = []
     for name in sorted(key_orders):
         if strict_history(key_orders, name) is not None and name in image.topics:
             records += plan_epoch(image, key_orders, name, cause).records

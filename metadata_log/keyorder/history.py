@@ -31,7 +31,18 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ..errors import CorruptData
-from .routing import FIRST_EPOCH, NO_PARTITION, KeyMap, Move, initial_map, map_after, map_of, moves_between, next_map
+from .routing import (
+    FIRST_EPOCH,
+    KEY_SLOTS,
+    NO_PARTITION,
+    KeyMap,
+    Move,
+    initial_map,
+    map_after,
+    map_of,
+    moves_between,
+    next_map,
+)
 
 MAX_EPOCHS_KEPT: Final = 64
 """Epoch changes a topic keeps (the oldest re-based as a first map). A record stamped with an older epoch, or
@@ -260,6 +271,20 @@ def acted_on(topic: KeyOrderTopic, group: str, seen_by_owner: Mapping[int, int |
         seen = seen_by_owner.get(p)
         if seen is None or seen >= release.at_offset:
             out[(epoch, p)] = release
+    return out
+
+
+def first_moves(topic: KeyOrderTopic) -> list[int]:
+    """Per slot, the epoch of the first kept change that moved it away from a partition (0: none did).
+
+    Producers stamp a record only when its slot has moved by the epoch they route with (decision 3): a slot
+    that never moved has no earlier partition to wait for, and the header costs librdkafka a third of a
+    produce. An unstamped record of slot ``s`` was therefore routed before ``first_moves[s]``."""
+    out = [0] * KEY_SLOTS
+    for change in reversed(topic.changes):  # the earliest change writes last
+        for move in change.moves:
+            if move.from_partition != NO_PARTITION:
+                out[move.first_slot : move.end_slot] = [change.epoch] * (move.end_slot - move.first_slot)
     return out
 
 

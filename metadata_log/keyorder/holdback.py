@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Generic, Literal, TypeVar
 
-from .history import KeyOrderTopic, Parent, Release, moved_out, parents_of
+from .history import KeyOrderTopic, Parent, Release, first_moves, moved_out, parents_of
 from .routing import FIRST_EPOCH
 
 DEFAULT_MAX_HELD: Final = 100_000
@@ -75,7 +75,7 @@ class HoldStats:
     held: int = 0  # records held now
     held_total: int = 0  # records ever held
     delivered: int = 0
-    longest_hold_ms: int = 0
+    longest_hold_ms: int = 0  # the longest a record was held by this member, delivered or dropped with its partition
     breaks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(BREAK_KINDS, 0))
 
 
@@ -99,6 +99,7 @@ class HoldBack(Generic[T]):
         self.max_wait_ms = max_wait_ms
         self.stats = HoldStats()
         self._topic: KeyOrderTopic | None = None
+        self._first_moves: list[int] | None = None  # first_moves(self._topic)
         self._released: Mapping[Parent, Release] = {}
         self._open_from = 0  # no open parent before this epoch: records stamped earlier wait for nothing
         self._queues: dict[int, dict[int, deque[_Held[T]]]] = {}  # partition -> slot -> held, offset order
@@ -118,8 +119,13 @@ class HoldBack(Generic[T]):
         self, partition: int, offset: int, slot: int, stamp: int | None, waits: tuple[Parent, ...]
     ) -> OrderBreak | None:
         topic = self._topic
-        if topic is None or stamp is None:
+        if topic is None:
             return None
+        if stamp is None:  # routed before its slot first moved (``first_moves``), or not stamped at all
+            first = self._first_moves[slot] if self._first_moves is not None else 0
+            if first == 0:
+                return None
+            stamp = first - 1
         for parent in waits:  # held, and let go by a broken release of a parent it waited for?
             release = self._released.get(parent) or topic.release(self.group, parent)
             if release is not None and release.broken:
@@ -191,6 +197,8 @@ class HoldBack(Generic[T]):
     ) -> list[Delivery[T]]:
         """New metadata (``topic`` None: the topic is not strict) and the group's releases that this member
         may act on; the held records that may go now, in (partition, offset) order."""
+        if topic is not self._topic:
+            self._first_moves = first_moves(topic) if topic is not None else None
         self._topic = topic
         self._released = released
         if topic is None:
@@ -245,6 +253,9 @@ class HoldBack(Generic[T]):
         slots = self._queues.pop(partition, {})
         dropped = sum(len(q) for q in slots.values())
         self.stats.held -= dropped
+        if dropped:  # they waited that long here too: the next owner's wait for them comes on top
+            oldest = min(q[0].since_ms for q in slots.values())
+            self.stats.longest_hold_ms = max(self.stats.longest_hold_ms, now_ms - oldest)
         self._restart_waits(now_ms)
         return dropped
 

@@ -12,6 +12,10 @@ from metadata_log.records import (
     GroupCoordinatorAssigned,
     GroupGenerationStarted,
     GroupMember,
+    KeyOrderEpochStarted,
+    KeyOrderSealed,
+    KeyRangeMoved,
+    KeyRangeReleased,
     MetadataVersionChanged,
     NoOp,
     PartitionsAdded,
@@ -21,6 +25,7 @@ from metadata_log.records import (
     Record,
     TopicCreated,
     TopicDeleted,
+    TopicKeyOrderChanged,
     TxnDecided,
     TxnGroupAdded,
     TxnParticipantCompleted,
@@ -58,6 +63,15 @@ ONE_OF_EACH: list[Record] = [
     GatewayRegistered(0, "127.0.0.1", 9092, "instance-a", 1),
     GatewayRegistered(1, "127.0.0.1", 9093, "instance-b", 2, "rack-1"),
     GatewayExpired(1, 1_700_000_003_000),
+    # key order: U_TopicA strict over P0 and P2, then P2's upper half moves to P0, sealed, released
+    TopicKeyOrderChanged("U_TopicA", "strict"),
+    KeyOrderEpochStarted("U_TopicA", 1, 2, "switched to strict"),
+    KeyRangeMoved("U_TopicA", 1, 0, 8192, -1, 0),
+    KeyRangeMoved("U_TopicA", 1, 8192, 16384, -1, 2),
+    KeyOrderEpochStarted("U_TopicA", 2, 1, "partition 2 read_only"),
+    KeyRangeMoved("U_TopicA", 2, 12288, 16384, 2, 0),
+    KeyOrderSealed("U_TopicA", 2, 2, 1234),
+    KeyRangeReleased("g1", "U_TopicA", 2, 2, False, ""),
     TxnProducerInitialized("tx-a", 0, 0, 60_000, 1_700_000_004_000),
     TxnPartitionAdded("tx-a", 0, 0, 0, "c1", "U_TopicA", 0, 1_700_000_004_100),
     TxnGroupAdded("tx-a", 0, 0, 0, "c2", "g1", 1_700_000_004_200),
@@ -67,3 +81,11 @@ ONE_OF_EACH: list[Record] = [
     TxnRestored("tx-b", 5, 3, 9, 1_700_000_004_500),
 ]
 """A log that uses every record type and every kind of change; it applies cleanly from the empty image."""
+
+BATCH_ENDS: list[int] = [
+    cut
+    for cut in range(len(ONE_OF_EACH) + 1)
+    if not (0 < cut < len(ONE_OF_EACH) and type(ONE_OF_EACH[cut]) in (KeyRangeMoved, KeyOrderEpochStarted))
+]
+"""Where a batch of ``ONE_OF_EACH`` may end (every cut but those inside a key-order epoch, whose records are
+one batch: a switch to strict with its first epoch, an epoch with its moves)."""

@@ -294,6 +294,6 @@ def test_each_write_is_declared_once_and_the_hot_path_takes_those_with_a_body() 
     assert len(declared) == len(set(declared))
     writes = {template for _, template in declared if template.startswith("/v1/topics")}
     assert writes == {"/v1/topics", "/v1/topics/{name}/partitions", "/v1/topics/{name}/partitions/{partition}/state",
-                      "/v1/topics/{name}", "/v1/topics/{name}/shrink"}  # fmt: skip
+                      "/v1/topics/{name}", "/v1/topics/{name}/shrink", "/v1/topics/{name}/key_order"}  # fmt: skip
     hot = {r.template for r in LEADER_ROUTES if r.hot}
     assert "/v1/topics/{name}/partitions/{partition}/state" in hot and "/v1/topics/{name}" not in hot

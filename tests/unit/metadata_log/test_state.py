@@ -444,7 +444,7 @@ def test_kept_proposals_are_bounded_by_bytes_oldest_first(monkeypatch: pytest.Mo
 def test_commands_of_both_metadata_versions_decode_to_the_same_proposals() -> None:
     proposals = [
         Proposal(tuple(ONE_OF_EACH), "k", "f"),
-        Proposal((TopicCreated("i", "t", "r1"), *(PartitionsAdded("t", i, "c1", "t", i) for i in range(50)))),
+        Proposal((TopicCreated("i", "t", "r1"), *(PartitionsAdded("t", i, "c1", "t", i) for i in range(100)))),
         Proposal(()),
     ]
     rows, runs = encode_command(proposals, 1), encode_command(proposals, 2)

@@ -162,6 +162,10 @@ class KeyOrderMachine(RuleBasedStateMachine):
                 return epoch if before == p else None
         return None
 
+    def moved_by(self, slot: int, epoch: int) -> bool:
+        """Whether ``slot`` had moved by ``epoch``: a producer routing by that epoch stamps its records."""
+        return any(self.maps[e - 1].owner(slot) != self.maps[e].owner(slot) for e in range(2, epoch + 1))
+
     def parents(self, slot: int, stamp: int) -> set[Parent]:
         return {
             (e, self.maps[e - 1].owner(slot))
@@ -315,7 +319,8 @@ class KeyOrderMachine(RuleBasedStateMachine):
                 break
             k, seq, stamp = self.logs[partition][at]
             m.positions[partition] = at + 1
-            self.check(m.engine.offer(partition, at, slot_of(k), stamp, (k, seq, partition, at), self.now))
+            sent = stamp if self.moved_by(slot_of(k), stamp) else None  # what the producer stamps (decision 3)
+            self.check(m.engine.offer(partition, at, slot_of(k), sent, (k, seq, partition, at), self.now))
         if commit:
             self.commit(partition)
 

@@ -1,0 +1,171 @@
+"""Issue 27's end-to-end test: per-key order across an expand onto a third sub-cluster, a shrink of two
+partitions and a decommission, while two producer processes write 1,000 keys; and the same on a ``none``
+topic, whose moved keys nothing orders (it prints how many came out of order: a quarter to a half of the
+keys in most runs, none in a run where the group's fetchers of the new partitions started late).
+
+Each producer process owns 500 keys and writes ``<key>:<sequence number>`` round after round (one producer
+per key: two producers of one key have no order between them to keep). A group of three FederatedConsumers
+then reads the topic from its start, with every partition's backlog in front of it, so the partitions a key
+moved to are read side by side with the ones it left: without the hold-back, a key's later records come out
+before its earlier ones. The check is on first deliveries (a rebalance hands out again what follows a held
+record, Kafka's at-least-once): for every key 0, 1, 2, ... with no gap, and nothing acknowledged is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy.local import LocalFederation, kfed_command
+from sdk import FederatedConsumer
+
+from .conftest import controllers, wait_until
+
+pytestmark = pytest.mark.slow
+
+KEYS = 1000
+REPO = Path(__file__).resolve().parents[2]
+
+
+def kfed(fed: LocalFederation, *args: str) -> str:
+    command = kfed_command(*args, "--controller", controllers(fed), *fed.quorum.token_args)
+    return subprocess.run(command, check=True, capture_output=True, text=True, timeout=120).stdout
+
+
+class Reader(threading.Thread):
+    """A member of the reading group: appends (key, sequence number) as handed out, to a list the group shares."""
+
+    def __init__(self, fed: LocalFederation, topic: str, group: str, delivered: list[tuple[str, int]]) -> None:
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.breaks: list[Any] = []
+        self.consumer = FederatedConsumer({"kfed.controllers": controllers(fed), "group.id": group,
+                                           "auto.offset.reset": "earliest", "kfed.session.timeout.ms": 6000,
+                                           "on_order_break": lambda c, b: self.breaks.append(b)})  # fmt: skip
+        self.delivered = delivered
+        self.partitions: dict[str, set[int]] = {}  # key -> the logical partitions its records were read from
+        self.stop_flag = threading.Event()
+
+    def run(self) -> None:
+        self.consumer.subscribe([self.topic])
+        while not self.stop_flag.is_set():
+            for m in self.consumer.consume(1000, 0.1):
+                if m.error() is None and m.key() is not None:
+                    key, seq = m.value().decode().split(":")
+                    self.delivered.append((key, int(seq)))
+                    self.partitions.setdefault(key, set()).add(m.partition())
+        self.consumer.close()
+
+
+def resize_while_producing(fed: LocalFederation, tmp_path: Path, topic: str, key_order: str) -> dict[str, Any]:
+    """Produce from two processes while the topic is expanded onto c3, shrunk by two partitions and c1 is
+    decommissioned; then read it with a group of three. Returns what was sent and what was delivered."""
+    kfed(fed, "topic", "create", topic, "--region", "r1", "--partitions-per-cluster", "2", "--key-order", key_order)
+    fed.wait_writable(topic)
+    stop = tmp_path / f"{topic}.stop"
+    reports = [tmp_path / f"{topic}-{i}.json" for i in range(2)]
+    producers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.integration.keyed_producer",
+                controllers(fed),
+                topic,
+                str(i * KEYS // 2),
+                str((i + 1) * KEYS // 2),
+                str(stop),
+                str(reports[i]),
+            ],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=(tmp_path / f"{topic}-producer-{i}.log").open("w"),
+        )
+        for i in range(2)
+    ]
+    try:
+        time.sleep(3)
+        kfed(fed, "topic", "expand", topic, "--cluster", "c3", "--partitions", "2")
+        time.sleep(4)  # the expand's epoch (leaders known, then the leader's loop) and its seals
+        kfed(fed, "topic", "shrink", topic, "--partitions", "0", "2", "--no-wait")
+        time.sleep(4)
+        kfed(fed, "cluster", "decommission", "c1", "--no-wait")
+        time.sleep(4)
+    finally:
+        stop.touch()
+        for p in producers:
+            p.wait(180)
+    sent: dict[str, int] = {}
+    for report in reports:
+        body = json.loads(report.read_text())
+        assert body["failed"] == [] and body["remaining"] == 0, body
+        sent.update(body["sent"])
+    delivered: list[tuple[str, int]] = []
+    readers = [Reader(fed, topic, f"g-{topic}", delivered) for _ in range(3)]
+    for r in readers:
+        r.start()
+    total = sum(sent.values())
+    wait_until(lambda: len(set(delivered)) >= total, 300, f"the group read all {total} messages of {topic}")
+    for r in readers:
+        r.stop_flag.set()
+    for r in readers:
+        r.join(30)
+    history = fed.metadata(topic=topic)["topics"][0]
+    return {"sent": sent, "delivered": delivered, "readers": readers, "topic": history}
+
+
+def first_deliveries(delivered: list[tuple[str, int]]) -> dict[str, list[int]]:
+    first: dict[str, list[int]] = {}
+    seen: set[tuple[str, int]] = set()
+    for key, seq in delivered:
+        if (key, seq) not in seen:
+            seen.add((key, seq))
+            first.setdefault(key, []).append(seq)
+    return first
+
+
+@pytest.mark.brokers("tansu")
+def test_strict_key_order_survives_expand_shrink_and_decommission_and_none_reorders(
+    fed: LocalFederation, tmp_path: Path
+) -> None:
+    fed.add_cluster("c3", "r1")
+    fed.wait_clusters_healthy()
+    strict = resize_while_producing(fed, tmp_path, "Strict", "strict")
+    # P0, P1 on c1 (decommissioned), P2, P3 on c2 (P0, P2 shrunk), P4, P5 on c3 (the expand). Changes that come
+    # while the latest epoch waits for its seals are made by one later epoch: at least two epochs after the first.
+    assert {p for _, _, p in strict["topic"]["key_ranges"]} == {3, 4, 5}
+    assert strict["topic"]["key_epoch"] >= 3
+    first = first_deliveries(strict["delivered"])
+    assert set(first) == {f"k{i}" for i in range(KEYS)}
+    lost = {k: strict["sent"][k] - len(s) for k, s in first.items() if len(s) != strict["sent"][k]}
+    assert not lost, f"acknowledged messages never consumed: {list(lost.items())[:5]}"
+    out_of_order = [k for k, s in first.items() if s != list(range(strict["sent"][k]))]
+    assert not out_of_order, f"{len(out_of_order)} keys out of order on the strict topic, e.g. {out_of_order[:5]}"
+    assert not [b for r in strict["readers"] for b in r.breaks], "no order break without a failure"
+    stats = [s for r in strict["readers"] for s in r.consumer.key_order_stats().values()]
+    longest = max(s["longest_hold_ms"] for s in stats)
+    print(
+        f"strict: {sum(strict['sent'].values())} messages of {KEYS} keys in order; epochs "
+        f"{strict['topic']['key_epoch']}; longest hold-back {longest} ms; held {sum(s['held_total'] for s in stats)}"
+    )
+
+    none = resize_while_producing(fed, tmp_path, "Unordered", "none")
+    reordered = [k for k, s in first_deliveries(none["delivered"]).items() if s != sorted(s)]
+    partitions_of: dict[str, set[int]] = {}
+    for r in none["readers"]:
+        for k, ps in r.partitions.items():
+            partitions_of.setdefault(k, set()).update(ps)
+    moved = {k for k, ps in partitions_of.items() if len(ps) > 1}
+    print(f"none: {len(reordered)} of {KEYS} keys delivered out of order; {len(moved)} keys written to more than "
+          "one partition")  # fmt: skip
+    # Whether a moved key comes out of order depends on how the group's reads of its old and new partitions
+    # interleave (seen 249-498 of 1,000 in most runs; none in a run where the new partitions' fetchers
+    # started late): every key written to two partitions is exposed, and nothing orders them.
+    assert len(moved) > KEYS // 4, "the resizes moved keys of the none topic"
