@@ -41,10 +41,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy metadata_log controller deploy broker_agent sdk spark_pipeline gateway kfed
 
-# The gateway's tests run on Apache Kafka sub-clusters with the rest; two of its client suites again on Tansu.
+# The gateway's tests run on Apache Kafka sub-clusters with the rest; two client suites and the hostile input
+# again on Tansu.
 test: lint browser kcat kafka mutants
 	$(BIN)/pytest -q
-	KFED_TEST_BROKER=tansu $(BIN)/pytest -q tests/gateway/test_kcat.py tests/gateway/test_kafka_python.py
+	KFED_TEST_BROKER=tansu $(BIN)/pytest -q tests/gateway/test_kcat.py tests/gateway/test_kafka_python.py \
+		tests/gateway/test_hostile.py
 
 # Every branch of the fault checker deleted or negated in turn must fail one of its tests (about 25 s of CPU).
 mutants: $(STAMP)

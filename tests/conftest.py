@@ -8,6 +8,7 @@ every topic and consumer group deleted, a broker a test killed started again on 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -23,6 +24,7 @@ from deploy.kafka_cluster import KafkaCluster
 from deploy.local import BrokerKind, BrokerSource
 
 EMPTY_TIMEOUT_S = 30.0
+UI_TESTS = Path(__file__).parent / "ui"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -33,6 +35,21 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     mark = metafunc.definition.get_closest_marker("brokers")
     if mark is not None and "broker" in metafunc.fixturenames:
         metafunc.parametrize("broker", list(mark.args))
+
+
+@pytest.fixture(autouse=True)
+def no_event_loop_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test must not leave an event loop running in the main thread: every later async test (and the
+    dashboard's Playwright) would then fail, far from the cause. An open browser keeps Playwright's loop
+    running until its fixture's scope ends: a test using one, and every test of ``tests/ui`` (whose package
+    keeps one open), are checked at the next test after them."""
+    yield
+    if "browser" in request.fixturenames or request.node.path.is_relative_to(UI_TESTS):
+        return
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        asyncio._set_running_loop(None)  # so that the tests after this one run
+        pytest.fail(f"this test left an event loop running in the main thread: {loop!r}")
 
 
 @pytest.fixture

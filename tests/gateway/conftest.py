@@ -3,7 +3,7 @@ processes, and real, unmodified Kafka clients started by the tests.
 
 ``BROKER`` is the kind of sub-cluster (``KFED_TEST_BROKER``, default ``kafka``: Apache Kafka brokers lent by
 the session's pool, see ``tests/conftest.py``); ``tansu`` runs the same tests on Tansu brokers (``make test`` does
-so for the kcat and kafka-python suites).
+so for the kcat, kafka-python and hostile-input suites).
 """
 
 from __future__ import annotations

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from deploy.local import LocalFederation
-from tests.ui.conftest import browser, page  # noqa: F401 - the dashboard tests' fixtures: headless Chromium
+from tests.ui.conftest import headless_chromium, page  # noqa: F401 - the dashboard tests' page fixture
 
 from .conftest import Gateways
 
 pytestmark = pytest.mark.slow
 TIMEOUT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """This module's own browser, closed at its end: the gateway tests after it run event loops."""
+    yield from headless_chromium()
 
 
 def test_the_dashboard_shows_each_gateway_live_and_then_gone(

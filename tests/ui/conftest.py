@@ -36,16 +36,22 @@ def admin_token(quorum: LocalQuorum) -> str | None:
     return quorum.admin_token
 
 
-# Package scope, not session: Playwright's sync API keeps an event loop running in this thread while it
-# is open, and pytest-asyncio's tests after this package cannot run their own loop until it is closed.
-@pytest.fixture(scope="package")
-def browser() -> Iterator[Browser]:
+def headless_chromium() -> Iterator[Browser]:
+    """Debian's Chromium, headless, until the generator is closed. Playwright's sync API keeps an event loop
+    running in this thread while it is open: pytest-asyncio's tests cannot run their own loop until it is
+    closed, so a fixture made of this must end before any async test runs (package or module scope, never
+    session; ``tests/conftest.py`` fails a test that leaves a loop running)."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no chromium at {CHROMIUM} (make browser installs Debian's)")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+@pytest.fixture(scope="package")
+def browser() -> Iterator[Browser]:
+    yield from headless_chromium()
 
 
 @pytest.fixture
