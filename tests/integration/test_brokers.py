@@ -91,7 +91,8 @@ def test_end_offsets_are_exact_on_kafka_by_every_path_and_on_tansu_by_auto(
 @pytest.mark.slow
 def test_a_message_that_cannot_be_rerouted_reaches_the_configured_on_delivery(tmp_path: Path) -> None:
     """Key-less messages queued for a cluster that gets fenced are taken back and produced elsewhere; with no
-    other writable partition, each is reported failed to the producer's ``on_delivery`` (never dropped)."""
+    other writable partition, each waits for one, as librdkafka's messages wait for a leader, and is reported
+    failed to the producer's ``on_delivery`` once ``message.timeout.ms`` passes (never dropped)."""
     with LocalQuorum(tmp_path / "q") as quorum:
         quorum.wait_ready()
         dead = f"127.0.0.1:{free_ports(1)[0]}"  # no broker there: messages stay queued
@@ -105,6 +106,7 @@ def test_a_message_that_cannot_be_rerouted_reaches_the_configured_on_delivery(tm
             {
                 "kfed.controllers": ",".join(quorum.urls),
                 "on_delivery": lambda err, msg: reports.append((err, msg.value())),
+                "message.timeout.ms": 10_000,
             }
         )
         wait_until(lambda: producer.metadata_offset >= 3, 10, "the producer follows the log")
