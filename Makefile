@@ -42,7 +42,7 @@ lint: $(STAMP)
 	$(BIN)/mypy metadata_log controller deploy broker_agent sdk spark_pipeline gateway kfed
 
 # The gateway's tests run on Apache Kafka sub-clusters with the rest; two client suites and the hostile input
-# again on Tansu.
+# again on Tansu (the light option, and a smaller matrix).
 test: lint browser kcat kafka mutants
 	$(BIN)/pytest -q
 	KFED_TEST_BROKER=tansu $(BIN)/pytest -q tests/gateway/test_kcat.py tests/gateway/test_kafka_python.py \
