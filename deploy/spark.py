@@ -29,11 +29,12 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final, Self
+from typing import IO, Any, Final
 
 import httpx
 
 from deploy.local import free_ports
+from deploy.processes import Processes
 from metadata_log.errors import KfedError
 
 MASTER_PORT: Final = 7077
@@ -93,7 +94,7 @@ class SparkWorker:
         return self.proc is not None and self.proc.poll() is None
 
 
-class SparkCluster:
+class SparkCluster(Processes):
     """A standalone master and ``workers`` workers on loopback. ``port``/``ui_port`` 0: free ones.
 
     ``with SparkCluster(dir, 2) as cluster:`` starts them and waits until the master's JSON API lists every
@@ -211,17 +212,6 @@ class SparkCluster:
         """PIDs of live processes started by this cluster (they carry its token), daemons excluded."""
         daemons = {p.pid for p in [self.master, *(w.proc for w in self.workers)] if p is not None and p.poll() is None}
         return [pid for pid in pids_with_env(MARKER_ENV, self.token) if pid not in daemons]
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- state ------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
