@@ -13,9 +13,8 @@ import signal
 import subprocess
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -24,6 +23,7 @@ from confluent_kafka import Consumer, TopicPartition
 from deploy.local import DEMO_TOPIC, BrokerKind, BrokerSource, LocalFederation, free_ports, ready_demo_topic
 from deploy.processes import wait_port
 from gateway.cli import spawn
+from tests.waiting import wait_until
 
 TOPIC = DEMO_TOPIC
 BROKER: BrokerKind = "tansu" if os.environ.get("KFED_TEST_BROKER") == "tansu" else "kafka"
@@ -160,17 +160,6 @@ def physical_messages(fed: LocalFederation, topic: str = TOPIC) -> dict[str, lis
         finally:
             c.close()
     return out
-
-
-def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.1)
 
 
 def pytest_configure(config: pytest.Config) -> None:

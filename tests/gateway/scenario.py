@@ -6,9 +6,10 @@ import threading
 import uuid
 
 from deploy.local import LocalFederation
+from tests.waiting import wait_until
 
 from .clients import Member, MemberFactory, Producer
-from .conftest import Gateways, physical_messages, wait_until
+from .conftest import Gateways, physical_messages
 
 MESSAGES = 3000
 

@@ -11,9 +11,10 @@ import uuid
 import pytest
 
 from deploy.local import LocalFederation
+from tests.waiting import wait_until
 
 from .clients import JavaStream, KcatMember, KcatStream, java_classpath, java_member
-from .conftest import TOPIC, Gateways, wait_until
+from .conftest import TOPIC, Gateways
 from .scenario import received
 
 pytestmark = [

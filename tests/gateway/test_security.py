@@ -14,8 +14,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from deploy.local import LocalFederation
 from metadata_log.access import write_secret
 from tests.integration.test_security import _certificates
+from tests.waiting import wait_until
 
-from .conftest import Gateways, wait_until
+from .conftest import Gateways
 
 pytestmark = pytest.mark.slow
 

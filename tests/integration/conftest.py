@@ -73,18 +73,6 @@ def log_of(q: LocalQuorum, node_id: int) -> list[dict]:
         offset = body["next_offset"]
 
 
-def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """The first truthy value of ``predicate``; fails the test when there is none within ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.05)
-
-
 def controllers(fed: LocalFederation) -> str:
     return ",".join(fed.quorum.urls)
 

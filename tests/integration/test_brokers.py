@@ -19,9 +19,10 @@ from deploy.tansu import TansuBroker
 from sdk import FederatedProducer
 from sdk.brokers import APACHE_KAFKA, TANSU, BrokerUnknown, broker_at
 from spark_pipeline.kafka_io import watermarks
+from tests.waiting import wait_until
 
 from ..conftest import KafkaPool
-from .conftest import controllers, physical_topics, wait_until
+from .conftest import controllers, physical_topics
 
 
 @pytest.fixture

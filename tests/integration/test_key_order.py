@@ -14,8 +14,9 @@ import pytest
 from deploy.local import LocalFederation, kfed_command
 from metadata_log.keyorder.routing import slot_of
 from sdk import FederatedConsumer, FederatedProducer
+from tests.waiting import wait_until
 
-from .conftest import controllers, wait_until
+from .conftest import controllers
 
 pytestmark = pytest.mark.slow
 

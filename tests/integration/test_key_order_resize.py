@@ -25,8 +25,9 @@ import pytest
 
 from deploy.local import LocalFederation, kfed_command
 from sdk import FederatedConsumer
+from tests.waiting import wait_until
 
-from .conftest import controllers, wait_until
+from .conftest import controllers
 
 pytestmark = pytest.mark.slow
 

@@ -22,8 +22,7 @@ from deploy.local import BrokerKind
 from deploy.local_up import LocalLayout, local_up
 from deploy.processes import port_in_use
 from kfed.cli import main as kfed
-
-from .conftest import wait_until
+from tests.waiting import wait_until
 
 UP_LINE = "kfed local federation is up"
 END_LINE = "Ctrl-C stops everything."  # the banner's last line

@@ -12,8 +12,9 @@ from confluent_kafka import KafkaError
 
 from deploy.local import LocalFederation, kfed_command
 from sdk import FederatedConsumer, FederatedProducer
+from tests.waiting import wait_until
 
-from .conftest import TOPIC, controllers, wait_until
+from .conftest import TOPIC, controllers
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,9 @@ import pytest
 
 from deploy.local import LocalFederation
 from sdk import FederatedProducer
+from tests.waiting import wait_until
 
-from .conftest import TOPIC, Member, controllers, wait_for, wait_until
+from .conftest import TOPIC, Member, controllers, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,9 @@ from confluent_kafka import TopicPartition
 
 from deploy.local import LocalFederation
 from sdk import FederatedConsumer, FederatedProducer
+from tests.waiting import wait_until
 
-from .conftest import TOPIC, Member, controllers, log_of, wait_for, wait_until
+from .conftest import TOPIC, Member, controllers, log_of, wait_for
 
 pytestmark = pytest.mark.slow
 

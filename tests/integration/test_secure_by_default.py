@@ -13,8 +13,7 @@ import pytest
 from controller.config import Voter, render_quorum
 from deploy.local import free_ports, stop_processes
 from metadata_log.access import write_secret
-
-from .conftest import wait_until
+from tests.waiting import wait_until
 
 
 def one_voter(tmp_path: Path) -> tuple[list[str], str]:

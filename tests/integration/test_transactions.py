@@ -17,8 +17,9 @@ from confluent_kafka import KafkaError, KafkaException
 
 from deploy.local import LocalFederation
 from sdk import FederatedConsumer, FederatedProducer
+from tests.waiting import wait_until
 
-from .conftest import TOPIC, controllers, wait_until
+from .conftest import TOPIC, controllers
 
 pytestmark = pytest.mark.slow
 

@@ -31,6 +31,7 @@ from deploy.local import LocalFederation
 from sdk import FederatedConsumer, FederatedProducer
 from spark_pipeline.events import AUDIT_WINDOW_MS, ensure_topic, event
 from spark_pipeline.jobs import audit as audit_job
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -65,17 +66,6 @@ def kafka(fed: LocalFederation, cluster_id: str) -> KafkaCluster:
 
 def cluster_state(fed: LocalFederation, cluster_id: str) -> dict[str, Any]:
     return next(c for c in fed.metadata()["clusters"] if c["cluster_id"] == cluster_id)
-
-
-def wait_until(predicate: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.1)
 
 
 def create_topics(fed: LocalFederation, topic: str) -> str:
