@@ -25,6 +25,7 @@ from metadata_log.follower import LogFollower
 from metadata_log.image import MetadataImage
 from metadata_log.publisher import LogDelta
 from metadata_log.records import ClusterFenced
+from sdk import FederatedProducer
 
 from .httpconn import TRANSPORT_ERRORS, Connection
 
@@ -498,3 +499,35 @@ def raise_keyboard_interrupt(signum: int, frame: object) -> None:
 def install_sigterm_handler() -> None:
     """SIGTERM unwinds like Ctrl-C, so every ``finally`` stops the processes it started."""
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
+
+
+class Producing(threading.Thread):
+    """A ``FederatedProducer`` producing to ``topic`` until ``stop_flag`` is set: key-less values, or keys
+    drawn in turn from ``keys`` distinct ones. ``first_ack``: logical partition -> when its first message was
+    acknowledged (monotonic). The producer queues what no partition can take yet, so a resize never stops it."""
+
+    def __init__(self, fed: LocalFederation, topic: str, keys: int = 0) -> None:
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.keys = keys
+        self.first_ack: dict[int, float] = {}
+        self.stop_flag = threading.Event()
+        self.producer = FederatedProducer(
+            {"kfed.controllers": ",".join(fed.quorum.urls), "linger.ms": 5, "on_delivery": self._report}
+        )
+
+    def _report(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.first_ack.setdefault(msg.partition(), time.monotonic())
+
+    def run(self) -> None:
+        i = 0
+        while not self.stop_flag.is_set():
+            key = f"key-{i % self.keys}".encode() if self.keys else None
+            self.producer.produce(self.topic, str(i).encode(), key=key)
+            i += 1
+            if i % 50 == 0:
+                self.producer.poll(0)
+                time.sleep(0.01)
+        self.producer.flush(30)
+        self.producer.close()

@@ -16,15 +16,13 @@ its leaders, the leader's loop (every 500 ms) starts the epoch, the producer fol
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from deploy.local import LocalFederation
 from sdk import FederatedProducer
 
-from .common import BenchResult, Goal, Row, Sizes, fmt, median
+from .common import BenchResult, Goal, Producing, Row, Sizes, fmt, median
 
 KEYS = 10_000
 
@@ -54,32 +52,6 @@ def _throughput(fed: LocalFederation, topic: str, count: int) -> tuple[float, fl
         return count / (time.perf_counter() - started), (time.process_time() - cpu) / count * 1e6
 
 
-class _KeyedProducing(threading.Thread):
-    def __init__(self, fed: LocalFederation, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.topic = topic
-        self.first_ack: dict[int, float] = {}
-        self.stop_flag = threading.Event()
-        self.producer = FederatedProducer(
-            {"kfed.controllers": ",".join(fed.quorum.urls), "linger.ms": 5, "on_delivery": self._report}
-        )
-
-    def _report(self, err: Any, msg: Any) -> None:
-        if err is None:
-            self.first_ack.setdefault(msg.partition(), time.monotonic())
-
-    def run(self) -> None:
-        i = 0
-        while not self.stop_flag.is_set():
-            self.producer.produce(self.topic, b"v", key=f"key-{i % KEYS}".encode())
-            i += 1
-            if i % 100 == 0:
-                self.producer.poll(0)
-                time.sleep(0.01)
-        self.producer.flush(30)
-        self.producer.close()
-
-
 def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
     trials = 2 if sizes.quick else 5
     count = 20_000 if sizes.quick else 200_000
@@ -107,7 +79,7 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
             for trial in range(min(trials, 3)):
                 name = f"Grow{trial}"
                 _create(fed, name, "strict")
-                producing = _KeyedProducing(fed, name)
+                producing = Producing(fed, name, keys=KEYS)
                 producing.start()
                 time.sleep(1.0)
                 reply = client.post(f"/v1/topics/{name}/partitions",

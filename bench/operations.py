@@ -15,46 +15,15 @@ measurement and one leader check).
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from deploy.local import DEMO_TOPIC as TOPIC
 from deploy.local import LocalFederation
-from sdk import FederatedConsumer, FederatedProducer
-from sdk.errors import NoWritablePartition
+from sdk import FederatedConsumer
 
-from .common import BenchResult, FenceWatch, Goal, Row, Sizes, fmt, median, start_demo_federation
-
-
-class _Producing(threading.Thread):
-    def __init__(self, fed: LocalFederation) -> None:
-        super().__init__(daemon=True)
-        self.first_ack: dict[int, float] = {}
-        self.stop_flag = threading.Event()
-        self.producer = FederatedProducer(
-            {"kfed.controllers": ",".join(fed.quorum.urls), "linger.ms": 5, "on_delivery": self._report}
-        )
-
-    def _report(self, err: Any, msg: Any) -> None:
-        if err is None:
-            self.first_ack.setdefault(msg.partition(), time.monotonic())
-
-    def run(self) -> None:
-        i = 0
-        while not self.stop_flag.is_set():
-            try:
-                self.producer.produce(TOPIC, value=str(i).encode())
-            except NoWritablePartition:
-                time.sleep(0.05)
-                continue
-            i += 1
-            if i % 50 == 0:
-                self.producer.poll(0)
-                time.sleep(0.01)
-        self.producer.flush(30)
-        self.producer.close()
+from .common import BenchResult, FenceWatch, Goal, Producing, Row, Sizes, fmt, median, start_demo_federation
 
 
 def _wait(predicate: Any, timeout_s: float, what: str) -> None:
@@ -72,7 +41,7 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
     fenced_s: list[float] = []
     try:
         start_demo_federation(fed)
-        producing = _Producing(fed)
+        producing = Producing(fed, TOPIC)
         producing.start()
         client = fed.quorum.controller_client()
         for trial in range(trials):
