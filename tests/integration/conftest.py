@@ -135,3 +135,30 @@ def wait_for(members: list[Member], expected: set[str], timeout_s: float) -> set
         if expected <= seen or time.monotonic() > deadline:
             return seen
         time.sleep(0.2)
+
+
+class KeyedReader(threading.Thread):
+    """A member of a reading group of a keyed topic whose values are "key:sequence": appends (key, sequence) as
+    handed out to a list the group shares; ``config``: more consumer settings."""
+
+    def __init__(self, fed: LocalFederation, topic: str, group: str, delivered: list[tuple[str, int]],
+                 **config: Any) -> None:  # fmt: skip
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.breaks: list[Any] = []
+        self.consumer = FederatedConsumer({"kfed.controllers": controllers(fed), "group.id": group,
+                                           "auto.offset.reset": "earliest", "kfed.session.timeout.ms": 6000,
+                                           "on_order_break": lambda c, b: self.breaks.append(b), **config})  # fmt: skip
+        self.delivered = delivered
+        self.partitions: dict[str, set[int]] = {}  # key -> the logical partitions its records were read from
+        self.stop_flag = threading.Event()
+
+    def run(self) -> None:
+        self.consumer.subscribe([self.topic])
+        while not self.stop_flag.is_set():
+            for m in self.consumer.consume(1000, 0.1):
+                if m.error() is None and m.key() is not None:
+                    key, seq = m.value().decode().split(":")
+                    self.delivered.append((key, int(seq)))
+                    self.partitions.setdefault(key, set()).add(m.partition())
+        self.consumer.close()

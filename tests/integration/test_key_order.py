@@ -5,7 +5,6 @@ new partitions have leaders), and the seal points the agents measure after the g
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 from typing import Any
 
@@ -16,7 +15,7 @@ from metadata_log.keyorder.routing import slot_of
 from sdk import FederatedConsumer, FederatedProducer
 from tests.waiting import wait_until
 
-from .conftest import controllers
+from .conftest import KeyedReader, controllers
 
 pytestmark = pytest.mark.slow
 
@@ -108,29 +107,6 @@ def test_a_strict_topics_epochs_follow_expand_and_shrink_and_the_agents_seal_the
     assert "epoch 4" in kfed(fed, "topic", "key-order", "K", "strict")
 
 
-class _Reader(threading.Thread):
-    """A group member appending (key, sequence number) to a list shared by the group, as handed out."""
-
-    def __init__(self, fed: LocalFederation, name: str, delivered: list[tuple[str, int]]) -> None:
-        super().__init__(daemon=True, name=name)
-        self.consumer = FederatedConsumer({"kfed.controllers": controllers(fed), "group.id": "g-order",
-                                           "auto.offset.reset": "earliest", "kfed.session.timeout.ms": 6000,
-                                           "kfed.key.order.max.held": 200,  # bounded: fetching pauses past it
-                                           "on_order_break": lambda c, b: self.breaks.append(b)})  # fmt: skip
-        self.delivered = delivered
-        self.breaks: list[Any] = []
-        self.stop_flag = threading.Event()
-
-    def run(self) -> None:
-        self.consumer.subscribe(["O"])
-        while not self.stop_flag.is_set():
-            for m in self.consumer.consume(500, 0.1):
-                if m.error() is None and m.key() is not None:
-                    key, seq = m.value().decode().split(":")
-                    self.delivered.append((key, int(seq)))
-        self.consumer.close()
-
-
 @pytest.mark.brokers("tansu")
 def test_per_key_order_holds_across_an_expand_and_a_shrink_while_producing(fed: LocalFederation) -> None:
     with fed.quorum.controller_client() as client:
@@ -162,7 +138,7 @@ def test_per_key_order_holds_across_an_expand_and_a_shrink_while_producing(fed: 
     producer.close()
     # The group starts on the backlog: the partitions a key moved to are read side by side with those it left,
     # so without the hold-back its records would come out of order.
-    readers = [_Reader(fed, f"r{i}", delivered) for i in range(2)]
+    readers = [KeyedReader(fed, "O", "g-order", delivered, **{"kfed.key.order.max.held": 200}) for _ in range(2)]
     for r in readers:
         r.start()
     total = sum(sent.values())

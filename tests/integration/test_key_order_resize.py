@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,9 @@ from typing import Any
 import pytest
 
 from deploy.local import LocalFederation, kfed_command
-from sdk import FederatedConsumer
 from tests.waiting import wait_until
 
-from .conftest import controllers
+from .conftest import KeyedReader, controllers
 
 pytestmark = pytest.mark.slow
 
@@ -38,31 +36,6 @@ REPO = Path(__file__).resolve().parents[2]
 def kfed(fed: LocalFederation, *args: str) -> str:
     command = kfed_command(*args, "--controller", controllers(fed), *fed.quorum.token_args)
     return subprocess.run(command, check=True, capture_output=True, text=True, timeout=120).stdout
-
-
-class Reader(threading.Thread):
-    """A member of the reading group: appends (key, sequence number) as handed out, to a list the group shares."""
-
-    def __init__(self, fed: LocalFederation, topic: str, group: str, delivered: list[tuple[str, int]]) -> None:
-        super().__init__(daemon=True)
-        self.topic = topic
-        self.breaks: list[Any] = []
-        self.consumer = FederatedConsumer({"kfed.controllers": controllers(fed), "group.id": group,
-                                           "auto.offset.reset": "earliest", "kfed.session.timeout.ms": 6000,
-                                           "on_order_break": lambda c, b: self.breaks.append(b)})  # fmt: skip
-        self.delivered = delivered
-        self.partitions: dict[str, set[int]] = {}  # key -> the logical partitions its records were read from
-        self.stop_flag = threading.Event()
-
-    def run(self) -> None:
-        self.consumer.subscribe([self.topic])
-        while not self.stop_flag.is_set():
-            for m in self.consumer.consume(1000, 0.1):
-                if m.error() is None and m.key() is not None:
-                    key, seq = m.value().decode().split(":")
-                    self.delivered.append((key, int(seq)))
-                    self.partitions.setdefault(key, set()).add(m.partition())
-        self.consumer.close()
 
 
 def resize_while_producing(fed: LocalFederation, tmp_path: Path, topic: str, key_order: str) -> dict[str, Any]:
@@ -109,7 +82,7 @@ def resize_while_producing(fed: LocalFederation, tmp_path: Path, topic: str, key
         assert body["failed"] == [] and body["remaining"] == 0, body
         sent.update(body["sent"])
     delivered: list[tuple[str, int]] = []
-    readers = [Reader(fed, topic, f"g-{topic}", delivered) for _ in range(3)]
+    readers = [KeyedReader(fed, topic, f"g-{topic}", delivered) for _ in range(3)]
     for r in readers:
         r.start()
     total = sum(sent.values())
