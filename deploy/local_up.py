@@ -306,11 +306,18 @@ def local_up(layout: LocalLayout, once: bool = False, out: TextIO | None = None)
         print(f"\nkfed local: {e}", file=sys.stderr)
         return 1
     finally:
-        state.unlink(missing_ok=True)
-        if spark is not None:
-            spark.stop()
-        stop_processes([gateway] if gateway is not None else [])
-        fed.stop()
+        # A second Ctrl-C (or the SIGTERM a wrapper sends after relaying the first) would cut the stop short
+        # and leave processes running; stopping is bounded (each process is killed after a timeout).
+        handlers = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            state.unlink(missing_ok=True)
+            if spark is not None:
+                spark.stop()
+            stop_processes([gateway] if gateway is not None else [])
+            fed.stop()
+        finally:
+            signal.signal(signal.SIGINT, handlers[0])
+            signal.signal(signal.SIGTERM, handlers[1])
 
 
 def _kafka_missing(layout: LocalLayout) -> str | None:
