@@ -19,7 +19,13 @@ from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound, O
 from metadata_log.image import MetadataImage
 from metadata_log.keyorder.commands import plan_epochs
 from metadata_log.raft import RaftNode
-from metadata_log.records import LATEST_METADATA_VERSION, MetadataVersionChanged, QuorumVoterChanged, Record
+from metadata_log.records import (
+    LATEST_METADATA_VERSION,
+    MetadataVersionChanged,
+    QuorumVoterChanged,
+    Record,
+    version_needed,
+)
 from metadata_log.state import MAX_IDEMPOTENCY_KEY_CHARS, LogState, Outcome, Proposal
 
 from .config import QuorumConfig, Voter
@@ -63,8 +69,9 @@ class GroupCommitter:
     """Turns concurrent writes into few Raft commands: at most ``MAX_INFLIGHT_COMMANDS`` in flight,
     and everything that queued up meanwhile goes into the next one."""
 
-    def __init__(self, raft: RaftNode) -> None:
+    def __init__(self, raft: RaftNode, metadata_version: Callable[[], int]) -> None:
         self._raft = raft
+        self._metadata_version = metadata_version
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue(MAX_PENDING_WRITES)
         self._slots = asyncio.Semaphore(MAX_INFLIGHT_COMMANDS)
         self._task: asyncio.Task[None] | None = None
@@ -79,6 +86,15 @@ class GroupCommitter:
             self._task.cancel()
 
     async def submit(self, proposal: Proposal) -> Outcome:
+        """The outcome once committed. ``Unavailable`` for records of a type newer than the quorum's metadata
+        version: the leader raises it (``upgrade_metadata_version``) once every voter reads it."""
+        version = self._metadata_version()
+        if version < LATEST_METADATA_VERSION and (needed := version_needed(proposal.records)) > version:
+            raise Unavailable(
+                f"the quorum is at metadata version {version}; these records are written from version {needed}, "
+                "to which the leader moves once every controller runs a kfed that reads it",
+                retry_after_s=1.0,
+            )
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         try:
             self._queue.put_nowait(_Pending(proposal, future))
@@ -160,7 +176,7 @@ class ControllerService:
         self.state = state
         self.read_model = read_model
         self.commit_timeout_s = commit_timeout_s
-        self.committer = GroupCommitter(raft)
+        self.committer = GroupCommitter(raft, lambda: self.state.image.metadata_version)
         self.leases = LeaseTable(lease_ms)
         self.heartbeat_ms = heartbeat_ms
         self._was_leader = False

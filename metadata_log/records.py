@@ -12,6 +12,7 @@ size of the request that produced it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Literal
 
@@ -22,7 +23,7 @@ PartitionState = Literal["writable", "read_only", "removed"]
 
 CLUSTER_STATES: Final[tuple[ClusterState, ...]] = ("active", "read_only", "draining", "decommissioned")
 PARTITION_STATES: Final[tuple[PartitionState, ...]] = ("writable", "read_only", "removed")
-LATEST_METADATA_VERSION: Final = 2
+LATEST_METADATA_VERSION: Final = 3
 """The newest ``MetadataVersionChanged.version`` this software reads and writes."""
 
 
@@ -151,8 +152,9 @@ class QuorumVoterChanged:  # v0: initial. A controller joined (voter=True) or le
 
 @dataclass(frozen=True, slots=True)
 class MetadataVersionChanged:  # v0: initial. The quorum's nodes all read this version of the Raft commands.
-    """Version 1: a command's records are rows; 2: runs of one record type may be columns (``state.py``).
-    The leader raises it once every voter says it reads the new version; it never goes down."""
+    """Version 1: a command's records are rows; 2: runs of one record type may be columns (``state.py``);
+    3: the gateway's, key order's and transactions' records (``FIRST_VERSION``). The leader raises it once
+    every voter says it reads the new version; it never goes down."""
 
     TYPE: ClassVar[str] = "MetadataVersionChanged"
     version: int
@@ -360,6 +362,20 @@ TXN_RECORD_TYPES: Final[tuple[type[TxnRecord], ...]] = (
     TxnProducerRestored,
     TxnRestored,
 )
+
+
+FIRST_VERSION: Final[dict[type, int]] = {
+    cls: 3 for cls in (GatewayRegistered, GatewayExpired, *KEY_ORDER_RECORD_TYPES, *TXN_RECORD_TYPES)
+}
+"""The metadata version that introduced each record type newer than version 1. A quorum writes one only once
+its version is at least that: a controller of an older kfed reads the version of every command, and stops
+with "upgrade it" (``NewerMetadataVersion``) instead of meeting a record type it does not know."""
+
+
+def version_needed(records: Iterable[object]) -> int:
+    """The lowest metadata version in which every one of ``records`` may be written."""
+    first = FIRST_VERSION
+    return max((first.get(type(r), 1) for r in records), default=1)
 
 
 Record = (

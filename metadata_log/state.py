@@ -48,7 +48,8 @@ log = logging.getLogger(__name__)
 COMMAND_VERSION: Final = 1
 """The command layout of metadata version 1: ``[1, [[key, fingerprint, rows], ...]]``; version 2 writes ``2``
 and its records as runs (``codec.encode_runs``). A command is written in the image's
-``metadata_version``, which every voter reads; every version up to ``LATEST_METADATA_VERSION`` is read."""
+``metadata_version``, which every voter reads; every version up to ``LATEST_METADATA_VERSION`` is read.
+Version 3 has the layout of 2 and admits newer record types."""
 FREEZE_EVERY_RECORDS: Final = 100_000
 """Applied records after which the objects alive are frozen out of garbage collection (``freeze_survivors``):
 each freeze costs one collection of what is not frozen yet, so it runs once per this many records, not per
@@ -205,6 +206,7 @@ def _decode_writes(data: bytes) -> list[_Write]:
 _DECODERS: Final[dict[int, Callable[[str | None, str | None, list[Any]], _Write]]] = {
     1: _write_from_rows,
     2: _write_from_runs,
+    3: _write_from_runs,  # the layout of 2; what is new are record types (``records.FIRST_VERSION``)
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from metadata_log.records import (
+    LATEST_METADATA_VERSION,
     ClusterFenced,
     ClusterRegistered,
     ClusterStateChanged,
@@ -59,7 +60,7 @@ ONE_OF_EACH: list[Record] = [
     TopicDeleted("C"),
     QuorumVoterChanged(4, "127.0.0.1:9104", "http://127.0.0.1:8004", True),
     QuorumVoterChanged(1, "127.0.0.1:9101", "http://127.0.0.1:8001", False),
-    MetadataVersionChanged(2),
+    MetadataVersionChanged(LATEST_METADATA_VERSION),
     GatewayRegistered(0, "127.0.0.1", 9092, "instance-a", 1),
     GatewayRegistered(1, "127.0.0.1", 9093, "instance-b", 2, "rack-1"),
     GatewayExpired(1, 1_700_000_003_000),
