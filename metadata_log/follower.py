@@ -71,6 +71,9 @@ class LogFollower:
         self._stopping = threading.Event()
         self.snapshots_loaded = 0
         self.last_error: str | None = None
+        self.confirmed_at = float("-inf")
+        """When (``time.monotonic()``) the last answered ``GET /v1/log`` was sent: the image held everything
+        committed up to then. A producer's key-order lease is measured from it."""
 
     # -- state -------------------------------------------------------------------------------------
     @property
@@ -104,6 +107,7 @@ class LogFollower:
     def _poll_once(self, wait_ms: int) -> int:
         if self.image.offset < 0 and self.snapshots_loaded == 0:
             self.load_snapshot()
+        sent = time.monotonic()
         r = self._get("/v1/log", {"offset": self.next_offset, "limit": self.limit, "wait_ms": wait_ms})
         if r.status_code == 410:
             log.info("offset %d is below %s's window; loading its snapshot", self.next_offset, self.url)
@@ -125,6 +129,8 @@ class LogFollower:
             raise FollowerError(f"records from {self.url} do not decode: {type(e).__name__}: {e}") from e
         if records:
             self._advance(records)
+        if len(records) < self.limit:  # a full page may have left records behind it
+            self.confirmed_at = sent
         return len(records)
 
     def load_snapshot(self) -> None:

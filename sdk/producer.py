@@ -13,7 +13,9 @@ created on first use). Routing comes from a followed metadata image (the log, ta
 - on a ``key_order: strict`` topic (docs/KEY_ORDER.md), keyed messages go where the topic's current routing
   epoch maps their slot (``crc32(key) & 16383``) and, once their slot has moved, carry that epoch in a
   ``kfed-epoch`` header; a key whose partition takes no writes right now waits (below) instead of moving:
-  keys move only with an epoch.
+  keys move only with an epoch. Such messages also wait while no controller has confirmed this producer's
+  routing for ``kfed.key.order.lease.ms`` (default 1.5 s, below the 2 s after which the seal that a stale
+  route would write behind is measured).
   Key-less messages and explicit partitions are routed as on any topic, unstamped (they are never held);
 - an explicit ``partition`` that is not writable fails at once with ``PartitionNotWritable``.
 
@@ -67,6 +69,10 @@ log = logging.getLogger(__name__)
 DEFAULT_MUTE_MS: Final = 10_000
 DEFAULT_MESSAGE_TIMEOUT_MS: Final = 300_000  # librdkafka's defaults
 DEFAULT_QUEUE_MAX_MESSAGES: Final = 100_000
+DEFAULT_KEY_ORDER_LEASE_MS: Final = 1_500
+"""``kfed.key.order.lease.ms``: keyed messages of a strict topic wait while the routing this producer holds was
+last confirmed by a controller longer ago than this. Below the controllers' 2 s grace before a seal is
+measured (docs/KEY_ORDER.md, decision 3); 0 turns the lease off."""
 # Errors that say "this cluster is not taking writes", as opposed to a problem with one message.
 CLUSTER_ERRORS: Final = frozenset(
     {
@@ -170,6 +176,8 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         cfg = client_config.kafka
         self._txn = Transactions.from_config(self, client_config)
         self._mute_s = ms_setting(cfg, "kfed.mute.ms", DEFAULT_MUTE_MS) / 1000
+        lease_ms = ms_setting(cfg, "kfed.key.order.lease.ms", DEFAULT_KEY_ORDER_LEASE_MS)
+        self._lease_s = lease_ms / 1000 if lease_ms else float("inf")
         self._default_callback: DeliveryCallback | None = cfg.pop("on_delivery", None)
         self._physical_config = {"enable.metrics.push": False, **cfg}
         check_kafka_settings(Producer, self._physical_config)  # invalid settings fail here, not at produce()
@@ -280,6 +288,8 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         history = strict_history(image.key_orders, topic)
         if history is None:
             return None, None, None
+        if self._lease_s != float("inf"):  # confirmations (answered polls) at least three times per lease
+            self._follower.wait_ms = min(self._follower.wait_ms, max(100, int(self._lease_s * 1000 / 3)))
         by_partition = {t.origin.partition: t for t in writable}
         table: list[_Target | None] = []
         for first, end, partition in history.map.ranges():
@@ -330,7 +340,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
             else:  # strict: the epoch's owner of the key's slot, or wait for it
                 slot = crc & SLOT_MASK
                 target = table[slot]  # type: ignore[assignment]  # checked just below
-                if target is None:
+                if target is None or time.monotonic() - self._follower.confirmed_at > self._lease_s:
                     self._wait(topic, _Waiting(value, key, None, headers, on_delivery, timestamp, 0.0))
                     return
                 stamped = route.stamps[slot]  # type: ignore[index]  # set with table
@@ -365,6 +375,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         past their ``message.timeout.ms``. The others keep their place."""
         self._waiting_tried = self._epoch
         now = time.monotonic()
+        leased = now - self._follower.confirmed_at <= self._lease_s
         for topic, queue in list(self._waiting.items()):
             try:
                 route = self._routes.get(topic) or self._route(topic)
@@ -374,14 +385,16 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
             still: deque[_Waiting] = deque()
             for m in queue:
                 p = m.partition
-                if route.takes(p, m.key):
+                if route.takes(p, m.key) and (leased or p is not None or m.key is None or route.table is None):
                     self._send(route, topic, m.value, m.key, p, m.headers, m.callback, m.timestamp)
                 elif p is not None and route.loaded and not route.waits(p):
                     why = route.why_not.get(p, f"topic {topic!r} has no partition {p}")
                     error = KafkaError(KafkaError._UNKNOWN_PARTITION, str(PartitionNotWritable(topic, p, why)))
                     self._undeliverable.append((m.callback, error, unsent(topic, m.value, m.headers)))
                 elif expire and m.deadline <= now:
-                    why = "; ".join(f"P{q}: {w}" for q, w in sorted(route.why_not.items())[:4]) or "no metadata yet"
+                    why = "; ".join(f"P{q}: {w}" for q, w in sorted(route.why_not.items())[:4]) or (
+                        "no metadata yet" if leased else "its key routing not confirmed by a controller within "
+                        f"kfed.key.order.lease.ms ({self._lease_s * 1000:.0f} ms)")  # fmt: skip
                     error = KafkaError(KafkaError._MSG_TIMED_OUT, f"Local: Message timed out waiting for a "
                                        f"writable partition of {topic!r} ({why})")  # fmt: skip
                     self._undeliverable.append((m.callback, error, unsent(topic, m.value, m.headers)))

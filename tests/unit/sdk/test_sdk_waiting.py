@@ -4,6 +4,7 @@ partition can take waits, bounded by ``message.timeout.ms`` and ``queue.bufferin
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any
 
@@ -11,6 +12,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from deploy.processes import free_ports
+from metadata_log.image import EMPTY_IMAGE, apply
+from metadata_log.keyorder import commands as key_order_commands
+from metadata_log.keyorder.replay import EMPTY_KEY_ORDERS
+from metadata_log.records import ClusterRegistered, PhysicalPartitionsReported
 from sdk import FederatedConsumer, FederatedProducer
 
 
@@ -27,6 +32,7 @@ def nowhere() -> str:
         ({"no.such.property": 1}, "no.such.property"),
         ({"message.timeout.ms": -5}, "message.timeout.ms"),
         ({"kfed.mute.ms": "soon"}, "kfed.mute.ms"),
+        ({"kfed.key.order.lease.ms": "short"}, "kfed.key.order.lease.ms"),
     ],
 )
 def test_invalid_producer_settings_fail_in_the_constructor(nowhere: str, setting: dict[str, Any], match: str) -> None:
@@ -99,3 +105,36 @@ def test_waiting_messages_are_bounded_by_queue_buffering_max_messages(nowhere: s
         producer.produce("T", b"one too many")
     assert len(producer) == 3
     producer.close(0)
+
+
+def test_keyed_messages_of_a_strict_topic_wait_while_no_controller_confirms_the_routing(nowhere: str) -> None:
+    """The key-order lease (``kfed.key.order.lease.ms``): a producer cut off from the controllers stops
+    routing keys by a map that may have been replaced (and its partitions sealed) meanwhile; what it
+    produced waits, in order, and goes once a controller answers again. Here the metadata is set by hand and
+    "a controller answered" is the follower's ``confirmed_at``: nothing listens at ``nowhere``."""
+    silent = socket.create_server(("127.0.0.1", 0))  # a broker that takes connections and never answers:
+    broker = f"127.0.0.1:{silent.getsockname()[1]}"  # messages handed on stay queued, and nothing errs
+    image = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", broker)])
+    created = key_order_commands.create_topic(image, EMPTY_KEY_ORDERS, "S", "r1", 2, "id-s", key_order="strict")
+    image = apply(image, created.records)
+    image = apply(image, [PhysicalPartitionsReported("c1", "S", p, broker) for p in (0, 1)])
+    producer = FederatedProducer({"kfed.controllers": nowhere, "kfed.key.order.lease.ms": 1000})
+    follower = producer._follower  # private: the test stands in for the controllers' answers
+    follower.stop()
+    follower.image = image
+    producer.on_update(None, image)  # type: ignore[arg-type]  # the routes are made again from the image
+    follower.confirmed_at = time.monotonic()
+    producer.produce("S", b"1", key=b"k")
+    assert producer._waiting_count == 0, "confirmed just now: routed at once"
+    assert follower.wait_ms <= 1000 // 3, "a strict topic's producer polls the log often enough to keep its lease"
+    follower.confirmed_at = time.monotonic() - 1.5
+    producer.produce("S", b"2", key=b"k")
+    producer.produce("S", b"3")  # key-less: queued behind at first, then goes (its key does not move)
+    assert producer._waiting_count == 2
+    producer.poll(0)
+    assert producer._waiting_count == 1 and len(producer) == 3, "the keyed one waits for its lease"
+    follower.confirmed_at = time.monotonic()
+    producer.poll(0)
+    assert producer._waiting_count == 0 and len(producer) == 3, "handed on once confirmed again"
+    producer.close(0)
+    silent.close()
