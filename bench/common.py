@@ -531,3 +531,16 @@ class Producing(threading.Thread):
                 time.sleep(0.01)
         self.producer.flush(30)
         self.producer.close()
+
+
+def produce_when_room(producer: Any, *args: Any) -> None:
+    """``producer.produce(*args)`` once its queue has room: what a producing loop does on ``BufferError``
+    (librdkafka's queue of 100,000 messages is full, e.g. while a broker that just started answers its first
+    requests), as an application must. Called only on that error, so the loop's usual path costs nothing."""
+    while True:
+        producer.poll(0.001)
+        try:
+            producer.produce(*args)
+            return
+        except BufferError:
+            continue

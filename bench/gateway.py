@@ -30,7 +30,7 @@ from deploy.local import LocalFederation, free_ports
 from deploy.processes import wait_port
 from gateway.cli import spawn
 
-from .common import BenchResult, Goal, Row, Sizes, fmt, median, percentile, start_demo_federation
+from .common import BenchResult, Goal, Row, Sizes, fmt, median, percentile, produce_when_room, start_demo_federation
 
 VALUE = b"x" * 100
 PRODUCER_CONFIG = {"linger.ms": 5, "acks": "all", "enable.metrics.push": False}
@@ -52,12 +52,10 @@ def produce(bootstrap: str, n: int, partitions: int) -> float:
     p = Producer({**PRODUCER_CONFIG, "bootstrap.servers": bootstrap, "on_delivery": count})
     started = time.perf_counter()
     for i in range(n):
-        while True:
-            try:
-                p.produce(TOPIC, VALUE, None, i % partitions)
-                break
-            except BufferError:  # librdkafka's queue is full (100,000 messages): wait for deliveries
-                p.poll(0.001)
+        try:
+            p.produce(TOPIC, VALUE, None, i % partitions)
+        except BufferError:
+            produce_when_room(p, TOPIC, VALUE, None, i % partitions)
         if i % 5000 == 0:
             p.poll(0)
     p.flush(120)

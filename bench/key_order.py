@@ -22,7 +22,7 @@ from pathlib import Path
 from deploy.local import LocalFederation
 from sdk import FederatedProducer
 
-from .common import BenchResult, Goal, Producing, Row, Sizes, fmt, median
+from .common import BenchResult, Goal, Producing, Row, Sizes, fmt, median, produce_when_room
 
 KEYS = 10_000
 
@@ -44,8 +44,7 @@ def _throughput(fed: LocalFederation, topic: str, count: int) -> tuple[float, fl
             try:
                 producer.produce(topic, b"x" * 100, key=keys[i % KEYS])
             except BufferError:
-                producer.poll(0.01)
-                producer.produce(topic, b"x" * 100, key=keys[i % KEYS])
+                produce_when_room(producer, topic, b"x" * 100, keys[i % KEYS])
             if i % 1000 == 0:
                 producer.poll(0)
         assert producer.flush(120) == 0

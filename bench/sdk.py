@@ -30,7 +30,7 @@ from deploy.local import DEMO_TOPIC as TOPIC
 from deploy.local import LocalFederation
 from sdk import FederatedConsumer, FederatedProducer
 
-from .common import BenchResult, Goal, Row, Sizes, fmt, median, start_demo_federation
+from .common import BenchResult, Goal, Row, Sizes, fmt, median, produce_when_room, start_demo_federation
 
 VALUE = b"x" * 100
 PRODUCER_CONFIG = {"linger.ms": 5, "enable.metrics.push": False}
@@ -48,7 +48,10 @@ def raw_produce(fed: LocalFederation, n: int) -> float:
                  for c in (fed.clusters["c1"], fed.clusters["c2"])]  # fmt: skip
     started = time.perf_counter()
     for i in range(n):
-        producers[i % 2].produce(TOPIC, VALUE, None, (i // 2) % 4)
+        try:
+            producers[i % 2].produce(TOPIC, VALUE, None, (i // 2) % 4)
+        except BufferError:
+            produce_when_room(producers[i % 2], TOPIC, VALUE, None, (i // 2) % 4)
         if i % 5000 == 0:
             producers[0].poll(0)
             producers[1].poll(0)
@@ -70,7 +73,10 @@ def federated_produce(fed: LocalFederation, n: int) -> float:
     )
     started = time.perf_counter()
     for i in range(n):
-        producer.produce(TOPIC, VALUE)
+        try:
+            producer.produce(TOPIC, VALUE)
+        except BufferError:
+            produce_when_room(producer, TOPIC, VALUE)
         if i % 5000 == 0:
             producer.poll(0)
     producer.flush(60)

@@ -40,7 +40,7 @@ from deploy.local import DEMO_TOPIC as TOPIC
 from deploy.local import LocalFederation
 from deploy.maven import SPARK_KAFKA_CONNECTOR
 
-from .common import BenchResult, Goal, Row, Sizes, fmt, median, start_demo_federation
+from .common import BenchResult, Goal, Row, Sizes, fmt, median, produce_when_room, start_demo_federation
 
 VALUE = b"x" * 100
 PARTITIONS_PER_CLUSTER = 4
@@ -52,7 +52,10 @@ def produce(fed: LocalFederation, n: int) -> None:
     producers = [Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 5, "enable.metrics.push": False})
                  for c in (fed.clusters["c1"], fed.clusters["c2"])]  # fmt: skip
     for i in range(n):
-        producers[i % 2].produce(TOPIC, VALUE, None, (i // 2) % PARTITIONS_PER_CLUSTER)
+        try:
+            producers[i % 2].produce(TOPIC, VALUE, None, (i // 2) % PARTITIONS_PER_CLUSTER)
+        except BufferError:
+            produce_when_room(producers[i % 2], TOPIC, VALUE, None, (i // 2) % PARTITIONS_PER_CLUSTER)
         if i % 5000 == 0:
             producers[0].poll(0)
             producers[1].poll(0)
