@@ -6,6 +6,7 @@ Only processes started here are ever signalled, and only by their own PID.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,11 +20,35 @@ from metadata_log.errors import KfedError
 STOP_GRACE_S = 5.0
 
 
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+PORTS_BELOW_EPHEMERAL = 12_000
+"""How many ports under the kernel's ephemeral range ``free_ports`` picks from."""
+
+
 def free_ports(count: int) -> list[int]:
-    """Ports free on 127.0.0.1 right now (bound then released together, so they are distinct)."""
-    sockets = []
+    """Ports free on 127.0.0.1 right now, distinct, picked at random *below* the kernel's ephemeral range.
+
+    A port of that range, free when picked, can be taken before its server binds it as the source port of any
+    outgoing connection; the server then cannot bind it until that connection ends (pysyncobj retries in
+    silence: a Raft node that never joined its quorum). Below the range only servers take ports."""
     try:
-        for _ in range(count):
+        low = int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    sockets: list[socket.socket] = []
+    try:
+        if low - PORTS_BELOW_EPHEMERAL >= 1024:
+            for port in random.sample(range(low - PORTS_BELOW_EPHEMERAL, low), PORTS_BELOW_EPHEMERAL):
+                if len(sockets) == count:
+                    break
+                s = socket.socket()
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    s.close()
+                    continue
+                sockets.append(s)
+        while len(sockets) < count:  # no room below the range: any port the kernel gives
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
             sockets.append(s)

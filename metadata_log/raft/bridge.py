@@ -9,20 +9,20 @@ pysyncobj is kfed's Raft engine. Here, and only here, kfed changes how it works:
 - ``install``: pysyncobj builds its journal and dump serializer, pickles and unpickles, compresses, and makes
   its TCP connections through module globals; ``install`` points them at kfed's (``journal.CheckedJournal``,
   ``DumpSerializer`` over ``dump.DumpWriter``, ``wire.SafePickle``, ``wire.WireZlib``, ``BoundedConnection``).
-  Nothing changes at import: ``RaftNode`` calls ``install`` when it starts, and again for every node (it is
-  idempotent).
+  Nothing changes at import: ``RaftNode`` calls ``install`` (idempotent) when it starts.
 - ``BoundedConnection`` and ``GuardedTransport``: what a stranger on the Raft port can make the node hold is
-  bounded before anything is authenticated (a frame's length, the connections that never say who they are).
+  bounded before anything is authenticated (a frame's length, the connections that never say who they are);
+  a Raft port that cannot be bound is said (pysyncobj retries in silence).
 - ``sync_obj_conf``: pysyncobj's options (``RaftSettings.options``) and the node's hooks.
 
-Every private name of pysyncobj used here is in ``PRIVATE_NAMES``;
-``tests/unit/metadata_log/raft/test_raft_bridge.py`` pins each against the installed pysyncobj (it exists,
-with the signature given) and checks that no other module of kfed names one, so an upgrade of pysyncobj
-fails there, loudly, and not in production.
+Every private name of pysyncobj used here is in ``PRIVATE_NAMES``; ``tests/unit/metadata_log/raft/
+test_raft_bridge.py`` pins each against the installed pysyncobj (it exists, with the signature given) and
+checks that no other module names one: an upgrade of pysyncobj fails there, loudly, not in production.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -119,6 +119,7 @@ PRIVATE_NAMES: Final = (
     Private(_TRANSPORT, "_onTick", "(self)", "drops those that did not say who they are in time"),
     Private(_TRANSPORT, "_unknownConnections", None, "the accepted connections not yet known as a voter's"),
     Private(_TRANSPORT, "_syncObj", None, "its conf: how long a connection may stay unknown"),
+    Private(_TRANSPORT, "_server", None, "its bind() is wrapped: a failure is logged (pysyncobj retries in silence)"),
     # module globals
     Private("pysyncobj.syncobj", "_RAFT_STATE", None, "LEADER"),
     Private("pysyncobj.syncobj", "createJournal", "(journalFile=None)", "replaced: builds a CheckedJournal"),
@@ -157,10 +158,8 @@ SAFE_FRAMES: Final = SafePickle()
 
 
 def install(wire_compression: int) -> None:
-    """Route pysyncobj through kfed's parts, process-wide; idempotent (each node calls it when it starts).
-
-    Process-wide because pysyncobj reaches them through its module globals: every SyncObj of the process then
-    journals, dumps, decodes and compresses kfed's way (one node per process is the rule anyway)."""
+    """Route pysyncobj through kfed's parts; idempotent (each node calls it when it starts). Process-wide, as
+    pysyncobj reaches them through module globals: every SyncObj of the process then works kfed's way."""
     _pso.createJournal = _create_journal
     _pso.Serializer = DumpSerializer
     vars(pso_pickle)["__protocol"] = wire.PICKLE_PROTOCOL
@@ -244,6 +243,8 @@ class GuardedTransport(TCPTransport):  # type: ignore[misc]  # pysyncobj is unty
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
         self._kfed_unknown: dict[Any, float] = {}  # accepted connection -> when, oldest first
         super().__init__(syncObj, selfNode, otherNodes)
+        if self._server is not None:  # None on a read-only node
+            self._server.bind = functools.partial(_logged_bind, self._server.bind, selfNode.address, [False])
 
     def _onNewIncomingConnection(self, conn: Any) -> None:
         super()._onNewIncomingConnection(conn)
@@ -272,6 +273,20 @@ class GuardedTransport(TCPTransport):  # type: ignore[misc]  # pysyncobj is unty
                 conn.disconnect()
 
 
+def _logged_bind(bind: Callable[[], None], address: str, failing: list[bool]) -> None:
+    """``TcpServer.bind``, its failure said once: pysyncobj retries every second in silence."""
+    try:
+        bind()
+    except OSError as e:
+        if not failing[0]:
+            log.error("cannot listen on the Raft address %s (%s): not in the quorum until it can", address, e)
+        failing[0] = True
+        raise
+    if failing[0]:
+        failing[0] = False
+        log.warning("listening on the Raft address %s now", address)
+
+
 _journal_fsync = threading.local()  # what the journal about to be built syncs (set around Replica's construction)
 
 
@@ -283,11 +298,9 @@ def _create_journal(journal_file: str | None) -> Any:
 
 class DumpSerializer(Serializer):  # type: ignore[misc]  # pysyncobj is untyped
     """pysyncobj's full-dump Serializer, writing through ``DumpWriter`` (a thread) instead of its fork().
-
-    ``serialize`` runs on the Raft thread and only calls the node's capture (an immutable image reference
-    and a copy of the keys). Until the writer is done, ``checkSerializing`` answers SERIALIZING, so pysyncobj
-    truncates its journal only once the new dump is durable; a dump received from the leader goes through the
-    writer too (``setTransmissionData``). Reading and sending the dump to a lagging follower stay pysyncobj's."""
+    ``serialize`` (Raft thread) only calls the node's capture; ``checkSerializing`` answers SERIALIZING until
+    the dump is durable, so pysyncobj truncates its journal only then; a dump received from the leader goes
+    through the writer too (``setTransmissionData``). Reading and sending dumps to followers stay pysyncobj's."""
 
     _STATES: Final = {
         DumpState.IDLE: SERIALIZER_STATE.NOT_SERIALIZING,
@@ -563,17 +576,12 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         """A regular ``append_entries`` (with ``prevLogIdx``), handled by Raft's rule; False: left to pysyncobj.
 
         pysyncobj 0.3.17, once ``prevLogIdx``/``prevLogTerm`` match, deletes *every* entry after ``prevLogIdx``
-        and appends the message's entries again. A leader re-sends from an older index after every late "reset"
-        answer, so a follower deleted entries it had acknowledged (the journal on disk shorter than what the
-        leader counted: a kill -9 then loses a committed entry), and a message carrying fewer entries than the
-        follower holds removed them outright. Here the follower keeps every matching entry, deletes only from
-        the first conflicting one, appends only what it lacks (``rules.plan_append``), and raises its commit
-        index only up to what this message verified (``rules.follower_commit``).
-
-        Everything else an accepted ``append_entries`` does (election deadline, leader, term, follower
-        state, leadership-transfer rules) stays pysyncobj's: it is given the same message without log
-        entries, ``prevLogIdx`` or a commit index beyond its own, which touches neither log nor commit.
-        """
+        and appends the message's entries again: after a late "reset" answer a follower deleted entries it had
+        acknowledged (a kill -9 then loses a committed entry), and a shorter message removed them outright.
+        Here the follower keeps every matching entry, deletes only from the first conflicting one, appends only
+        what it lacks (``rules.plan_append``), and commits only up to what the message verified
+        (``rules.follower_commit``). The rest of an accepted ``append_entries`` (election deadline, leader,
+        term, leadership transfer) stays pysyncobj's: it gets the message without entries or commit index."""
         term = message["term"]
         transmission = message.get("transmission")
         if term < self._SyncObj__raftCurrentTerm or transmission not in (None, "finish"):
@@ -673,12 +681,9 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
 
     # -- proposals --------------------------------------------------------------------------------------------
     def _applyCommand(self, command: bytes, callback: Any, commandType: int | None = None) -> None:
-        """pysyncobj's: queue a command for the Raft thread; but that thread is woken (a byte down its pipe)
-        once per burst of commands, not once per command. A leader's event loop proposes a burst whenever
-        commits free its callers; each wake-up was a write() on this side and a poll() return and tick on
-        the Raft thread, which reads the pipe whole and drains the queue for up to ``appendEntriesPeriod``
-        (what is left waits for its next tick, as before). ``_checkCommandsToApply`` clears the mark before it
-        drains, so a command queued after that wakes the thread again."""
+        """pysyncobj's: queue a command for the Raft thread; but the thread is woken (a byte down its pipe) once
+        per burst of commands, not per command: each wake-up was a write() here and a poll() and tick there.
+        ``_checkCommandsToApply`` clears the mark before it drains, so a command queued after that wakes it."""
         if commandType is not None:
             command = bytes((commandType,)) + command
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -314,3 +315,30 @@ async def test_a_writes_reply_never_overtakes_the_update_that_published_it(tmp_p
             assert published and published[-1] >= outcome.last_offset
     finally:
         node.close()
+
+
+async def test_a_raft_address_another_socket_holds_is_said_and_taken_once_it_is_free(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """pysyncobj retries a failed bind every second and says nothing: a node that never joined its quorum, with
+    no word why. Here the port is the source port of an outgoing connection, as a port picked free a moment
+    earlier can become."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    holder = socket.create_connection(listener.getsockname())
+    address = f"127.0.0.1:{holder.getsockname()[1]}"
+    node = RaftNode(address, [], tmp_path, LogState())
+    try:
+        deadline = time.monotonic() + 30  # generous for a loaded machine, not a bound
+        while f"cannot listen on the Raft address {address}" not in caplog.text:
+            assert time.monotonic() < deadline, "the failed bind was not logged"
+            await asyncio.sleep(0.05)
+        listener.close()  # resets the connection it never accepted: the port is free at once
+        holder.close()
+        while f"listening on the Raft address {address} now" not in caplog.text:
+            assert time.monotonic() < deadline, "the node did not listen once the port was free"
+            await asyncio.sleep(0.05)
+        await wait_leader(node)
+    finally:
+        node.close()
+        holder.close()
+        listener.close()
