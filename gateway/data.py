@@ -20,7 +20,7 @@ from . import protocol as kp
 from .producers import STATE_LOST, PhysicalKey, ProducerIds
 from .protocol import ErrorCode
 from .server import NO_RESPONSE, ClientConnection
-from .upstream import ClusterClient, UpstreamError
+from .upstream import PRODUCE_CONNECTIONS, ClusterClient, UpstreamError
 from .view import ClusterView, Placement
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ async def produce(gw: Gateway, conn: ClientConnection, request: kp.Request) -> A
     body = request.body
     view = gw.view()
     errors: dict[tuple[str, int], Refused] = {}
-    routes: dict[tuple[ClusterClient, str], list[Routed]] = defaultdict(list)
+    routes: dict[tuple[ClusterClient, str, int], list[Routed]] = defaultdict(list)
     for topic in body.topic_data:
         grown = _grown(view, conn, topic.name)
         for data in topic.partition_data:
@@ -95,15 +95,15 @@ async def produce(gw: Gateway, conn: ClientConnection, request: kp.Request) -> A
                 errors[tp] = routed
             else:
                 cluster, address, batches = routed
-                routes[(cluster, address)].append(batches)
+                routes[(cluster, address, _lane(conn, batches.placement))].append(batches)
     acks = int(body.acks)
     timeout_ms = kp.milliseconds(body.timeout)
     sends = []
-    for (cluster, address), parts in routes.items():
+    for (cluster, address, lane), parts in routes.items():
         try:
-            upstream = cluster.produce_connection_ready(address, conn.key) or await cluster.produce_connection(
-                address, conn.key
-            )
+            upstream = cluster.produce_connection_ready(address, lane)
+            if upstream is None:
+                upstream = await cluster.produce_connection(address, lane)
             version = upstream.version(kp.PRODUCE)
         except UpstreamError as e:
             for r in parts:
@@ -119,6 +119,13 @@ async def produce(gw: Gateway, conn: ClientConnection, request: kp.Request) -> A
         return _done(NO_RESPONSE)
     timeout_s = timeout_ms / 1000 + REQUEST_MARGIN_S
     return asyncio.ensure_future(_produce_answer(gw.producers, body, errors, sends, timeout_s))
+
+
+def _lane(conn: ClientConnection, placement: Placement) -> int:
+    """Which of a broker's produce connections carries this client's batches of this partition: always the
+    same one (a broker appends what one connection sends in order), and the partitions of one client spread
+    over them (a broker serves one request per connection at a time)."""
+    return (conn.key + hash((placement.physical_topic, placement.physical_partition))) % PRODUCE_CONNECTIONS
 
 
 def _grown(view: ClusterView, conn: ClientConnection, name: str) -> bool:
@@ -199,9 +206,18 @@ async def _produce_answer(
 
 
 # -- Fetch -----------------------------------------------------------------------------------------
+FetchKey = tuple[tuple[str, int, int, int], ...]
+"""What one broker's part of a fetch asks: (logical topic, partition, fetch offset, partition max bytes)."""
+
+
 async def fetch(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
     """Scatter to each broker holding a requested partition, gather, and answer once ``min_bytes`` arrived,
-    every broker answered, or ``max_wait`` passed."""
+    every broker answered, or ``max_wait`` passed.
+
+    A broker's part still under way when the answer goes out is *parked* on the connection, not dropped: the
+    client asks again for what it did not get, at the same offsets, and the parked part answers that (a
+    consumer of partitions on two sub-clusters would otherwise get one broker's data per fetch and throw the
+    other's away). A part asking anything else is fetched anew; at most one is parked per broker."""
     conn.saw("consumer")
     body = request.body
     if int(getattr(body, "session_id", 0)) != 0:  # this gateway never opens fetch sessions
@@ -236,10 +252,21 @@ async def fetch(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any
     deadline = loop.time() + max_wait_s
     if not groups and not answers:  # nothing asked: a broker waits out max_wait, so that clients do not spin
         await asyncio.sleep(min(max_wait_s, 30.0))
-    tasks = {
-        asyncio.ensure_future(_fetch_from(cluster, address, parts, max_wait_s, min_bytes, max_bytes, isolation))
-        for (cluster, address), parts in groups.items()
-    }
+    parked, conn.parked_fetches = conn.parked_fetches, {}  # what this fetch does not take is dropped
+    asked: dict[asyncio.Future[Any], tuple[tuple[ClusterClient, str], FetchKey]] = {}
+    for where, wanted in groups.items():
+        key: FetchKey = tuple((t, n, int(p.fetch_offset), int(p.partition_max_bytes)) for t, n, _, p in wanted)
+        earlier = parked.pop(where, None)
+        if earlier is not None and earlier[0] == key:
+            asked[earlier[1]] = (where, key)
+            continue
+        cluster, address = where
+        part: asyncio.Future[Any] = asyncio.ensure_future(
+            _fetch_from(cluster, address, wanted, max_wait_s, min_bytes, max_bytes, isolation)
+        )
+        part.add_done_callback(_ignore_result)  # it may end unread (parked, then not asked for again)
+        asked[part] = (where, key)
+    tasks = set(asked)
     gathered = 0
     while tasks:
         timeout_s = max(0.0, deadline - loop.time()) + REQUEST_MARGIN_S
@@ -254,8 +281,9 @@ async def fetch(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any
         # (their data would be dropped, fetch after fetch). Its errors go out with their answers.
         if gathered > 0 and gathered >= min_bytes:
             break
-    for task in tasks:  # still waiting on a broker: it finishes on its own, its answer unused
-        task.add_done_callback(_ignore_result)
+    for part in tasks:  # still waiting on a broker: parked for the client's next fetch
+        where, key = asked[part]
+        conn.parked_fetches[where] = (key, part)
     responses = []
     for topic_name, partitions in order:
         parts = [answers.get((topic_name, p)) or _fetch_error(p, ErrorCode.none, empty=True) for p in partitions]

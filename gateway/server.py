@@ -43,9 +43,10 @@ log = logging.getLogger(__name__)
 Role = Literal["producer", "consumer"]
 Handler = Callable[["Gateway", "ClientConnection", kp.Request], Awaitable[Any]]
 
-STREAM_LIMIT: Final = 2**20
-"""Bytes a connection's reader buffers before pausing its socket: above a typical produce request, so one is
-read without pause/resume cycles (asyncio resumes a paused socket to complete a longer frame)."""
+STREAM_LIMIT: Final = 64 * 1024
+"""A connection's read-ahead: its reader stops reading the socket once it holds twice this (asyncio's
+``StreamReader``), so what a connection costs beyond its ``Limits`` is this, not what its client sends. A
+longer frame is still read whole (the reader resumes the socket to complete it)."""
 NO_RESPONSE: Final[object] = object()
 """A handler's result when the protocol sends no answer (Produce with acks=0)."""
 MAX_REMEMBERED_CLIENTS: Final = 10_000
@@ -134,6 +135,8 @@ class ClientConnection:
         self.admin = False
         self.principal: str | None = None
         self.close_after_response = False
+        self.parked_fetches: dict[Any, tuple[Any, asyncio.Future[Any]]] = {}
+        """Per upstream broker, the part of a fetch still under way when its answer went out (``data.fetch``)."""
 
     def saw(self, role: Role) -> None:
         if self.role != role:

@@ -4,10 +4,10 @@ partition leaders and group coordinators learnt from the brokers themselves.
 Per broker a gateway keeps:
 
 - one *control* connection (Metadata, ListOffsets, offsets, coordinators), requests pipelined;
-- ``PRODUCE_CONNECTIONS`` produce connections. A client connection always uses the same one
-  (``key % PRODUCE_CONNECTIONS``), and requests are written to it in the order they arrived: a broker
-  answers one request per connection at a time and appends in that order, so each client's batches land in
-  the order it sent them, while different clients do not wait for each other;
+- ``PRODUCE_CONNECTIONS`` produce connections. A client connection's batches of one partition always use
+  the same one (``data._lane``), and requests are written to it in the order they arrived: a broker answers
+  one request per connection at a time and appends in that order, so each client's batches of a partition
+  land in the order it sent them, while its other partitions and other clients do not wait for them;
 - up to ``MAX_FETCH_CONNECTIONS`` fetch connections, each carrying one fetch at a time: a fetch can wait
   on the broker for ``max_wait_ms`` and must not hold up anything else.
 
