@@ -61,6 +61,7 @@ from metadata_log.publisher import LogDelta
 
 from .config import check_kafka_settings, ms_setting, split_config
 from .errors import PartitionNotWritable, UnknownTopic
+from .lease import RoutingLease
 from .messages import Origin, Placement, Report, label, placement_in, reporter, unsent
 from .transactions import TransactionalApi, Transactions
 
@@ -177,7 +178,6 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         self._txn = Transactions.from_config(self, client_config)
         self._mute_s = ms_setting(cfg, "kfed.mute.ms", DEFAULT_MUTE_MS) / 1000
         lease_ms = ms_setting(cfg, "kfed.key.order.lease.ms", DEFAULT_KEY_ORDER_LEASE_MS)
-        self._lease_s = lease_ms / 1000 if lease_ms else float("inf")
         self._default_callback: DeliveryCallback | None = cfg.pop("on_delivery", None)
         self._physical_config = {"enable.metrics.push": False, **cfg}
         check_kafka_settings(Producer, self._physical_config)  # invalid settings fail here, not at produce()
@@ -201,6 +201,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         self._follower = LogFollower(
             client_config.controllers, wait_ms=2000, publisher=self, access=client_config.access
         )
+        self._lease = RoutingLease(self._follower, lease_ms / 1000 if lease_ms else float("inf"), self._forget_routes)
         try:
             self._follower.poll(0)  # an image before the first produce
         except FollowerError as e:  # like bootstrap.servers: retried in the background, messages wait
@@ -288,9 +289,8 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         history = strict_history(image.key_orders, topic)
         if history is None:
             return None, None, None
-        if self._lease_s != float("inf"):  # confirmations (answered polls) at least three times per lease
-            self._follower.wait_ms = min(self._follower.wait_ms, max(100, int(self._lease_s * 1000 / 3)))
-        by_partition = {t.origin.partition: t for t in writable}
+        self._lease.start()
+        by_partition = {t.origin.partition: t for t in writable} if self._lease.held else {}  # lapsed: all wait
         table: list[_Target | None] = []
         for first, end, partition in history.map.ranges():
             table += [by_partition.get(partition)] * (end - first)
@@ -340,7 +340,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
             else:  # strict: the epoch's owner of the key's slot, or wait for it
                 slot = crc & SLOT_MASK
                 target = table[slot]  # type: ignore[assignment]  # checked just below
-                if target is None or time.monotonic() - self._follower.confirmed_at > self._lease_s:
+                if target is None:
                     self._wait(topic, _Waiting(value, key, None, headers, on_delivery, timestamp, 0.0))
                     return
                 stamped = route.stamps[slot]  # type: ignore[index]  # set with table
@@ -375,7 +375,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         past their ``message.timeout.ms``. The others keep their place."""
         self._waiting_tried = self._epoch
         now = time.monotonic()
-        leased = now - self._follower.confirmed_at <= self._lease_s
+        leased = self._lease.held
         for topic, queue in list(self._waiting.items()):
             try:
                 route = self._routes.get(topic) or self._route(topic)
@@ -385,7 +385,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
             still: deque[_Waiting] = deque()
             for m in queue:
                 p = m.partition
-                if route.takes(p, m.key) and (leased or p is not None or m.key is None or route.table is None):
+                if route.takes(p, m.key):
                     self._send(route, topic, m.value, m.key, p, m.headers, m.callback, m.timestamp)
                 elif p is not None and route.loaded and not route.waits(p):
                     why = route.why_not.get(p, f"topic {topic!r} has no partition {p}")
@@ -394,7 +394,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
                 elif expire and m.deadline <= now:
                     why = "; ".join(f"P{q}: {w}" for q, w in sorted(route.why_not.items())[:4]) or (
                         "no metadata yet" if leased else "its key routing not confirmed by a controller within "
-                        f"kfed.key.order.lease.ms ({self._lease_s * 1000:.0f} ms)")  # fmt: skip
+                        f"kfed.key.order.lease.ms ({self._lease.lease_s * 1000:.0f} ms)")  # fmt: skip
                     error = KafkaError(KafkaError._MSG_TIMED_OUT, f"Local: Message timed out waiting for a "
                                        f"writable partition of {topic!r} ({why})")  # fmt: skip
                     self._undeliverable.append((m.callback, error, unsent(topic, m.value, m.headers)))
@@ -592,6 +592,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
 
     def close(self, timeout: float | None = 30.0) -> int:
         remaining = self.flush(timeout)
+        self._lease.stop()
         self._follower.stop()
         if self._txn is not None:
             self._txn.close()
