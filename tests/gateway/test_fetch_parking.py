@@ -1,0 +1,110 @@
+"""A fetch's part still under way at one broker when the answer goes out is parked, not dropped
+(``gateway/data.fetch``): the client's next fetch of the same offsets takes it. The brokers here are
+stand-ins that count the fetches they are sent; the gateway's real consumer paths, on real brokers and
+clients, are in the other suites of this folder."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+from gateway import data
+from gateway.server import ClientConnection, ClientMemory, Limits
+from gateway.view import Placement
+
+
+@dataclasses.dataclass
+class Partition:  # the fields of a broker's fetch answer the gateway passes on
+    partition_index: int
+    error_code: int = 0
+    high_watermark: int = 100
+    records: bytes = b""
+
+
+class Broker:
+    """Answers each fetch with ``records`` for every partition asked, once ``ready`` is set."""
+
+    def __init__(self, records: bytes, ready: bool) -> None:
+        self.records = records
+        self.ready = asyncio.Event()
+        if ready:
+            self.ready.set()
+        self.asked: list[list[tuple[int, int]]] = []  # per fetch: (physical partition, offset)
+
+    def version(self, api_key: int) -> int:
+        return 12
+
+    async def call(self, api_key: int, version: int, body: dict[str, Any], timeout_s: float) -> Any:
+        asked = [(p["partition"], p["fetch_offset"]) for t in body["topics"] for p in t["partitions"]]
+        self.asked.append(asked)
+        await self.ready.wait()
+        partitions = [Partition(partition, records=self.records) for partition, _ in asked]
+        return SimpleNamespace(error_code=0, responses=[SimpleNamespace(topic="T", partitions=partitions)])
+
+
+class Cluster:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def known_leader(self, topic: str, partition: int, now: float) -> str:
+        return "leader"
+
+    def forget_leaders(self, topic: str) -> None:
+        pass
+
+    @contextlib.asynccontextmanager
+    async def fetch_connection(self, address: str) -> AsyncIterator[Broker]:
+        yield self.broker
+
+
+class Gateway:
+    """Logical T/0 is physical T/0 on c1, logical T/1 physical T/0 on c2."""
+
+    def __init__(self, c1: Broker, c2: Broker) -> None:
+        self.clusters = {"c1": Cluster(c1), "c2": Cluster(c2)}
+        self.limits = Limits()
+        self.upstream = SimpleNamespace(cluster=lambda cluster_id, bootstrap: self.clusters[cluster_id])
+
+    def view(self) -> Any:
+        placements = {("T", 0): Placement("T", 0, "c1", "T", 0, True, True),
+                      ("T", 1): Placement("T", 1, "c2", "T", 0, True, True)}  # fmt: skip
+        return SimpleNamespace(placement=lambda t, p: placements.get((t, p)), bootstrap_of=lambda c: f"{c}:9092")
+
+
+def fetch_request(offset_0: int, offset_1: int) -> Any:
+    partitions = [SimpleNamespace(partition=p, fetch_offset=o, partition_max_bytes=1 << 20, log_start_offset=-1)
+                  for p, o in ((0, offset_0), (1, offset_1))]  # fmt: skip
+    body = SimpleNamespace(session_id=0, max_wait=500, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                           topics=[SimpleNamespace(topic="T", partitions=partitions)])  # fmt: skip
+    return SimpleNamespace(body=body)
+
+
+def records_by_partition(answer: dict[str, Any]) -> dict[int, bytes]:
+    return {p["partition_index"]: p["records"] for t in answer["responses"] for p in t["partitions"]}
+
+
+async def test_a_second_brokers_data_is_kept_for_the_next_fetch_of_the_same_offsets() -> None:
+    c1, c2 = Broker(b"one", ready=True), Broker(b"two", ready=False)
+    gw = Gateway(c1, c2)
+    conn = ClientConnection("127.0.0.1", ClientMemory())
+
+    first = await data.fetch(gw, conn, fetch_request(5, 7))  # type: ignore[arg-type]  # the stand-ins
+    assert records_by_partition(first) == {0: b"one", 1: b""}, "answered with c1's data, c2 still fetching"
+    c2.ready.set()  # c2's answer arrives after the client was answered
+    await asyncio.sleep(0.01)
+
+    second = await data.fetch(gw, conn, fetch_request(6, 7))  # type: ignore[arg-type]
+    assert records_by_partition(second)[1] == b"two", "c2's data reached the client"
+    assert c2.asked == [[(0, 7)]], "c2's parked part answered the second fetch: it was asked once"
+    assert c1.asked == [[(0, 5)], [(0, 6)]]
+
+    c2.ready.clear()
+    third = asyncio.ensure_future(data.fetch(gw, conn, fetch_request(6, 8)))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    c2.ready.set()
+    await third
+    assert c2.asked == [[(0, 7)], [(0, 8)]], "another offset is fetched anew"
