@@ -69,9 +69,8 @@ class GroupCommitter:
     """Turns concurrent writes into few Raft commands: at most ``MAX_INFLIGHT_COMMANDS`` in flight,
     and everything that queued up meanwhile goes into the next one."""
 
-    def __init__(self, raft: RaftNode, metadata_version: Callable[[], int]) -> None:
+    def __init__(self, raft: RaftNode) -> None:
         self._raft = raft
-        self._metadata_version = metadata_version
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue(MAX_PENDING_WRITES)
         self._slots = asyncio.Semaphore(MAX_INFLIGHT_COMMANDS)
         self._task: asyncio.Task[None] | None = None
@@ -88,7 +87,7 @@ class GroupCommitter:
     async def submit(self, proposal: Proposal) -> Outcome:
         """The outcome once committed. ``Unavailable`` for records of a type newer than the quorum's metadata
         version: the leader raises it (``upgrade_metadata_version``) once every voter reads it."""
-        version = self._metadata_version()
+        version = self._raft.state.image.metadata_version
         if version < LATEST_METADATA_VERSION and (needed := version_needed(proposal.records)) > version:
             raise Unavailable(
                 f"the quorum is at metadata version {version}; these records are written from version {needed}, "
@@ -176,7 +175,7 @@ class ControllerService:
         self.state = state
         self.read_model = read_model
         self.commit_timeout_s = commit_timeout_s
-        self.committer = GroupCommitter(raft, lambda: self.state.image.metadata_version)
+        self.committer = GroupCommitter(raft)
         self.leases = LeaseTable(lease_ms)
         self.heartbeat_ms = heartbeat_ms
         self._was_leader = False

@@ -374,8 +374,7 @@ with "upgrade it" (``NewerMetadataVersion``) instead of meeting a record type it
 
 def version_needed(records: Iterable[object]) -> int:
     """The lowest metadata version in which every one of ``records`` may be written."""
-    first = FIRST_VERSION
-    return max((first.get(type(r), 1) for r in records), default=1)
+    return max((FIRST_VERSION.get(type(r), 1) for r in records), default=1)
 
 
 Record = (

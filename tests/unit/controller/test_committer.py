@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import pytest
 
@@ -24,10 +25,11 @@ from metadata_log.state import Outcome, Proposal
 
 
 class FakeRaft:
-    """Commits every command at once, at consecutive offsets."""
+    """Commits every command at once, at consecutive offsets; its log is at ``metadata_version``."""
 
-    def __init__(self) -> None:
+    def __init__(self, metadata_version: int) -> None:
         self.commands: list[list[Proposal]] = []
+        self.state = SimpleNamespace(image=SimpleNamespace(metadata_version=metadata_version))
 
     def propose(self, proposals: Sequence[Proposal]) -> asyncio.Future[list[Outcome]]:
         self.commands.append(list(proposals))
@@ -41,9 +43,8 @@ GATEWAY = GatewayRegistered(0, "127.0.0.1", 9092, "instance-a", 1)
 
 
 async def test_records_newer_than_the_quorums_metadata_version_wait_until_it_is_raised() -> None:
-    version = [2]
-    raft = FakeRaft()
-    committer = GroupCommitter(raft, lambda: version[0])  # type: ignore[arg-type]  # the fake
+    raft = FakeRaft(metadata_version=2)
+    committer = GroupCommitter(raft)  # type: ignore[arg-type]  # the fake
     committer.start()
     try:
         with pytest.raises(Unavailable, match="metadata version 2; these records are written from version 3") as e:
@@ -51,7 +52,7 @@ async def test_records_newer_than_the_quorums_metadata_version_wait_until_it_is_
         assert e.value.retryable and e.value.retry_after_s > 0
         assert raft.commands == [], "nothing of it was proposed"
         assert (await committer.submit(Proposal((CLUSTER,)))).status == "committed", "older types go on"
-        version[0] = 3
+        raft.state.image.metadata_version = 3
         assert (await committer.submit(Proposal((CLUSTER, GATEWAY)))).status == "committed"
         assert [len(c[0].records) for c in raft.commands] == [1, 2]
     finally:
