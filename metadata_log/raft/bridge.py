@@ -242,9 +242,23 @@ class GuardedTransport(TCPTransport):  # type: ignore[misc]  # pysyncobj is unty
 
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
         self._kfed_unknown: dict[Any, float] = {}  # accepted connection -> when, oldest first
+        self._kfed_bind_failed = False
         super().__init__(syncObj, selfNode, otherNodes)
         if self._server is not None:  # None on a read-only node
-            self._server.bind = functools.partial(_logged_bind, self._server.bind, selfNode.address, [False])
+            self._server.bind = functools.partial(self._kfed_bind, self._server.bind, selfNode.address)
+
+    def _kfed_bind(self, bind: Callable[[], None], address: str) -> None:
+        """``TcpServer.bind``, its failure said once: pysyncobj retries every second in silence."""
+        try:
+            bind()
+        except OSError as e:
+            if not self._kfed_bind_failed:
+                log.error("cannot listen on the Raft address %s (%s): not in the quorum until it can", address, e)
+            self._kfed_bind_failed = True
+            raise
+        if self._kfed_bind_failed:
+            self._kfed_bind_failed = False
+            log.warning("listening on the Raft address %s now", address)
 
     def _onNewIncomingConnection(self, conn: Any) -> None:
         super()._onNewIncomingConnection(conn)
@@ -271,20 +285,6 @@ class GuardedTransport(TCPTransport):  # type: ignore[misc]  # pysyncobj is unty
                 del self._kfed_unknown[conn]
                 log.warning("dropped a Raft connection that did not say who it is in time")
                 conn.disconnect()
-
-
-def _logged_bind(bind: Callable[[], None], address: str, failing: list[bool]) -> None:
-    """``TcpServer.bind``, its failure said once: pysyncobj retries every second in silence."""
-    try:
-        bind()
-    except OSError as e:
-        if not failing[0]:
-            log.error("cannot listen on the Raft address %s (%s): not in the quorum until it can", address, e)
-        failing[0] = True
-        raise
-    if failing[0]:
-        failing[0] = False
-        log.warning("listening on the Raft address %s now", address)
 
 
 _journal_fsync = threading.local()  # what the journal about to be built syncs (set around Replica's construction)
