@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from metadata_log.keyorder import commands as key_order_commands
 from metadata_log.keyorder.replay import EMPTY_KEY_ORDERS
 from metadata_log.records import ClusterRegistered, PhysicalPartitionsReported
 from sdk import FederatedConsumer, FederatedProducer
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -122,12 +122,6 @@ def test_keyed_messages_of_a_strict_topic_wait_while_no_controller_confirms_the_
     producer = FederatedProducer({"kfed.controllers": nowhere, "kfed.key.order.lease.ms": 1000})
     follower = producer._follower  # private: the test stands in for the controllers' answers
 
-    def until(condition: Callable[[], bool], why: str) -> None:
-        deadline = time.monotonic() + 10  # the lease's watchdog acts within ms; generous for a loaded machine
-        while not condition():
-            assert time.monotonic() < deadline, why
-            time.sleep(0.01)
-
     follower.stop()
     follower.image = image
     producer.on_update(None, image)  # type: ignore[arg-type]  # the routes are made again from the image
@@ -136,14 +130,14 @@ def test_keyed_messages_of_a_strict_topic_wait_while_no_controller_confirms_the_
     assert producer._waiting_count == 0, "confirmed just now: routed at once"
     assert follower.wait_ms <= 1000 // 3, "a strict topic's producer polls the log often enough to keep its lease"
     follower.confirmed_at = time.monotonic() - 1.5  # as if the last answer came 1.5 s ago
-    until(lambda: not producer._lease.held, "the lease did not lapse")
+    wait_until(lambda: not producer._lease.held, 10, "the lease lapses", interval_s=0.01)
     producer.produce("S", b"2", key=b"k")
     producer.produce("S", b"3")  # key-less: queued behind at first, then goes (its key does not move)
     assert producer._waiting_count == 2
     producer.poll(0)
     assert producer._waiting_count == 1 and len(producer) == 3, "the keyed one waits for its lease"
-    follower.confirmed_at = time.monotonic()
-    until(lambda: producer._lease.held, "the lease did not hold again")
+    follower.confirmed_at = time.monotonic() + 3600  # confirmed, and for the rest of the test
+    wait_until(lambda: producer._lease.held, 10, "the lease holds again", interval_s=0.01)
     producer.poll(0)
     assert producer._waiting_count == 0 and len(producer) == 3, "handed on once confirmed again"
     producer.close(0)

@@ -20,6 +20,7 @@ from metadata_log.errors import Unavailable
 from metadata_log.raft import Mailboxes, RaftNode, RaftSettings, journal, wire
 from metadata_log.records import ClusterRegistered, NoOp
 from metadata_log.state import LogState, Proposal
+from tests.waiting import wait_until
 
 from .raft_support import private_name, restart_and_replay, tmpfs, wait_leader
 
@@ -328,17 +329,17 @@ async def test_a_raft_address_another_socket_holds_is_said_and_taken_once_it_is_
     address = f"127.0.0.1:{holder.getsockname()[1]}"
     node = RaftNode(address, [], tmp_path, LogState())
     try:
-        deadline = time.monotonic() + 30  # generous for a loaded machine, not a bound
-        while f"cannot listen on the Raft address {address}" not in caplog.text:
-            assert time.monotonic() < deadline, "the failed bind was not logged"
-            await asyncio.sleep(0.05)
+        await logged(caplog, f"cannot listen on the Raft address {address}")
         listener.close()  # resets the connection it never accepted: the port is free at once
         holder.close()
-        while f"listening on the Raft address {address} now" not in caplog.text:
-            assert time.monotonic() < deadline, "the node did not listen once the port was free"
-            await asyncio.sleep(0.05)
+        await logged(caplog, f"listening on the Raft address {address} now")
         await wait_leader(node)
     finally:
         node.close()
         holder.close()
         listener.close()
+
+
+async def logged(caplog: pytest.LogCaptureFixture, text: str) -> None:
+    """Until ``text`` is in the log (the Raft thread writes it); waited for off the event loop."""
+    await asyncio.to_thread(wait_until, lambda: text in caplog.text, 30, f"logged: {text}")
