@@ -30,28 +30,23 @@ def free_ports(count: int) -> list[int]:
 
     A port of that range, free when picked, can be taken before its server binds it as the source port of any
     outgoing connection; the server then cannot bind it until that connection ends (pysyncobj retries in
-    silence: a Raft node that never joined its quorum). Below the range only servers take ports."""
+    silence: a Raft node that never joined its quorum). Below the range only servers take ports. Where there is
+    no room below it, any port the kernel gives."""
     try:
         low = int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 0
+    first = low - PORTS_BELOW_EPHEMERAL
+    candidates = random.sample(range(first, low), PORTS_BELOW_EPHEMERAL) if first >= 1024 else []
     sockets: list[socket.socket] = []
     try:
-        if low - PORTS_BELOW_EPHEMERAL >= 1024:
-            for port in random.sample(range(low - PORTS_BELOW_EPHEMERAL, low), PORTS_BELOW_EPHEMERAL):
-                if len(sockets) == count:
-                    break
-                s = socket.socket()
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    s.close()
-                    continue
-                sockets.append(s)
-        while len(sockets) < count:  # no room below the range: any port the kernel gives
+        while len(sockets) < count:
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
             sockets.append(s)
+            try:
+                s.bind(("127.0.0.1", candidates.pop() if candidates else 0))
+            except OSError:  # taken: the next candidate
+                sockets.pop().close()
         return [s.getsockname()[1] for s in sockets]
     finally:
         for s in sockets:
