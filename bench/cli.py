@@ -97,7 +97,7 @@ _EPILOG = (
 Every benchmark starts its own processes on free 127.0.0.1 ports with data under a temporary directory
 (removed afterwards unless --keep, or kept when the benchmark failed) and always stops them, also on
 Ctrl-C. Results: one Markdown table per benchmark, a summary, and JSON in bench/results/.
-The full run takes about 30 minutes on 2 cores; --quick is a ~1-2 minute smoke run with tiny sizes
+The full run takes about 25 minutes on 2 cores; --quick is a ~1-2 minute smoke run with tiny sizes
 (its numbers are not comparable with the goals)."""
 )
 

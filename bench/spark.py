@@ -49,6 +49,7 @@ WARMUP_SMALL_QUERIES = 12
 
 
 def produce(fed: LocalFederation, n: int) -> None:
+    """``n`` messages to the physical partitions of the demo topic, spread evenly (also the cluster benchmark's)."""
     producers = [Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 5, "enable.metrics.push": False})
                  for c in (fed.clusters["c1"], fed.clusters["c2"])]  # fmt: skip
     for i in range(n):

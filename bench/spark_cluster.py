@@ -26,36 +26,17 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from confluent_kafka import Producer
-
 from deploy.local import DEMO_TOPIC as TOPIC
 from deploy.local import LocalFederation
 from deploy.spark import SparkCluster
 
-from .common import BenchResult, Row, Sizes, fmt, median, produce_when_room, start_demo_federation
+from .common import BenchResult, Row, Sizes, fmt, median, start_demo_federation
+from .spark import VALUE, produce
 
-VALUE = b"x" * 100
 PARTITIONS = 8  # the demo topic: 4 on each of c1 and c2
 WARMUP_READS = 4
 WARMUP_SMALL_QUERIES = 8
 DRIVER_CONF = ("spark.executor.memory=1g", "spark.driver.memory=1g")
-
-
-def produce(fed: LocalFederation, n: int) -> None:
-    """``n`` messages to the physical partitions of U_TopicA, spread evenly."""
-    producers = [Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 5, "enable.metrics.push": False})
-                 for c in (fed.clusters["c1"], fed.clusters["c2"])]  # fmt: skip
-    for i in range(n):
-        try:
-            producers[i % 2].produce(TOPIC, VALUE, None, (i // 2) % (PARTITIONS // 2))
-        except BufferError:
-            produce_when_room(producers[i % 2], TOPIC, VALUE, None, (i // 2) % (PARTITIONS // 2))
-        if i % 5000 == 0:
-            for p in producers:
-                p.poll(0)
-    for p in producers:
-        if p.flush(120):
-            raise RuntimeError("messages left unsent")
 
 
 class Reader:
