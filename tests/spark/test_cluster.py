@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +64,17 @@ def access_args(fed: LocalFederation) -> list[str]:
 
 def ran_on_both_workers(cluster: SparkCluster, app_id: str) -> None:
     """The master's JSON API lists the application as finished with the cores of both workers, and each
-    worker's lists an executor of it."""
+    worker's lists a finished executor of it. A worker moves its executor to the finished ones only once the
+    process it kills has exited, a few seconds after the driver returned on a busy machine, so that is waited for."""
     apps = {a["id"]: a for a in cluster.state()["completedapps"]}
     assert app_id in apps, f"{app_id} not among the master's completed applications: {sorted(apps)}"
     assert apps[app_id]["state"] == "FINISHED" and apps[app_id]["cores"] == 2, apps[app_id]
+
+    def finished_on(index: int) -> bool:
+        return app_id in {e["appid"] for e in cluster.worker_state(index)["finishedexecutors"]}
+
     for w in cluster.workers:
-        executors = cluster.worker_state(w.index)["finishedexecutors"]
-        assert app_id in {e["appid"] for e in executors}, f"no executor of {app_id} on worker {w.index}"
+        wait_until(partial(finished_on, w.index), 60, f"a finished executor of {app_id} on worker {w.index}")
 
 
 def test_the_executors_import_kfed_from_the_shipped_archive_on_both_workers(
