@@ -190,6 +190,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         self._waiting_tried = -1  # the routes' epoch the waiting messages were last tried with
         self._undeliverable: deque[tuple[DeliveryCallback | None, KafkaError, Message]] = deque()  # for poll()
         self._producers: dict[str, Producer] = {}
+        self._closed = False
         self._routes: dict[str, _Route] = {}
         self._keyless: dict[str, Iterator[Keyless]] = {}  # topic -> its route's keyless, while it has writable ones
         self._epoch = 0  # routes made before the last change of metadata or mutes are not kept
@@ -457,6 +458,8 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
             self._forget_routes()
 
     def _producer(self, cluster_id: str) -> Producer:
+        if self._closed:
+            raise RuntimeError("Producer has been closed")  # confluent-kafka's words for a closed producer
         cluster = self._follower.image.clusters[cluster_id]
         config = {**self._physical_config, "bootstrap.servers": cluster.bootstrap_servers,
                   "error_cb": partial(self._cluster_error, cluster_id)}  # fmt: skip
@@ -591,11 +594,20 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         )
 
     def close(self, timeout: float | None = 30.0) -> int:
+        """Flush for up to ``timeout``, then stop: what is still undelivered is dropped (librdkafka's purge;
+        the count is returned) and the physical producers are closed, so that none of their threads keeps
+        reconnecting to a cluster after the application is done with it."""
         remaining = self.flush(timeout)
         self._lease.stop()
         self._follower.stop()
         if self._txn is not None:
             self._txn.close()
+        self._closed = True
+        for producer in self._producers.values():
+            producer.purge()
+            producer.close()
+        self._producers.clear()
+        self._forget_routes()
         return remaining
 
     def __enter__(self) -> FederatedProducer:

@@ -4,6 +4,7 @@ partition can take waits, bounded by ``message.timeout.ms`` and ``queue.bufferin
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from typing import Any
@@ -141,4 +142,32 @@ def test_keyed_messages_of_a_strict_topic_wait_while_no_controller_confirms_the_
     producer.poll(0)
     assert producer._waiting_count == 0 and len(producer) == 3, "handed on once confirmed again"
     producer.close(0)
+    silent.close()
+
+
+def native_threads() -> int:
+    """Threads of this process, librdkafka's included (``threading`` sees only Python's)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_close_drops_what_is_undelivered_and_ends_the_physical_producers(nowhere: str) -> None:
+    """A closed producer leaves no librdkafka thread behind reconnecting to its clusters (before, they lived
+    until the garbage collector found the producer's reference cycles, logging every second), returns how
+    many messages it dropped, and refuses to produce again, as confluent-kafka's ``close()`` does."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    broker = f"127.0.0.1:{silent.getsockname()[1]}"
+    image = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", broker)])
+    image = apply(image, key_order_commands.create_topic(image, EMPTY_KEY_ORDERS, "T", "r1", 2, "id-t").records)
+    image = apply(image, [PhysicalPartitionsReported("c1", "T", p, broker) for p in (0, 1)])
+    before = native_threads()
+    producer = FederatedProducer({"kfed.controllers": nowhere})
+    producer._follower.stop()  # private: the test stands in for the controllers' answers
+    producer._follower.image = image
+    producer.on_update(None, image)  # type: ignore[arg-type]
+    producer.produce("T", b"1")
+    assert len(producer._producers) == 1 and native_threads() > before + 1
+    assert producer.close(0.2) == 1, "the message the silent broker never took"
+    assert native_threads() <= before, "a physical producer's threads outlived close()"
+    with pytest.raises(RuntimeError, match="closed"):
+        producer.produce("T", b"2")
     silent.close()
