@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
@@ -41,6 +42,44 @@ def free_layout(data_dir: Path, broker: BrokerKind = "kafka", spark_workers: int
         if not any(port_in_use(port) for port, _, _ in layout.needed_ports()):
             return layout
     raise RuntimeError("no free set of ports")
+
+
+class Output:
+    """What a process prints, read by a thread from the start: ``kfed local up`` rewrites its status line every
+    second, and a pipe nobody reads fills up and stops it in ``print``, its Ctrl-C handling included."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        self._proc, self._stdout = proc, proc.stdout
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self._stdout:
+            self.lines.append(line)
+
+    def through(self, text: str) -> list[str] | None:
+        """The lines up to the first with ``text``; all of them once the process ended without one."""
+        lines = list(self.lines)
+        for i, line in enumerate(lines):
+            if text in line:
+                return lines[: i + 1]
+        return lines if self._proc.poll() is not None and not self._reader.is_alive() else None
+
+    def tail(self, chars: int = 4000) -> str:
+        return "".join(self.lines)[-chars:]
+
+
+def process_state(pid: int) -> str:
+    """What a process that does not stop is doing: its state, where it waits, and its signal masks."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError as e:
+        return f"no state: {e}"
+    wanted = ("State", "SigBlk", "SigIgn", "SigCgt", "Threads")
+    return ", ".join([*(line for line in status if line.startswith(wanted)), f"wchan: {wchan}"])
 
 
 def up_args(layout: LocalLayout) -> list[str]:
@@ -101,13 +140,9 @@ def test_local_up_then_cluster_add_lets_the_readme_expand_onto_c3_and_ctrl_c_sto
     command = str(Path(sys.executable).parent / "kfed")  # the installed command, as a person runs it
     up = subprocess.Popen([command, *up_args(layout)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env=env)  # fmt: skip
-    lines: list[str] = []
+    output = Output(up)
     try:
-        assert up.stdout is not None
-        for line in up.stdout:
-            lines.append(line)
-            if END_LINE in line:
-                break
+        lines = wait_until(lambda: output.through(END_LINE), 600, f"the banner, or the exit of {command}")
         assert any(UP_LINE in line for line in lines), "".join(lines)
         assert any("c1 serves on" in line for line in lines), "startup prints progress"
         if layout.spark_workers:
@@ -128,7 +163,11 @@ def test_local_up_then_cluster_add_lets_the_readme_expand_onto_c3_and_ctrl_c_sto
         assert kfed(["local", "cluster", "add", "c3", "--data-dir", str(layout.data_dir)]) == 1, "already running"
     finally:
         up.send_signal(signal.SIGINT)  # Ctrl-C
-        up.wait(120)
+        try:
+            up.wait(120)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running 120 s after Ctrl-C ({process_state(up.pid)}); it printed: "
+                                 f"{output.tail()}") from None  # fmt: skip
     ports = [port for port, _, _ in layout.needed_ports()] + [layout.broker_base_port + 2 * 10_000]
     wait_until(lambda: not any(port_in_use(p) for p in ports), 30, "every port released: nothing left running")
     assert up.returncode == 0
