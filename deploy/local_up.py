@@ -276,7 +276,10 @@ def local_up(layout: LocalLayout, once: bool = False, out: TextIO | None = None)
     if problem:
         print(f"kfed local: {problem}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops the children too, like Ctrl-C
+    # Ctrl-C and SIGTERM stop the children too. Ctrl-C's handler is set here as well: Python leaves SIGINT
+    # ignored when it starts ignored, as in anything a shell script starts with `&`.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     progress = Progress(out)
     fed = federation(layout)
     state = layout.data_dir / STATE_FILE

@@ -138,8 +138,11 @@ def test_local_up_then_cluster_add_lets_the_readme_expand_onto_c3_and_ctrl_c_sto
     layout = free_layout(tmp_path / "local", broker, spark_workers=1 if broker == "tansu" else 0)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     command = str(Path(sys.executable).parent / "kfed")  # the installed command, as a person runs it
-    up = subprocess.Popen([command, *up_args(layout)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=env)  # fmt: skip
+    # Started with SIGINT ignored, as a shell script's `kfed local up &` is (and this test was, in CI): Ctrl-C
+    # must stop it all the same.
+    ignoring_ctrl_c = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]
+    up = subprocess.Popen([*ignoring_ctrl_c, command, *up_args(layout)], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=env)  # fmt: skip
     output = Output(up)
     try:
         lines = wait_until(lambda: output.through(END_LINE), 600, f"the banner, or the exit of {command}")
@@ -166,8 +169,10 @@ def test_local_up_then_cluster_add_lets_the_readme_expand_onto_c3_and_ctrl_c_sto
         try:
             up.wait(120)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"still running 120 s after Ctrl-C ({process_state(up.pid)}); it printed: "
-                                 f"{output.tail()}") from None  # fmt: skip
+            state = process_state(up.pid)
+            up.terminate()  # SIGTERM stops what it started
+            up.wait(120)
+            raise AssertionError(f"still running 120 s after Ctrl-C ({state}); it printed: {output.tail()}") from None
     ports = [port for port, _, _ in layout.needed_ports()] + [layout.broker_base_port + 2 * 10_000]
     wait_until(lambda: not any(port_in_use(p) for p in ports), 30, "every port released: nothing left running")
     assert up.returncode == 0
