@@ -4,8 +4,15 @@ producer: N 100-byte key-less messages, ``linger.ms=5``, acks=all. Straight: a c
 c1's broker, over its 4 partitions. Through the gateway: the same client on one gateway instance, over the
 8 logical partitions (both sub-clusters). The clock stops when every message is delivered.
 
+The gateway's own cost: the same producer through the gateway over only the 4 logical partitions that live on
+c1 (P0-P3), against straight to those same 4 physical partitions. Over all 8, two brokers each take batches
+half the size at the same linger, which costs the brokers CPU per message on a machine whose 2 cores the
+client, the gateway and the brokers share; the machine's CPU per message (``/proc/stat``, every process and
+the kernel) is reported for both, and the producer over all 8 is also set against one producer per
+sub-cluster over the same 8 physical partitions (``bench/sdk.py``'s baseline).
+
 consumer: N messages read back with ``assign()`` from the beginning: c1's 4 partitions straight, the 8
-logical ones through the gateway; timed from the first message.
+logical ones through the gateway (and, for the gateway's own cost, c1's 4); timed from the first message.
 
 latency: one 100-byte message at a time (produce, then flush), straight and through the gateway in
 alternation; the gateway adds the difference of the p99s (and of the medians).
@@ -30,6 +37,7 @@ from deploy.local import LocalFederation, free_ports
 from deploy.processes import wait_port
 from gateway.cli import spawn
 
+from . import sdk
 from .common import BenchResult, Goal, Row, Sizes, fmt, median, percentile, produce_when_room, start_demo_federation
 
 VALUE = b"x" * 100
@@ -41,6 +49,12 @@ CONSUMER_CONFIG = {"enable.metrics.push": False, "fetch.queue.backoff.ms": 10, "
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_seconds() -> float:
+    """Busy CPU seconds of the whole machine (every process, the kernel's network work included)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
 
 
 def produce(bootstrap: str, n: int, partitions: int) -> float:
@@ -110,15 +124,20 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
         wait_port(port, 60)
         through, straight = f"127.0.0.1:{port}", fed.clusters["c1"].bootstrap
         produce(through, 1000, 8)  # the gateway's upstream connections before the clock
-        raw_ps, gw_ps, raw_cs, gw_cs, cpu_p, cpu_c = [], [], [], [], [], []
+        raw_ps, gw_ps, gw4_ps, both_ps, raw_cs, gw_cs, gw4_cs, cpu_p, cpu_c = [], [], [], [], [], [], [], [], []
+        machine: dict[str, list[float]] = {"straight": [], "gateway": []}  # CPU microseconds per message
         for r in range(rounds):
             for via_gateway in (False, True) if r % 2 == 0 else (True, False):
+                busy = machine_cpu_seconds()
                 if via_gateway:
                     before = cpu_seconds(gateway.pid)
                     gw_ps.append(produce(through, n, 8))
                     cpu_p.append((cpu_seconds(gateway.pid) - before) * 1000 / (n * len(VALUE) / 1e6))
                 else:
                     raw_ps.append(produce(straight, n, 4))
+                machine["gateway" if via_gateway else "straight"].append((machine_cpu_seconds() - busy) * 1e6 / n)
+            gw4_ps.append(produce(through, n, 4))  # P0-P3: c1's, as straight
+            both_ps.append(sdk.raw_produce(fed, n))  # the 8 physical partitions, one producer per sub-cluster
             for via_gateway in (False, True) if r % 2 == 0 else (True, False):
                 if via_gateway:
                     before = cpu_seconds(gateway.pid)
@@ -126,6 +145,7 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
                     cpu_c.append((cpu_seconds(gateway.pid) - before) * 1000 / (n * len(VALUE) / 1e6))
                 else:
                     raw_cs.append(consume(straight, n, 4))
+            gw4_cs.append(consume(through, n, 4))
         raw_l: list[float] = []
         gw_l: list[float] = []
         for _ in range(4):  # alternating blocks: the machine's load drifts
@@ -137,6 +157,9 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
             gateway.wait(10)
         fed.stop()
     produce_ratios = [g / r for g, r in zip(gw_ps, raw_ps, strict=True)]
+    own_ratios = [g / r for g, r in zip(gw4_ps, raw_ps, strict=True)]
+    spread_ratios = [g / b for g, b in zip(gw_ps, both_ps, strict=True)]
+    own_consume_ratios = [g / r for g, r in zip(gw4_cs, raw_cs, strict=True)]
     consume_ratios = [g / r for g, r in zip(gw_cs, raw_cs, strict=True)]
     p99_added = (percentile(gw_l, 99) - percentile(raw_l, 99)) * 1000
     p50_added = (percentile(gw_l, 50) - percentile(raw_l, 50)) * 1000
@@ -145,10 +168,19 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
             f"{fmt(median(gw_ps))} vs {fmt(median(raw_ps))} msg/s straight to one sub-cluster (medians); per round "
             f"{', '.join(f'{x:.2f}' for x in produce_ratios)}",
             Goal(">=", 0.9, "x straight"), f"{n:,} x 100 B, key-less, linger.ms=5, acks=all, {rounds} rounds"),
+        Row("same, through the gateway over c1's 4 partitions only: the gateway's own cost", median(own_ratios),
+            "x straight", f"{fmt(median(gw4_ps))} msg/s; per round {', '.join(f'{x:.2f}' for x in own_ratios)}. "
+            f"Machine CPU per message over 8 partitions {median(machine['gateway']):.2f} us against "
+            f"{median(machine['straight']):.2f} us straight", None, "P0-P3 live on c1: same partitions as straight"),
+        Row("same, over all 8 partitions against straight to both sub-clusters", median(spread_ratios), "x straight",
+            f"{fmt(median(both_ps))} msg/s with one producer per sub-cluster (bench/sdk.py's baseline); per round "
+            f"{', '.join(f'{x:.2f}' for x in spread_ratios)}"),
         Row("librdkafka consumer through the gateway: ratio to straight", median(consume_ratios), "x straight",
             f"{fmt(median(gw_cs))} vs {fmt(median(raw_cs))} msg/s (medians); per round "
             f"{', '.join(f'{x:.2f}' for x in consume_ratios)}",
             Goal(">=", 0.9, "x straight"), f"{n:,} messages, assign() from the beginning"),
+        Row("same, through the gateway over c1's 4 partitions only", median(own_consume_ratios), "x straight",
+            f"{fmt(median(gw4_cs))} msg/s; per round {', '.join(f'{x:.2f}' for x in own_consume_ratios)}"),
         Row("produce latency the gateway adds, p99", p99_added, "ms",
             f"p99 {percentile(gw_l, 99) * 1000:.2f} vs {percentile(raw_l, 99) * 1000:.2f} ms straight; median adds "
             f"{p50_added:.2f} ms", Goal("<=", 1.0, "ms"), f"{len(gw_l)} one-message produce+flush each"),
@@ -158,8 +190,11 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
             Goal("<=", 25.0, "millicores per MB/s")),
     ]  # fmt: skip
     result.details["gateway"] = {
-        "messages": n, "straight_produce": raw_ps, "gateway_produce": gw_ps, "straight_consume": raw_cs,
-        "gateway_consume": gw_cs, "cpu_millicores_per_mb_s_produce": cpu_p, "cpu_millicores_per_mb_s_consume": cpu_c,
+        "messages": n, "straight_produce": raw_ps, "gateway_produce": gw_ps, "gateway_produce_c1_partitions": gw4_ps,
+        "straight_produce_both_clusters": both_ps,
+        "machine_cpu_us_per_message": machine, "straight_consume": raw_cs, "gateway_consume": gw_cs,
+        "gateway_consume_c1_partitions": gw4_cs, "cpu_millicores_per_mb_s_produce": cpu_p,
+        "cpu_millicores_per_mb_s_consume": cpu_c,
         "latency_ms": {"straight_p50": percentile(raw_l, 50) * 1000, "straight_p99": percentile(raw_l, 99) * 1000,
                        "gateway_p50": percentile(gw_l, 50) * 1000, "gateway_p99": percentile(gw_l, 99) * 1000},
     }  # fmt: skip
