@@ -596,17 +596,20 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
     def close(self, timeout: float | None = 30.0) -> int:
         """Flush for up to ``timeout``, then stop: what is still undelivered is dropped (librdkafka's purge;
         the count is returned) and the physical producers are closed, so that none of their threads keeps
-        reconnecting to a cluster after the application is done with it."""
+        reconnecting to a cluster after the application is done with it. A transactional producer's are left
+        open: closing one aborts its open transaction, whose fate the quorum's decision holds (a commit
+        decided before the application gave up is completed by the leader's driver)."""
         remaining = self.flush(timeout)
         self._lease.stop()
         self._follower.stop()
         if self._txn is not None:
             self._txn.close()
         self._closed = True
-        for producer in self._producers.values():
-            producer.purge()
-            producer.close()
-        self._producers.clear()
+        if self._txn is None:  # confluent-kafka's close() aborts an open transaction: the quorum decides those
+            for producer in self._producers.values():
+                producer.purge()
+                producer.close()
+            self._producers.clear()
         self._forget_routes()
         return remaining
 
