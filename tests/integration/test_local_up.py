@@ -65,7 +65,9 @@ class Output:
         for i, line in enumerate(lines):
             if text in line:
                 return lines[: i + 1]
-        return lines if self._proc.poll() is not None and not self._reader.is_alive() else None
+        if self._proc.poll() is None or self._reader.is_alive():
+            return None
+        return lines or ["(it printed nothing)\n"]
 
     def tail(self, chars: int = 4000) -> str:
         return "".join(self.lines)[-chars:]

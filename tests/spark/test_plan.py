@@ -224,7 +224,9 @@ def test_only_a_spark_python_worker_freezes_what_it_has_imported_and_only_once(m
 
         created_by_a_task = [[] for _ in range(100)]  # tracked objects made after the freeze
         source.settle_python_worker()
-        assert gc.get_freeze_count() == frozen, "a second task must not freeze what the first left behind"
+        # not more (a second freeze would add the 100 lists); fewer when another thread of this process let
+        # frozen objects go meanwhile
+        assert gc.get_freeze_count() <= frozen, "a second task must not freeze what the first left behind"
         assert created_by_a_task
     finally:
         gc.unfreeze()
