@@ -117,6 +117,24 @@ def test_cancelling_the_confirmation_sends_nothing(page: Page, node: LocalQuorum
     expect(page.locator('[data-testid="cluster-card"][data-cluster="c9"]')).to_have_attribute("data-state", "active")
 
 
+def test_a_click_held_across_a_refresh_still_opens_the_confirmation(page: Page, node: LocalQuorum) -> None:
+    """The panels re-render with every poll. A button replaced between its mousedown and mouseup gets no
+    click: on a busy machine the operator's click was lost (and this suite's decommission tests flaked)."""
+    open_dashboard(page, node)
+    button = page.locator('[data-testid="cluster-card"][data-cluster="c9"]').get_by_test_id("cluster-decommission")
+    button.hover()  # the pointer on it (retried by Playwright when a render replaces it meanwhile)
+    page.mouse.down()
+    # a poll renders while the button is held: the gateways panel, rendered after the clusters', is new
+    page.evaluate("() => { window.heldOver = document.querySelector('[data-testid=gateways-body]').firstChild; }")
+    page.wait_for_function("() => document.querySelector('[data-testid=gateways-body]').firstChild !== window.heldOver",
+                           timeout=TIMEOUT_MS)  # fmt: skip
+    page.mouse.up()
+    dialog = page.get_by_test_id("confirm-dialog")
+    expect(dialog).to_contain_text("Decommission cluster c9?")
+    page.get_by_test_id("confirm-cancel").click()
+    expect(dialog).to_be_hidden()
+
+
 def test_the_log_pauses_and_resumes_from_an_offset(page: Page, node: LocalQuorum) -> None:
     open_dashboard(page, node)
     records = page.get_by_test_id("log-record")

@@ -27,9 +27,12 @@ function append(el, children) {
 
 /**
  * Replaces the children of `container`, keeping keyboard focus on the element with the same
- * `data-key` if one had it (the panels re-render every second; focus must survive that).
+ * `data-key` if one had it (the panels re-render every second; focus must survive that). Nothing is
+ * replaced while a button in it is pressed: a button replaced between its mousedown and mouseup gets
+ * no click, and the operator's click would be lost (the next render comes with the next poll).
  */
 export function replaceChildren(container, ...nodes) {
+  if (container.querySelector(":active")) return;
   const focused = document.activeElement;
   const key = focused && container.contains(focused) ? focused.getAttribute("data-key") : null;
   container.replaceChildren(...nodes.flat());
