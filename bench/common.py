@@ -220,6 +220,16 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
+def ratios(measured: Sequence[float], baseline: Sequence[float]) -> list[float]:
+    """Round by round, ``measured`` over ``baseline`` (the rounds ran side by side)."""
+    return [m / b for m, b in zip(measured, baseline, strict=True)]
+
+
+def per_round(values: Sequence[float]) -> str:
+    """ "0.91, 1.02, 0.87": the rounds a median was taken of."""
+    return ", ".join(f"{x:.2f}" for x in values)
+
+
 # -- machine -----------------------------------------------------------------------------------------
 def machine_info() -> dict[str, Any]:
     model = "unknown"

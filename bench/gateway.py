@@ -38,7 +38,19 @@ from deploy.processes import wait_port
 from gateway.cli import spawn
 
 from . import sdk
-from .common import BenchResult, Goal, Row, Sizes, fmt, median, percentile, produce_when_room, start_demo_federation
+from .common import (
+    BenchResult,
+    Goal,
+    Row,
+    Sizes,
+    fmt,
+    median,
+    per_round,
+    percentile,
+    produce_when_room,
+    ratios,
+    start_demo_federation,
+)
 
 VALUE = b"x" * 100
 PRODUCER_CONFIG = {"linger.ms": 5, "acks": "all", "enable.metrics.push": False}
@@ -156,31 +168,28 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
             gateway.terminate()
             gateway.wait(10)
         fed.stop()
-    produce_ratios = [g / r for g, r in zip(gw_ps, raw_ps, strict=True)]
-    own_ratios = [g / r for g, r in zip(gw4_ps, raw_ps, strict=True)]
-    spread_ratios = [g / b for g, b in zip(gw_ps, both_ps, strict=True)]
-    own_consume_ratios = [g / r for g, r in zip(gw4_cs, raw_cs, strict=True)]
-    consume_ratios = [g / r for g, r in zip(gw_cs, raw_cs, strict=True)]
+    produce_ratios, own_ratios, spread_ratios = ratios(gw_ps, raw_ps), ratios(gw4_ps, raw_ps), ratios(gw_ps, both_ps)
+    consume_ratios, own_consume_ratios = ratios(gw_cs, raw_cs), ratios(gw4_cs, raw_cs)
     p99_added = (percentile(gw_l, 99) - percentile(raw_l, 99)) * 1000
     p50_added = (percentile(gw_l, 50) - percentile(raw_l, 50)) * 1000
     result.rows += [
         Row("librdkafka producer through the gateway: ratio to straight", median(produce_ratios), "x straight",
             f"{fmt(median(gw_ps))} vs {fmt(median(raw_ps))} msg/s straight to one sub-cluster (medians); per round "
-            f"{', '.join(f'{x:.2f}' for x in produce_ratios)}",
+            f"{per_round(produce_ratios)}",
             Goal(">=", 0.9, "x straight"), f"{n:,} x 100 B, key-less, linger.ms=5, acks=all, {rounds} rounds"),
         Row("same, through the gateway over c1's 4 partitions only: the gateway's own cost", median(own_ratios),
-            "x straight", f"{fmt(median(gw4_ps))} msg/s; per round {', '.join(f'{x:.2f}' for x in own_ratios)}. "
+            "x straight", f"{fmt(median(gw4_ps))} msg/s; per round {per_round(own_ratios)}. "
             f"Machine CPU per message over 8 partitions {median(machine['gateway']):.2f} us against "
             f"{median(machine['straight']):.2f} us straight", None, "P0-P3 live on c1: same partitions as straight"),
         Row("same, over all 8 partitions against straight to both sub-clusters", median(spread_ratios), "x straight",
             f"{fmt(median(both_ps))} msg/s with one producer per sub-cluster (bench/sdk.py's baseline); per round "
-            f"{', '.join(f'{x:.2f}' for x in spread_ratios)}"),
+            f"{per_round(spread_ratios)}"),
         Row("librdkafka consumer through the gateway: ratio to straight", median(consume_ratios), "x straight",
             f"{fmt(median(gw_cs))} vs {fmt(median(raw_cs))} msg/s (medians); per round "
-            f"{', '.join(f'{x:.2f}' for x in consume_ratios)}",
+            f"{per_round(consume_ratios)}",
             Goal(">=", 0.9, "x straight"), f"{n:,} messages, assign() from the beginning"),
         Row("same, through the gateway over c1's 4 partitions only", median(own_consume_ratios), "x straight",
-            f"{fmt(median(gw4_cs))} msg/s; per round {', '.join(f'{x:.2f}' for x in own_consume_ratios)}"),
+            f"{fmt(median(gw4_cs))} msg/s; per round {per_round(own_consume_ratios)}"),
         Row("produce latency the gateway adds, p99", p99_added, "ms",
             f"p99 {percentile(gw_l, 99) * 1000:.2f} vs {percentile(raw_l, 99) * 1000:.2f} ms straight; median adds "
             f"{p50_added:.2f} ms", Goal("<=", 1.0, "ms"), f"{len(gw_l)} one-message produce+flush each"),

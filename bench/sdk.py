@@ -30,7 +30,18 @@ from deploy.local import DEMO_TOPIC as TOPIC
 from deploy.local import LocalFederation
 from sdk import FederatedConsumer, FederatedProducer
 
-from .common import BenchResult, Goal, Row, Sizes, fmt, median, produce_when_room, start_demo_federation
+from .common import (
+    BenchResult,
+    Goal,
+    Row,
+    Sizes,
+    fmt,
+    median,
+    per_round,
+    produce_when_room,
+    ratios,
+    start_demo_federation,
+)
 
 VALUE = b"x" * 100
 PRODUCER_CONFIG = {"linger.ms": 5, "enable.metrics.push": False}
@@ -205,16 +216,16 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
         fence_s = fence_to_unrouted(fed)
     finally:
         fed.stop()
-    produce_ratios = [f / r for f, r in zip(fed_ps, raw_ps, strict=True)]
-    consume_ratios = [f / r for f, r in zip(fed_cs, raw_cs, strict=True)]
+    produce_ratios = ratios(fed_ps, raw_ps)
+    consume_ratios = ratios(fed_cs, raw_cs)
     result.rows += [
         Row("FederatedProducer msgs/s: ratio to raw", median(produce_ratios), "x raw",
             f"{fmt(fed_p)} vs raw Producer {fmt(raw_p)} msg/s (medians); per round "
-            f"{', '.join(f'{x:.2f}' for x in produce_ratios)}",
+            f"{per_round(produce_ratios)}",
             Goal(">=", 0.95, "x raw"), f"{n:,} x 100 B, key-less, {rounds} rounds, Apache Kafka"),
         Row("FederatedConsumer msgs/s: ratio to raw", median(consume_ratios), "x raw",
             f"{fmt(fed_c)} vs raw Consumer {fmt(raw_c)} msg/s (medians); per round "
-            f"{', '.join(f'{x:.2f}' for x in consume_ratios)}",
+            f"{per_round(consume_ratios)}",
             Goal(">=", 0.95, "x raw"), f"{rounds} rounds; group join {join_s:.2f} s not counted"),
         Row("fence committed -> producer no longer routes to the cluster", fence_s, "s", "", Goal("<=", 1.0, "s")),
     ]  # fmt: skip

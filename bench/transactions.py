@@ -25,7 +25,7 @@ from deploy.local import DEMO_TOPIC as TOPIC
 from deploy.local import LocalFederation
 from sdk import FederatedProducer
 
-from .common import BenchResult, Goal, Row, Sizes, fmt, median, percentile, start_demo_federation
+from .common import BenchResult, Goal, Row, Sizes, fmt, median, per_round, percentile, ratios, start_demo_federation
 
 VALUE = b"x" * 100
 PER_TXN = 100
@@ -94,12 +94,12 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
                     kafka_rates.append(kafka_transactions(fed, txns))
     finally:
         fed.stop()
-    ratios = [t / p for t, p in zip(txn_rates, plain_rates, strict=True)]
-    vs_kafka = [t / k for t, k in zip(txn_rates, kafka_rates, strict=True)]
+    vs_plain = ratios(txn_rates, plain_rates)
+    vs_kafka = ratios(txn_rates, kafka_rates)
     result.rows += [
-        Row("transactional FederatedProducer msgs/s: ratio to non-transactional", median(ratios), "x",
+        Row("transactional FederatedProducer msgs/s: ratio to non-transactional", median(vs_plain), "x",
             f"{fmt(median(txn_rates))} vs {fmt(median(plain_rates))} msg/s (medians); per round "
-            f"{', '.join(f'{x:.2f}' for x in ratios)}",
+            f"{per_round(vs_plain)}",
             Goal(">=", 0.5, "x"), f"{txns} transactions x {PER_TXN} x 100 B over c1 and c2, {rounds} rounds"),
         Row("transactional FederatedProducer vs single-cluster Kafka transactions", median(vs_kafka), "x",
             f"Kafka transactions on c1 alone {fmt(median(kafka_rates))} msg/s", None, "reported, no goal"),
