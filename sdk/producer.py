@@ -610,7 +610,6 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
                 producer.purge()
                 producer.close()
             self._producers.clear()
-        self._forget_routes()
         return remaining
 
     def __enter__(self) -> FederatedProducer:
