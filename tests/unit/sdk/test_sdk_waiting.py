@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -109,23 +110,36 @@ def test_waiting_messages_are_bounded_by_queue_buffering_max_messages(nowhere: s
     producer.close(0)
 
 
-def test_keyed_messages_of_a_strict_topic_wait_while_no_controller_confirms_the_routing(nowhere: str) -> None:
+@pytest.fixture
+def silent_broker() -> Iterator[str]:
+    """A broker that takes connections and never answers: messages handed on stay queued, and nothing errs."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+
+
+def following(producer: FederatedProducer, broker: str, topic: str, key_order: str = "none") -> None:
+    """Stands in for the controllers' answers (private: the follower is stopped and given the metadata by
+    hand): cluster c1 at ``broker`` with ``topic``'s two partitions on it."""
+    image = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", broker)])
+    created = key_order_commands.create_topic(image, EMPTY_KEY_ORDERS, topic, "r1", 2, f"id-{topic}",
+                                              key_order=key_order)  # fmt: skip
+    image = apply(image, created.records)
+    image = apply(image, [PhysicalPartitionsReported("c1", topic, p, broker) for p in (0, 1)])
+    producer._follower.stop()
+    producer._follower.image = image
+    producer.on_update(None, image)  # type: ignore[arg-type]  # the routes are made again from the image
+
+
+def test_keyed_messages_of_a_strict_topic_wait_while_no_controller_confirms_the_routing(
+    nowhere: str, silent_broker: str
+) -> None:
     """The key-order lease (``kfed.key.order.lease.ms``): a producer cut off from the controllers stops
     routing keys by a map that may have been replaced (and its partitions sealed) meanwhile; what it
     produced waits, in order, and goes once a controller answers again. Here the metadata is set by hand and
     "a controller answered" is the follower's ``confirmed_at``: nothing listens at ``nowhere``."""
-    silent = socket.create_server(("127.0.0.1", 0))  # a broker that takes connections and never answers:
-    broker = f"127.0.0.1:{silent.getsockname()[1]}"  # messages handed on stay queued, and nothing errs
-    image = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", broker)])
-    created = key_order_commands.create_topic(image, EMPTY_KEY_ORDERS, "S", "r1", 2, "id-s", key_order="strict")
-    image = apply(image, created.records)
-    image = apply(image, [PhysicalPartitionsReported("c1", "S", p, broker) for p in (0, 1)])
     producer = FederatedProducer({"kfed.controllers": nowhere, "kfed.key.order.lease.ms": 1000})
-    follower = producer._follower  # private: the test stands in for the controllers' answers
-
-    follower.stop()
-    follower.image = image
-    producer.on_update(None, image)  # type: ignore[arg-type]  # the routes are made again from the image
+    following(producer, silent_broker, "S", key_order="strict")
+    follower = producer._follower
     follower.confirmed_at = time.monotonic()
     producer.produce("S", b"1", key=b"k")
     assert producer._waiting_count == 0, "confirmed just now: routed at once"
@@ -142,7 +156,6 @@ def test_keyed_messages_of_a_strict_topic_wait_while_no_controller_confirms_the_
     producer.poll(0)
     assert producer._waiting_count == 0 and len(producer) == 3, "handed on once confirmed again"
     producer.close(0)
-    silent.close()
 
 
 def native_threads() -> int:
@@ -150,24 +163,16 @@ def native_threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def test_close_drops_what_is_undelivered_and_ends_the_physical_producers(nowhere: str) -> None:
+def test_close_drops_what_is_undelivered_and_ends_the_physical_producers(nowhere: str, silent_broker: str) -> None:
     """A closed producer leaves no librdkafka thread behind reconnecting to its clusters (before, they lived
     until the garbage collector found the producer's reference cycles, logging every second), returns how
     many messages it dropped, and refuses to produce again, as confluent-kafka's ``close()`` does."""
-    silent = socket.create_server(("127.0.0.1", 0))
-    broker = f"127.0.0.1:{silent.getsockname()[1]}"
-    image = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", broker)])
-    image = apply(image, key_order_commands.create_topic(image, EMPTY_KEY_ORDERS, "T", "r1", 2, "id-t").records)
-    image = apply(image, [PhysicalPartitionsReported("c1", "T", p, broker) for p in (0, 1)])
     before = native_threads()
     producer = FederatedProducer({"kfed.controllers": nowhere})
-    producer._follower.stop()  # private: the test stands in for the controllers' answers
-    producer._follower.image = image
-    producer.on_update(None, image)  # type: ignore[arg-type]
+    following(producer, silent_broker, "T")
     producer.produce("T", b"1")
     assert len(producer._producers) == 1 and native_threads() > before + 1
     assert producer.close(0.2) == 1, "the message the silent broker never took"
     assert native_threads() <= before, "a physical producer's threads outlived close()"
     with pytest.raises(RuntimeError, match="closed"):
         producer.produce("T", b"2")
-    silent.close()
