@@ -11,6 +11,7 @@ import asyncio
 import logging
 import ssl
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -31,7 +32,12 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_S: Final = 1.0
 REGISTER_RETRY_S: Final = 1.0
-FOLLOW_WAIT_MS: Final = 2_000
+KEY_ORDER_LEASE_S: Final = 1.5
+"""Keyed records of a strict topic are refused (retriably) while no controller confirmed this gateway's image
+for this long: the SDK's ``kfed.key.order.lease.ms`` default, below the 2 s grace before a seal is measured
+(docs/KEY_ORDER.md, decision 3)."""
+FOLLOW_WAIT_MS: Final = 500
+"""The follower's long poll: a third of the lease, so that an idle log still confirms the image in time."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,10 @@ class Gateway:
         if entry is None:
             entry = self._topic_metadata[key] = admin.topic_metadata(view, topic, producer)
         return entry
+
+    def key_order_lease_held(self) -> bool:
+        """Whether a controller confirmed the followed image within ``KEY_ORDER_LEASE_S``."""
+        return time.monotonic() - self.follower.confirmed_at < KEY_ORDER_LEASE_S
 
     def served_versions(self) -> dict[int, tuple[int, int]]:
         versions = {k: v for k, v in kp.SERVED_VERSIONS.items() if k in self._handlers}

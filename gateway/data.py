@@ -4,6 +4,9 @@ A logical partition is exactly one physical partition, so offsets, high watermar
 unchanged; only the envelopes are rewritten (topic names and partition ids), and for idempotent producers
 the producer id in batch headers (``producers.py``).
 
+On a ``key_order: strict`` topic the gateway places each record itself (``_route_strict``): the batches are
+taken apart and regrouped by the partition the topic's key map gives each key (``protocol.batches``).
+
 Errors that mean "your metadata is stale" (a partition that stopped taking writes, a leader that moved, a
 broker that cannot be reached) come back as NOT_LEADER_OR_FOLLOWER: every client then refreshes its
 metadata, and sees the partition's new state there.
@@ -12,21 +15,25 @@ metadata, and sees the partition's new state there.
 from __future__ import annotations
 
 import asyncio
+import zlib
 from collections import defaultdict
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from metadata_log.keyorder.routing import EPOCH_HEADER, SLOT_MASK
+
 from . import protocol as kp
 from .producers import STATE_LOST, PhysicalKey, ProducerIds
-from .protocol import ErrorCode
+from .protocol import ErrorCode, batches
 from .server import NO_RESPONSE, ClientConnection
 from .upstream import PRODUCE_CONNECTIONS, ClusterClient, UpstreamError
-from .view import ClusterView, Placement
+from .view import ClusterView, Placement, StrictRoute
 
 if TYPE_CHECKING:
     from .app import Gateway
 
 NO_TRANSACTIONS: Final = "the kfed gateway serves no transactions"
+EPOCH_HEADER_KEY: Final = EPOCH_HEADER.encode()
 REQUEST_MARGIN_S: Final = 5.0
 """Added to a request's own timeout for the broker's answer to reach the gateway."""
 STALE: Final = frozenset(
@@ -51,6 +58,7 @@ class Routed(NamedTuple):
     placement: Placement
     records: bytes | None
     producer: PhysicalKey | None  # the physical producer they were rewritten for, if idempotent
+    spread: bool = False  # a strict topic's records, placed by key: one of maybe several parts of the answer
 
 
 def _done(value: Any) -> asyncio.Future[Any]:
@@ -78,9 +86,22 @@ async def produce(gw: Gateway, conn: ClientConnection, request: kp.Request) -> A
     body = request.body
     view = gw.view()
     errors: dict[tuple[str, int], Refused] = {}
+    spread: dict[str, list[tuple[str, int]]] = {}  # a strict topic's client partitions: placed and answered together
     routes: dict[tuple[ClusterClient, str, int], list[Routed]] = defaultdict(list)
     for topic in body.topic_data:
         grown = _grown(view, conn, topic.name)
+        strict = view.strict(topic.name)
+        if strict is not None:
+            spread[topic.name] = tps = [(topic.name, int(data.index)) for data in topic.partition_data]
+            placed = await _route_strict(gw, view, strict, topic.name, topic.partition_data, body.transactional_id)
+            if grown:  # refused, so that the client refreshes and sees the new partitions
+                placed = Refused(ErrorCode.not_leader_or_follower, f"{topic.name} has more partitions now")
+            if isinstance(placed, Refused):
+                errors.update(dict.fromkeys(tps, placed))
+                continue
+            for cluster, address, part in placed:
+                routes[(cluster, address, _lane(conn, part.placement))].append(part)
+            continue
         for data in topic.partition_data:
             tp = (topic.name, int(data.index))
             if grown:  # one partition refused, so that the client refreshes and sees the new ones
@@ -107,7 +128,7 @@ async def produce(gw: Gateway, conn: ClientConnection, request: kp.Request) -> A
             version = upstream.version(kp.PRODUCE)
         except UpstreamError as e:
             for r in parts:
-                errors[(r.topic, r.partition)] = Refused(ErrorCode.not_leader_or_follower, str(e))
+                _refuse(errors, spread, r, Refused(ErrorCode.not_leader_or_follower, str(e)))
             continue
         by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in parts:
@@ -118,7 +139,14 @@ async def produce(gw: Gateway, conn: ClientConnection, request: kp.Request) -> A
     if acks == 0:
         return _done(NO_RESPONSE)
     timeout_s = timeout_ms / 1000 + REQUEST_MARGIN_S
-    return asyncio.ensure_future(_produce_answer(gw.producers, body, errors, sends, timeout_s))
+    return asyncio.ensure_future(_produce_answer(gw.producers, body, errors, spread, sends, timeout_s))
+
+
+def _refuse(errors: dict[tuple[str, int], Refused], spread: dict[str, list[tuple[str, int]]], r: Routed,
+            refused: Refused) -> None:  # fmt: skip
+    """A part failed: its client partition did, or for a strict topic every client partition placed with it."""
+    for tp in spread.get(r.topic, ()) if r.spread else [(r.topic, r.partition)]:
+        errors[tp] = refused
 
 
 def _lane(conn: ClientConnection, placement: Placement) -> int:
@@ -164,10 +192,70 @@ async def _route_batches(
     return cluster, address, Routed(tp[0], tp[1], placement, records, key)
 
 
+class _NotNow(Exception):
+    """A record of a strict topic has no partition to go to now (its slot's partition takes no writes, or the
+    lease lapsed): the client's whole partition is refused, retriably, before anything is sent."""
+
+
+async def _route_strict(
+    gw: Gateway, view: ClusterView, route: StrictRoute, name: str, partition_data: Any, transactional_id: str | None
+) -> list[tuple[ClusterClient, str, Routed]] | Refused:
+    """A strict topic's records of one request, regrouped by where the key map places them
+    (``docs/KEY_ORDER.md``): one batch per target partition. Keyed records go to their slot's partition of the
+    current epoch, stamped with it once their slot has moved; key-less ones stay in the client's partition
+    when it takes writes, else go to a writable one. The client's producer id is dropped: its sequences
+    numbered records that no longer share a batch, so a client's retry may write twice (at least once)."""
+    if transactional_id is not None:
+        return Refused(ErrorCode.transactional_id_authorization_failed, NO_TRANSACTIONS)
+    held = gw.key_order_lease_held()
+
+    def placer(partition: int) -> batches.Place:
+        keyless: int | None = partition
+        if partition not in route.writable:
+            keyless = route.writable[partition % len(route.writable)] if route.writable else None
+
+        def place(key: bytes | None) -> tuple[int, bytes | None]:
+            if key is None:
+                if keyless is None:
+                    raise _NotNow(f"no partition of {name} takes writes now")
+                return keyless, None
+            slot = zlib.crc32(key) & SLOT_MASK
+            target = route.targets[slot] if held else None
+            if target is None:
+                raise _NotNow(f"the partition of {name} for a key's slot {slot} takes no writes now"
+                              if held else "no controller confirmed the key map lately; retry")  # fmt: skip
+            return target, route.stamps[slot]
+
+        return place
+
+    sources = [(data.records or b"", placer(int(data.index))) for data in partition_data]
+    try:
+        grouped = batches.regroup(sources, EPOCH_HEADER_KEY, gw.limits.max_frame_bytes)
+    except _NotNow as e:
+        return Refused(ErrorCode.not_leader_or_follower, str(e))
+    except batches.UnsupportedCompression as e:
+        return Refused(ErrorCode.unsupported_compression_type, str(e))
+    except batches.BadBatch as e:
+        return Refused(ErrorCode.corrupt_message, str(e))
+    placed = []
+    for partition, records in grouped.items():
+        placement = view.placement(name, partition)
+        cluster = _cluster(gw, view, placement.cluster_id) if placement is not None else None
+        if placement is None or cluster is None:
+            return Refused(ErrorCode.not_leader_or_follower, f"{name}/{partition} is not placed now")
+        try:
+            address = await _leader(cluster, placement)
+        except UpstreamError as e:
+            return Refused(ErrorCode.not_leader_or_follower, str(e))
+        placed.append((cluster, address, Routed(name, partition, placement, records, None, spread=True)))
+    return placed
+
+
 async def _produce_answer(
     producers: ProducerIds,
     body: Any,
     errors: dict[tuple[str, int], Refused],
+    spread: dict[str, list[tuple[str, int]]],
     sends: list[tuple[ClusterClient, Any, list[Routed], asyncio.Future[Any]]],
     timeout_s: float,
 ) -> dict[str, Any]:
@@ -177,25 +265,32 @@ async def _produce_answer(
             response = await upstream.wait(future, timeout_s)
         except UpstreamError as e:
             for r in parts:
-                errors[(r.topic, r.partition)] = Refused(ErrorCode.not_leader_or_follower, str(e))
+                _refuse(errors, spread, r, Refused(ErrorCode.not_leader_or_follower, str(e)))
             continue
         physical = {(t.name, int(p.index)): p for t in response.responses for p in t.partition_responses}
         for r in parts:
             p = physical.get((r.placement.physical_topic, r.placement.physical_partition))
             if p is None:
-                errors[(r.topic, r.partition)] = Refused(ErrorCode.unknown_server_error, "no answer from the broker")
+                _refuse(errors, spread, r, Refused(ErrorCode.unknown_server_error, "no answer from the broker"))
                 continue
             if p.error_code in STALE:
                 cluster.forget_leaders(r.placement.physical_topic)
             if p.error_code in STATE_LOST and r.producer is not None:
                 producers.forget(r.producer)
-            answers[(r.topic, r.partition)] = kp.fields_of(p, index=r.partition)
+            if not r.spread:
+                answers[(r.topic, r.partition)] = kp.fields_of(p, index=r.partition)
+            elif p.error_code != ErrorCode.none:  # one part failed: so did every client partition placed with it
+                code = ErrorCode.not_leader_or_follower if p.error_code in STALE else p.error_code
+                _refuse(errors, spread, r, Refused(code, p.error_message))
     topics = []
     for topic in body.topic_data:
         partitions = []
         for data in topic.partition_data:
             tp = (topic.name, int(data.index))
             answer = answers.get(tp)
+            if answer is None and topic.name in spread and tp not in errors:  # every part written: no one offset
+                answer = {"index": tp[1], "error_code": ErrorCode.none, "base_offset": -1, "log_append_time": -1,
+                          "log_start_offset": -1, "record_errors": (), "error_message": None}  # fmt: skip
             if answer is None:
                 code, message = errors.get(tp, Refused(ErrorCode.unknown_server_error, None))
                 answer = {"index": tp[1], "error_code": code, "base_offset": -1, "log_append_time": -1,

@@ -17,6 +17,11 @@ Pure: the same image gives every instance the same answers, so a client may ask 
   cluster active and not fenced, physical partition present): partitioners route key-less records around
   the others (KIP-693's intent). Consumers see a leader on every partition not removed whose cluster is
   not decommissioned, so read-only partitions are read to their end.
+- **Strict topics** (``key_order: strict``, ``docs/KEY_ORDER.md``): the gateway places every record itself
+  (``StrictRoute``): keyed ones by the current epoch's slot map, key-less ones where the client put them when
+  that partition takes writes. So producers see a leader on every partition of a strict topic: wherever a
+  client's own hash sends a key, the gateway takes it, and a partition shown leaderless would hold a Java
+  client's keyed records in its accumulator until they time out.
 - **Topic ids** are kfed's own topic ids (UUIDs) or, for an id that is not one, a UUID derived from it.
 """
 
@@ -29,6 +34,9 @@ from typing import Final, NamedTuple
 
 from metadata_log.image import MetadataImage, PartitionImage, TopicImage, is_writable
 from metadata_log.image.gateways import live_gateways
+from metadata_log.keyorder.history import first_moves
+from metadata_log.keyorder.replay import strict_history
+from metadata_log.keyorder.routing import epoch_header
 
 TOPIC_ID_NAMESPACE: Final = uuid.UUID("5d1c0e0e-6b2f-4f7b-9d56-6b6664e0a126")
 """Names the UUIDs derived from kfed topic ids that are not UUIDs themselves (uuid5 in this namespace)."""
@@ -64,11 +72,24 @@ def topic_uuid(topic_id: str) -> uuid.UUID:
 
 
 @dataclass(frozen=True)
+class StrictRoute:
+    """Where a strict topic's records go now: by slot (``crc32(key) & 16383``) the logical partition of the
+    current epoch's map, None when that partition takes no writes now (its keys wait: they never move outside
+    an epoch), and the ``kfed-epoch`` value for a slot that has moved (None: it never did, so no stamp)."""
+
+    epoch: int
+    targets: tuple[int | None, ...]
+    stamps: tuple[bytes | None, ...]
+    writable: tuple[int, ...]  # the partitions that take writes, for key-less records
+
+
+@dataclass(frozen=True)
 class TopicView:
     name: str
     topic_id: uuid.UUID
     placements: tuple[Placement, ...]  # index == partition id
     first_broker: int  # index into the brokers of partition 0's leader
+    strict: StrictRoute | None = None
 
 
 @dataclass
@@ -120,7 +141,20 @@ class ClusterView:
     def _topic_view(self, t: TopicImage) -> TopicView:
         placements = tuple(self._placement(t.name, p) for p in t.partitions)
         first = zlib.crc32(t.topic_id.encode()) % len(self.brokers)
-        return TopicView(t.name, topic_uuid(t.topic_id), placements, first)
+        return TopicView(t.name, topic_uuid(t.topic_id), placements, first, self._strict_route(t.name, placements))
+
+    def _strict_route(self, name: str, placements: tuple[Placement, ...]) -> StrictRoute | None:
+        history = strict_history(self.image.key_orders, name)
+        if history is None:
+            return None
+        writable = tuple(p.partition for p in placements if p.writable)
+        takes = set(writable)
+        targets: list[int | None] = []
+        for first, end, partition in history.map.ranges():
+            targets += [partition if partition in takes else None] * (end - first)
+        stamp = epoch_header(history.epoch)[1]
+        stamps = tuple(stamp if epoch else None for epoch in first_moves(history))
+        return StrictRoute(history.epoch, tuple(targets), stamps, writable)
 
     def _placement(self, topic: str, p: PartitionImage) -> Placement:
         cluster = self.image.clusters.get(p.cluster_id)
@@ -131,11 +165,16 @@ class ClusterView:
 
     def leader(self, topic: TopicView, partition: int, producer: bool) -> int:
         """The broker clients should send this partition's requests to, or ``NO_LEADER`` when it takes
-        none (for a producer: no writes; for a consumer: nothing to read)."""
+        none (for a producer: no writes, unless the topic is strict; for a consumer: nothing to read)."""
         p = topic.placements[partition]
-        if not (p.writable if producer else p.readable):
+        if not (p.writable if producer else p.readable) and not (producer and topic.strict is not None):
             return NO_LEADER
         return self.brokers[(topic.first_broker + partition) % len(self.brokers)].node_id
+
+    def strict(self, name: str) -> StrictRoute | None:
+        """How the gateway places a strict topic's records; None for a topic that is not strict."""
+        topic = self.topic(name)
+        return topic.strict if topic is not None else None
 
     def placement(self, name: str, partition: int) -> Placement | None:
         topic = self.topic(name)

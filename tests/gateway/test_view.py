@@ -6,6 +6,9 @@ import uuid
 
 from gateway.view import NO_LEADER, Broker, ClusterView, topic_uuid
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
+from metadata_log.keyorder.history import next_change, strict_topic
+from metadata_log.keyorder.replay import epoch_records
+from metadata_log.keyorder.routing import KEY_SLOTS
 from metadata_log.records import (
     ClusterFenced,
     ClusterRegistered,
@@ -17,6 +20,7 @@ from metadata_log.records import (
     PhysicalPartitionsReported,
     Record,
     TopicCreated,
+    TopicKeyOrderChanged,
 )
 
 TOPIC_ID = "3f2b7a52-0c1e-4c55-9a53-7d1f4b3c2a10"
@@ -115,3 +119,25 @@ def test_clients_are_told_only_of_gateways_whose_listener_has_the_same_security(
     assert [b.node_id for b in plain.brokers] == [0, 1, 2]
     assert [b.node_id for b in secured.brokers] == [7]
     assert set(leaders(secured, producer=True)) == {7}
+
+
+def test_a_strict_topic_has_leaders_for_producers_everywhere_and_places_keys_by_its_epoch() -> None:
+    """The gateway places a strict topic's records itself: producers may send any partition anything."""
+    first = strict_topic(range(8))
+    shrunk = next_change(first, [p for p in range(8) if p != 2], "U_TopicA shrunk")
+    assert shrunk is not None
+    records = [TopicKeyOrderChanged("U_TopicA", "strict"), *epoch_records("U_TopicA", first.changes[0]),
+               PartitionStateChanged("U_TopicA", 2, "read_only"), *epoch_records("U_TopicA", shrunk)]  # fmt: skip
+    view = ClusterView(federation(*records), SELF)
+    assert NO_LEADER not in leaders(view, producer=True), "P2 takes no writes, yet its keys are placed elsewhere"
+    route = view.strict("U_TopicA")
+    assert route is not None and route.epoch == 2 and view.strict("nope") is None
+    assert len(route.targets) == len(route.stamps) == KEY_SLOTS
+    assert set(route.targets) == {0, 1, 3, 4, 5, 6, 7} and 2 not in route.writable
+    moved = {s for m in shrunk.moves for s in range(m.first_slot, m.end_slot)}
+    assert moved and {s for s, stamp in enumerate(route.stamps) if stamp} == moved, "only moved slots are stamped"
+    assert {stamp for stamp in route.stamps if stamp} == {b"2"}
+
+    fenced = ClusterView(federation(*records, ClusterFenced("c2", "lease expired", 1)), SELF)
+    route = fenced.strict("U_TopicA")
+    assert route is not None and set(route.targets) == {0, 1, 3, None}, "c2's keys wait for the fence's epoch"
