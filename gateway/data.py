@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from metadata_log.errors import Unavailable
 from metadata_log.keyorder.routing import EPOCH_HEADER, SLOT_MASK
 
 from . import protocol as kp
@@ -192,7 +193,7 @@ async def _route_batches(
     return cluster, address, Routed(tp[0], tp[1], placement, records, key)
 
 
-class _NotNow(Exception):
+class _NotNow(Unavailable):
     """A record of a strict topic has no partition to go to now (its slot's partition takes no writes, or the
     lease lapsed): the client's whole partition is refused, retriably, before anything is sent."""
 

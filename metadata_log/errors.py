@@ -13,6 +13,7 @@ into this tree by the one module that calls the library; nobody tells errors apa
 
     KfedError                         500  the root
     ├── InvalidRequest                422  bad input; ``field`` names it
+    │   └── gateway.UnsupportedCompression  a strict topic's batch in a codec the gateway does not read
     ├── Unauthorized                  401  no token, or one this node does not know
     ├── Forbidden                     403  a known token that does not allow the request
     ├── NotFound                      404
@@ -28,7 +29,8 @@ into this tree by the one module that calls the library; nobody tells errors apa
     │   ├── metadata_log.FollowerError     no controller answered with the log
     │   ├── broker_agent.ClusterUnreachable, sdk.brokers.BrokerUnknown
     │   ├── spark_pipeline.ClusterUnavailable, MetadataUnavailable
-    │   └── gateway.UpstreamError          a broker behind the gateway
+    │   ├── gateway.UpstreamError          a broker behind the gateway
+    │   └── gateway._NotNow                a strict topic's key whose partition takes no writes now
     ├── OutcomeUnknown                504  retryable with the same Idempotency-Key
     ├── NotAController                502  an HTTP reply that is not kfed's (another server on the port)
     ├── InvalidSetting                500  this process's own settings
@@ -42,6 +44,7 @@ into this tree by the one module that calls the library; nobody tells errors apa
     │   ├── metadata_log.keyorder.KeyOrderError, txn.TxnRecordRejected  why one does not (ValueError)
     │   ├── metadata_log.CorruptState      a damaged dump or snapshot file
     │   └── gateway.ProtocolError          a Kafka frame that does not decode (also ValueError)
+    │       └── gateway.BadBatch               a record batch a strict topic's records cannot be read from
     ├── metadata_log.NewerMetadataVersion  written by a newer kfed: upgrade (also ValueError)
     ├── metadata_log.raft: JournalFull (also OSError), ForbiddenPickle, MessageTooLarge  a node's Raft I/O
     ├── deploy: ProcessExited, SparkClusterError  a local process did not start (also RuntimeError)

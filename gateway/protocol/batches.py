@@ -25,6 +25,9 @@ from typing import Final
 
 import crc32c
 
+from metadata_log.errors import InvalidRequest
+
+from . import ProtocolError
 from .writer import uvarint
 
 HEADER: Final = struct.Struct(">qiibIhiqqqhii")
@@ -43,11 +46,11 @@ Place = Callable[[bytes | None], tuple[int, bytes | None]]
 """A record's key -> (the partition it goes to, the ``kfed-epoch`` header value to append, or None)."""
 
 
-class BadBatch(ValueError):
+class BadBatch(ProtocolError):
     """Batches that cannot be read: lengths that do not add up, a CRC mismatch, a control batch."""
 
 
-class UnsupportedCompression(ValueError):
+class UnsupportedCompression(InvalidRequest):
     """A batch compressed with a codec the gateway does not read (snappy, lz4, zstd)."""
 
 
@@ -84,7 +87,7 @@ def _body(data: memoryview, codec: int, max_bytes: int) -> memoryview:
     if codec == 0:
         return data
     if codec != GZIP:
-        raise UnsupportedCompression(f"compression codec {codec}: strict topics take uncompressed or gzip batches")
+        raise UnsupportedCompression("records", f"compression codec {codec}: strict topics take uncompressed or gzip")
     inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
         body = inflate.decompress(data, max_bytes)
