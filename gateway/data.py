@@ -15,16 +15,18 @@ metadata, and sees the partition's new state there.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import zlib
 from collections import defaultdict
 from collections.abc import Awaitable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from metadata_log.errors import Unavailable
 from metadata_log.keyorder.routing import EPOCH_HEADER, SLOT_MASK
 
 from . import protocol as kp
-from .producers import STATE_LOST, PhysicalKey, ProducerIds
+from .producers import STATE_LOST, PhysicalKey, ProducerIds, StrictSequence
 from .protocol import ErrorCode, batches
 from .server import NO_RESPONSE, ClientConnection
 from .upstream import PRODUCE_CONNECTIONS, ClusterClient, UpstreamError
@@ -88,19 +90,20 @@ async def produce(gw: Gateway, conn: ClientConnection, request: kp.Request) -> A
     view = gw.view()
     errors: dict[tuple[str, int], Refused] = {}
     spread: dict[str, list[tuple[str, int]]] = {}  # a strict topic's client partitions: placed and answered together
+    sequences: list[_Sent] = []  # idempotent batches of strict topics on their way
     routes: dict[tuple[ClusterClient, str, int], list[Routed]] = defaultdict(list)
+    timeout_ms = kp.milliseconds(body.timeout)
+    timeout_s = timeout_ms / 1000 + REQUEST_MARGIN_S
     for topic in body.topic_data:
         grown = _grown(view, conn, topic.name)
         strict = view.strict(topic.name)
         if strict is not None:
-            spread[topic.name] = tps = [(topic.name, int(data.index)) for data in topic.partition_data]
-            placed = await _route_strict(gw, view, strict, topic.name, topic.partition_data, body.transactional_id)
-            if grown:  # refused, so that the client refreshes and sees the new partitions
-                placed = Refused(ErrorCode.not_leader_or_follower, f"{topic.name} has more partitions now")
-            if isinstance(placed, Refused):
-                errors.update(dict.fromkeys(tps, placed))
-                continue
-            for cluster, address, part in placed:
+            plan = await _route_strict(gw, view, strict, topic.name, topic.partition_data,
+                                       _refused_topic(topic.name, grown, body.transactional_id), timeout_s)  # fmt: skip
+            spread[topic.name] = plan.together
+            errors.update(plan.alone)
+            sequences += plan.sent
+            for cluster, address, part in plan.placed:
                 routes[(cluster, address, _lane(conn, part.placement))].append(part)
             continue
         for data in topic.partition_data:
@@ -119,7 +122,6 @@ async def produce(gw: Gateway, conn: ClientConnection, request: kp.Request) -> A
                 cluster, address, batches = routed
                 routes[(cluster, address, _lane(conn, batches.placement))].append(batches)
     acks = int(body.acks)
-    timeout_ms = kp.milliseconds(body.timeout)
     sends = []
     for (cluster, address, lane), parts in routes.items():
         try:
@@ -138,9 +140,14 @@ async def produce(gw: Gateway, conn: ClientConnection, request: kp.Request) -> A
                     "topic_data": [{"name": t, "partition_data": ps} for t, ps in by_topic.items()]}  # fmt: skip
         sends.append((cluster, upstream, parts, upstream.send(kp.PRODUCE, version, physical, acks != 0)))
     if acks == 0:
+        for sent in sequences:
+            sent.sequence.written(sent.base_sequence, sent.last_sequence)
         return _done(NO_RESPONSE)
-    timeout_s = timeout_ms / 1000 + REQUEST_MARGIN_S
-    return asyncio.ensure_future(_produce_answer(gw.producers, body, errors, spread, sends, timeout_s))
+    answer = asyncio.ensure_future(_produce_answer(gw.producers, body, errors, spread, sends, timeout_s))
+    for sent in sequences:
+        sent.sequence.previous = answer
+        answer.add_done_callback(sent.answered)
+    return answer
 
 
 def _refuse(errors: dict[tuple[str, int], Refused], spread: dict[str, list[tuple[str, int]]], r: Routed,
@@ -198,16 +205,59 @@ class _NotNow(Unavailable):
     lease lapsed): the client's whole partition is refused, retriably, before anything is sent."""
 
 
+def _refused_topic(name: str, grown: bool, transactional_id: str | None) -> Refused | None:
+    if transactional_id is not None:
+        return Refused(ErrorCode.transactional_id_authorization_failed, NO_TRANSACTIONS)
+    if grown:  # refused, so that the client refreshes and sees the new partitions
+        return Refused(ErrorCode.not_leader_or_follower, f"{name} has more partitions now")
+    return None
+
+
+@dataclass(slots=True)
+class _Sent:
+    """An idempotent client's batch of a strict topic, sent: noted in its sequence once answered."""
+
+    sequence: StrictSequence
+    base_sequence: int
+    last_sequence: int
+    tp: tuple[str, int]
+
+    def answered(self, answer: asyncio.Future[Any]) -> None:
+        if not answer.cancelled() and answer.exception() is None:
+            for topic in answer.result()["responses"]:
+                for p in topic["partition_responses"] if topic["name"] == self.tp[0] else ():
+                    if p["index"] == self.tp[1] and p["error_code"] == ErrorCode.none:
+                        self.sequence.written(self.base_sequence, self.last_sequence)
+                        return
+        self.sequence.refused(self.base_sequence)
+
+
+@dataclass(slots=True)
+class _StrictPlan:
+    placed: list[tuple[ClusterClient, str, Routed]] = field(default_factory=list)
+    together: list[tuple[str, int]] = field(default_factory=list)  # client partitions placed: answered together
+    alone: dict[tuple[str, int], Refused] = field(default_factory=dict)  # answered on their own (a resend: none)
+    sent: list[_Sent] = field(default_factory=list)
+
+
 async def _route_strict(
-    gw: Gateway, view: ClusterView, route: StrictRoute, name: str, partition_data: Any, transactional_id: str | None
-) -> list[tuple[ClusterClient, str, Routed]] | Refused:
+    gw: Gateway,
+    view: ClusterView,
+    route: StrictRoute,
+    name: str,
+    partition_data: Any,
+    refused: Refused | None,
+    wait_s: float,
+) -> _StrictPlan:
     """A strict topic's records of one request, regrouped by where the key map places them
     (``docs/KEY_ORDER.md``): one batch per target partition. Keyed records go to their slot's partition of the
     current epoch, stamped with it once their slot has moved; key-less ones stay in the client's partition
-    when it takes writes, else go to a writable one. The client's producer id is dropped: its sequences
-    numbered records that no longer share a batch, so a client's retry may write twice (at least once)."""
-    if transactional_id is not None:
-        return Refused(ErrorCode.transactional_id_authorization_failed, NO_TRANSACTIONS)
+    when it takes writes, else go to a writable one. An idempotent client's batch waits for the answer to its
+    partition's previous one, and goes only if it follows what was written (``producers.StrictSequence``)."""
+    tps = [(name, int(data.index)) for data in partition_data]
+    if refused is not None:
+        return _StrictPlan(alone=dict.fromkeys(tps, refused))
+    plan = _StrictPlan()
     held = gw.key_order_lease_held()
 
     def placer(partition: int) -> batches.Place:
@@ -229,7 +279,46 @@ async def _route_strict(
 
         return place
 
-    sources = [(data.records or b"", placer(int(data.index))) for data in partition_data]
+    sources = []
+    for data, tp in zip(partition_data, tps, strict=True):
+        records = data.records or b""
+        try:
+            producer = kp.batch_producer(records)
+        except kp.ProtocolError as e:
+            plan.alone[tp] = Refused(ErrorCode.corrupt_message, str(e))
+            continue
+        if producer is not None and producer.producer_id >= 0:
+            sequence = gw.producers.strict((producer.producer_id, producer.producer_epoch, name, tp[1]))
+            await _answered(sequence.previous, wait_s)
+            verdict = sequence.verdict(producer.base_sequence, producer.last_sequence)
+            if verdict is not None:
+                plan.alone[tp] = Refused(verdict, None)
+                continue
+            plan.sent.append(_Sent(sequence, producer.base_sequence, producer.last_sequence, tp))
+        sources.append((records, placer(tp[1])))
+        plan.together.append(tp)
+    placed = await _place(gw, view, name, sources)
+    if isinstance(placed, Refused):
+        for sent in plan.sent:
+            sent.sequence.refused(sent.base_sequence)
+        return _StrictPlan(alone={**plan.alone, **dict.fromkeys(plan.together, placed)})
+    plan.placed = placed
+    return plan
+
+
+async def _answered(previous: asyncio.Future[Any] | None, wait_s: float) -> None:
+    """Until the previous batch of a client partition was answered (or ``wait_s`` passed)."""
+    if previous is not None and not previous.done():
+        # its outcome is noted by its own callback; a timeout leaves the sequence as it is
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(previous), wait_s)
+
+
+async def _place(
+    gw: Gateway, view: ClusterView, name: str, sources: list[tuple[bytes, batches.Place]]
+) -> list[tuple[ClusterClient, str, Routed]] | Refused:
+    """The regrouped batches of a strict topic with the broker each goes to, or why the request is refused
+    (before anything is written)."""
     try:
         grouped = batches.regroup(sources, EPOCH_HEADER_KEY, gw.limits.max_frame_bytes)
     except _NotNow as e:

@@ -17,6 +17,15 @@ old sequence that is not a resend of one of the last batches) starts a new one, 
 cannot deduplicate across the change (at least once), and no batch is ever mistaken for a duplicate of
 another. A broker that lost a producer's state (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER) has its
 physical producer dropped too.
+
+On a strict topic the gateway regroups records by key (``protocol/batches.py``), so no broker sees the client's
+sequences: the gateway keeps them itself (``StrictSequence``), per client id, epoch and client partition. A
+batch is written only after the previous one of that partition was answered, and only if it follows what was
+written: a resend of a recent batch is answered as written without writing it again, anything else gets
+OUT_OF_ORDER_SEQUENCE_NUMBER, which idempotent clients answer by sending their batches again in order. That is
+what a broker does for an idempotent producer, so a stock client keeps a key's order and writes it once across
+retries, with up to 5 requests in flight. Per instance: a partition whose leader moves to another instance
+starts over there (at least once).
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from metadata_log.errors import KfedError
 
@@ -47,6 +56,7 @@ STATE_LOST: Final = frozenset(
 """Broker answers after which a physical producer is not used again."""
 
 PhysicalKey = tuple[int, int, str, str, int]  # client id, client epoch, cluster, physical topic, partition
+StrictKey = tuple[int, int, str, int]  # client id, client epoch, logical topic, client partition
 
 
 class ProducerIdsExhausted(KfedError):
@@ -75,11 +85,40 @@ class PhysicalProducer:
         return True
 
 
+@dataclass(slots=True)
+class StrictSequence:
+    """What the gateway wrote of one idempotent client's partition of a strict topic (see the module doc)."""
+
+    next_sequence: int | None = None  # None: nothing written yet through this instance
+    recent: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=RECENT_BATCHES))
+    previous: asyncio.Future[Any] | None = None  # the answer of the last batch sent
+
+    def verdict(self, base_sequence: int, last_sequence: int) -> ErrorCode | None:
+        """None: write the batch; ``none``: a resend of a written one (answer it, do not write it again);
+        else the error that refuses it."""
+        if self.next_sequence is None or base_sequence == self.next_sequence:
+            return None
+        if (base_sequence, last_sequence) in self.recent:
+            return ErrorCode.none
+        return ErrorCode.out_of_order_sequence_number
+
+    def written(self, base_sequence: int, last_sequence: int) -> None:
+        self.recent.append((base_sequence, last_sequence))
+        self.next_sequence = last_sequence + 1
+
+    def refused(self, base_sequence: int) -> None:
+        """The batch was not written: a first one still fixes where the next must start (so a batch sent
+        after it does not overtake it)."""
+        if self.next_sequence is None:
+            self.next_sequence = base_sequence
+
+
 class ProducerIds:
     def __init__(self) -> None:
         self.incarnation: int | None = None
         self._counter = 0
         self._physical: OrderedDict[PhysicalKey, asyncio.Future[PhysicalProducer]] = OrderedDict()
+        self._strict: OrderedDict[StrictKey, StrictSequence] = OrderedDict()
 
     def mint(self) -> int:
         if self.incarnation is None:
@@ -111,6 +150,17 @@ class ProducerIds:
             self.forget(key)
             return await self.physical(key, cluster, base_sequence, last_sequence)
         return producer
+
+    def strict(self, key: StrictKey) -> StrictSequence:
+        """The sequence of one client partition of a strict topic (least recently used forgotten)."""
+        sequence = self._strict.get(key)
+        if sequence is None:
+            sequence = self._strict[key] = StrictSequence()
+            while len(self._strict) > MAX_PHYSICAL:
+                self._strict.popitem(last=False)
+        else:
+            self._strict.move_to_end(key)
+        return sequence
 
     def forget(self, key: PhysicalKey) -> None:
         """The broker lost this producer's state: the next batch starts a new one."""

@@ -10,10 +10,15 @@ from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from deploy.local import LocalFederation
+from gateway import protocol as kp
+from gateway.protocol import ErrorCode
 from metadata_log.keyorder.routing import slot_of
 from tests.waiting import wait_until
+
+from .test_hostile import connect, read_frame
 
 pytestmark = pytest.mark.slow
 
@@ -51,15 +56,19 @@ def read_back(gateway: str, name: str, value: bytes) -> list[tuple[bytes | None,
     return got
 
 
-def test_a_strict_topic_takes_any_clients_keys_where_its_key_map_puts_them_across_an_expand_and_a_shrink(
-    gateway: str, fed: LocalFederation
-) -> None:
+def create_strict(fed: LocalFederation) -> tuple[str, dict[str, Any]]:
     name = f"Strict-{uuid.uuid4().hex[:6]}"
     with fed.quorum.controller_client() as client:
         client.post("/v1/topics", {"name": name, "region": "r1", "partitions_per_cluster": 2, "key_order": "strict"})
     fed.wait_writable(name)
-    first = topic(fed, name)
     time.sleep(GATEWAY_FOLLOWS_S)
+    return name, topic(fed, name)
+
+
+def test_a_strict_topic_takes_any_clients_keys_where_its_key_map_puts_them_across_an_expand_and_a_shrink(
+    gateway: str, fed: LocalFederation
+) -> None:
+    name, first = create_strict(fed)
     keys = [f"key-{i}".encode() for i in range(300)]
     produce(gateway, name, keys, b"epoch-1", compression_type="gzip")  # murmur2 places keys elsewhere than crc32
     got = read_back(gateway, name, b"epoch-1")
@@ -95,3 +104,50 @@ def test_a_strict_topic_takes_any_clients_keys_where_its_key_map_puts_them_acros
     assert sorted(k for k, _, _ in last if k) == sorted(keys)
     assert 0 not in {p for _, p, _ in last}, "nothing written to the shrunk partition"
     assert all(p == owner(shrunk["key_ranges"], k) for k, p, _ in last if k)
+
+
+def test_an_idempotent_clients_batches_to_a_strict_topic_are_written_once_and_in_order(
+    gateway: str, fed: LocalFederation
+) -> None:
+    """The gateway keeps the client's sequences on a strict topic (no broker sees them there): a resend is
+    answered without writing it again, a batch that skips one is refused so that the client sends in order."""
+    name, _ = create_strict(fed)
+    producer_id = (1 << 62) | 12_345
+
+    def produce(first: int, count: int) -> ErrorCode:
+        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                            producer_id=producer_id, producer_epoch=0, base_sequence=first,
+                                            batch_size=1 << 20)  # fmt: skip
+        for i in range(first, first + count):
+            builder.append(i - first, timestamp=None, key=f"key-{i}".encode(), value=f"seq-{i}".encode(), headers=[])
+        data = [{"index": 0, "records": bytes(builder.build())}]
+        body = {"transactional_id": None, "acks": -1, "timeout": 30_000,
+                "topic_data": [{"name": name, "partition_data": data}]}  # fmt: skip
+        s.sendall(kp.encode_request(kp.PRODUCE, 9, first, "test", body))
+        frame = read_frame(s)
+        assert frame is not None
+        _, answer = kp.decode_response(kp.PRODUCE, 9, frame)
+        return ErrorCode(answer.responses[0].partition_responses[0].error_code)
+
+    s = connect(gateway)
+    s.settimeout(40)
+    try:
+        assert produce(0, 10) == ErrorCode.none
+        assert produce(0, 10) == ErrorCode.none, "a resend: answered as written"
+        assert produce(20, 5) == ErrorCode.out_of_order_sequence_number, "10..19 were never written"
+        assert produce(10, 10) == ErrorCode.none
+        assert produce(20, 5) == ErrorCode.none
+    finally:
+        s.close()
+    values = sorted(int(v.decode().split("-")[1]) for _, _, _, v in read_values(gateway, name))
+    assert values == list(range(25)), "every record once: the resend was not written again"
+
+
+def read_values(gateway: str, name: str) -> list[tuple[bytes | None, int, int, bytes]]:
+    consumer = KafkaConsumer(bootstrap_servers=[gateway], enable_auto_commit=False, consumer_timeout_ms=5000)
+    partitions = sorted(consumer.partitions_for_topic(name) or ())
+    consumer.assign([TopicPartition(name, p) for p in partitions])
+    consumer.seek_to_beginning()
+    got = [(m.key, m.partition, m.offset, m.value) for m in consumer]
+    consumer.close()
+    return got

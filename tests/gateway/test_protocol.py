@@ -20,7 +20,8 @@ from kio.static.constants import EntityType
 from kio.static.primitive import Records
 
 from gateway import protocol as kp
-from gateway.producers import PhysicalProducer
+from gateway.producers import PhysicalProducer, StrictSequence
+from gateway.protocol import ErrorCode
 from gateway.protocol.writer import compiled
 
 
@@ -112,6 +113,22 @@ def test_a_physical_producer_takes_its_first_batch_the_next_one_or_a_recent_rese
     for start in range(15, 15 + 5):
         assert p.follows(start, start)
     assert not p.follows(5, 9), "a batch older than the last five is not a resend"
+
+
+def test_a_strict_topics_client_sequence_writes_in_order_answers_resends_and_refuses_the_rest() -> None:
+    """What a broker does for an idempotent producer, kept by the gateway for strict topics' regrouped batches."""
+    s = StrictSequence()
+    assert s.verdict(5, 9) is None, "a first batch here starts the sequence wherever the client is"
+    s.written(5, 9)
+    assert s.verdict(10, 12) is None
+    assert s.verdict(5, 9) == ErrorCode.none, "a resend of a written batch: answered, not written again"
+    assert s.verdict(13, 14) == ErrorCode.out_of_order_sequence_number, "a gap: the client sends again in order"
+    s.refused(10)
+    assert s.verdict(13, 14) == ErrorCode.out_of_order_sequence_number, "a refused batch is not skipped"
+    fresh = StrictSequence()
+    fresh.refused(20)
+    assert fresh.verdict(25, 30) == ErrorCode.out_of_order_sequence_number, "a refused first batch goes first"
+    assert fresh.verdict(20, 24) is None
 
 
 def _every_served_schema() -> list[tuple[str, Any]]:
