@@ -22,7 +22,9 @@ from typing import Any
 
 import pytest
 
-from deploy.local import LocalFederation, kfed_command
+from deploy.local import LocalFederation, free_ports, kfed_command
+from deploy.processes import stop_processes, wait_port
+from gateway.cli import spawn
 from tests.waiting import wait_until
 
 from .conftest import KeyedReader, controllers
@@ -38,9 +40,12 @@ def kfed(fed: LocalFederation, *args: str) -> str:
     return subprocess.run(command, check=True, capture_output=True, text=True, timeout=120).stdout
 
 
-def resize_while_producing(fed: LocalFederation, tmp_path: Path, topic: str, key_order: str) -> dict[str, Any]:
+def resize_while_producing(
+    fed: LocalFederation, tmp_path: Path, topic: str, key_order: str, gateway: str | None = None
+) -> dict[str, Any]:
     """Produce from two processes while the topic is expanded onto c3, shrunk by two partitions and c1 is
-    decommissioned; then read it with a group of three. Returns what was sent and what was delivered."""
+    decommissioned; then read it with a group of three. Returns what was sent and what was delivered.
+    ``gateway``: the producers are kafka-python processes writing through this gateway (HOST:PORT)."""
     kfed(fed, "topic", "create", topic, "--region", "r1", "--partitions-per-cluster", "2", "--key-order", key_order)
     fed.wait_writable(topic)
     stop = tmp_path / f"{topic}.stop"
@@ -50,8 +55,8 @@ def resize_while_producing(fed: LocalFederation, tmp_path: Path, topic: str, key
             [
                 sys.executable,
                 "-m",
-                "tests.integration.keyed_producer",
-                controllers(fed),
+                "tests.integration.gateway_keyed_producer" if gateway else "tests.integration.keyed_producer",
+                gateway or controllers(fed),
                 topic,
                 str(i * KEYS // 2),
                 str((i + 1) * KEYS // 2),
@@ -74,8 +79,11 @@ def resize_while_producing(fed: LocalFederation, tmp_path: Path, topic: str, key
         time.sleep(4)
     finally:
         stop.touch()
-        for p in producers:
-            p.wait(180)
+        try:
+            for p in producers:
+                p.wait(180)
+        finally:  # a producer stuck flushing is not left behind
+            stop_processes(producers)
     sent: dict[str, int] = {}
     for report in reports:
         body = json.loads(report.read_text())
@@ -143,3 +151,33 @@ def test_strict_key_order_survives_expand_shrink_and_decommission_and_none_reord
     # interleave (seen 249-498 of 1,000 in most runs; none in a run where the new partitions' fetchers
     # started late): every key written to two partitions is exposed, and nothing orders them.
     assert len(moved) > KEYS // 4, "the resizes moved keys of the none topic"
+
+
+@pytest.mark.brokers("tansu")
+def test_strict_key_order_holds_for_unmodified_kafka_producers_writing_through_the_gateway(
+    fed: LocalFederation, tmp_path: Path
+) -> None:
+    """The same resizes, the keys written by kafka-python through ``kfed gateway``: the gateway places and
+    stamps them (``gateway/README.md``), the group of FederatedConsumers keeps each key's order."""
+    fed.add_cluster("c3", "r1")
+    fed.wait_clusters_healthy()
+    port = free_ports(1)[0]
+    with open(tmp_path / "gateway.log", "ab") as log:
+        token = ["--token-file", str(fed.quorum.token_file)] if fed.quorum.token_file else []
+        gateway = spawn(fed.quorum.urls, f"127.0.0.1:{port}", log, *token)
+    try:
+        wait_port(port, 30)
+        strict = resize_while_producing(fed, tmp_path, "ViaGateway", "strict", gateway=f"127.0.0.1:{port}")
+    finally:
+        stop_processes([gateway])
+    assert {p for _, _, p in strict["topic"]["key_ranges"]} == {3, 4, 5}
+    first = first_deliveries(strict["delivered"])
+    assert set(first) == {f"k{i}" for i in range(KEYS)}
+    lost = {k: strict["sent"][k] - len(s) for k, s in first.items() if len(s) != strict["sent"][k]}
+    assert not lost, f"acknowledged messages never consumed: {list(lost.items())[:5]}"
+    out_of_order = [k for k, s in first.items() if s != list(range(strict["sent"][k]))]
+    assert not out_of_order, f"{len(out_of_order)} keys out of order through the gateway, e.g. {out_of_order[:5]}"
+    assert not [b for r in strict["readers"] for b in r.breaks], "no order break without a failure"
+    stats = [s for r in strict["readers"] for s in r.consumer.key_order_stats().values()]
+    print(f"through the gateway: {sum(strict['sent'].values())} messages of {KEYS} keys in order; epochs "
+          f"{strict['topic']['key_epoch']}; held {sum(s['held_total'] for s in stats)}")  # fmt: skip
