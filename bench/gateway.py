@@ -17,6 +17,11 @@ logical ones through the gateway (and, for the gateway's own cost, c1's 4); time
 latency: one 100-byte message at a time (produce, then flush), straight and through the gateway in
 alternation; the gateway adds the difference of the p99s (and of the medians).
 
+strict: keyed messages (10,000 keys) through the gateway to a ``key_order: strict`` topic, whose records the
+gateway takes apart and places by key (``gateway/protocol/batches.py``), against the same to the ``none`` demo
+topic, whose batches pass through; messages/s and the gateway's CPU per message, alternately. No goal: it
+says what the strict placement costs the gateway.
+
 CPU: the gateway process's user+system CPU seconds over the produce and consume runs, per MB/s moved:
 ``cpu_s * 1000 / MB`` millicores per MB/s (Kroxylicious sizes its proxy at ~25).
 
@@ -106,6 +111,40 @@ def consume(bootstrap: str, n: int, partitions: int) -> float:
     return read / elapsed if elapsed > 0 else 0.0
 
 
+def produce_keyed(bootstrap: str, topic: str, n: int) -> float:
+    keys = [f"key-{i}".encode() for i in range(10_000)]
+    p = Producer({**PRODUCER_CONFIG, "bootstrap.servers": bootstrap})
+    started = time.perf_counter()
+    for i in range(n):
+        try:
+            p.produce(topic, VALUE, keys[i % len(keys)])
+        except BufferError:
+            produce_when_room(p, topic, VALUE, keys[i % len(keys)])
+        if i % 5000 == 0:
+            p.poll(0)
+    assert p.flush(120) == 0, "every keyed message delivered"
+    return n / (time.perf_counter() - started)
+
+
+def strict_against_none(fed: LocalFederation, gateway_pid: int, through: str, n: int, rounds: int) -> dict[str, Any]:
+    """Keyed messages through the gateway to a strict topic and to the none demo topic, alternately:
+    messages/s and the gateway's CPU microseconds per message of each."""
+    with fed.quorum.controller_client() as client:
+        client.post("/v1/topics", {"name": "StrictBench", "region": "r1", "partitions_per_cluster": 4,
+                                   "key_order": "strict"})  # fmt: skip
+    fed.wait_writable("StrictBench", 60)
+    time.sleep(1.0)  # the gateway follows the log to the new topic
+    out: dict[str, Any] = {"strict": [], "none": [], "strict_cpu_us": [], "none_cpu_us": []}
+    produce_keyed(through, "StrictBench", 1000)
+    sides = [("StrictBench", "strict"), (TOPIC, "none")]
+    for r in range(rounds):
+        for name, kind in sides if r % 2 == 0 else sides[::-1]:
+            before = cpu_seconds(gateway_pid)
+            out[kind].append(produce_keyed(through, name, n))
+            out[f"{kind}_cpu_us"].append((cpu_seconds(gateway_pid) - before) * 1e6 / n)
+    return out
+
+
 def latencies(bootstrap: str, n: int) -> list[float]:
     """Seconds from produce() to delivery of one message at a time."""
     p = Producer({**PRODUCER_CONFIG, "linger.ms": 0, "bootstrap.servers": bootstrap})
@@ -158,6 +197,7 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
                 else:
                     raw_cs.append(consume(straight, n, 4))
             gw4_cs.append(consume(through, n, 4))
+        strict = strict_against_none(fed, gateway.pid, through, n // 2, rounds)
         raw_l: list[float] = []
         gw_l: list[float] = []
         for _ in range(4):  # alternating blocks: the machine's load drifts
@@ -193,6 +233,13 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
         Row("produce latency the gateway adds, p99", p99_added, "ms",
             f"p99 {percentile(gw_l, 99) * 1000:.2f} vs {percentile(raw_l, 99) * 1000:.2f} ms straight; median adds "
             f"{p50_added:.2f} ms", Goal("<=", 1.0, "ms"), f"{len(gw_l)} one-message produce+flush each"),
+        Row("librdkafka keyed producer through the gateway: strict topic / none topic",
+            median(ratios(strict["strict"], strict["none"])), "x none",
+            f"{fmt(median(strict['strict']))} vs {fmt(median(strict['none']))} msg/s; per round "
+            f"{per_round(ratios(strict['strict'], strict['none']))}", None,
+            f"{n // 2:,} keyed messages; the gateway places a strict topic's records by key"),
+        Row("gateway CPU per keyed message, strict topic", median(strict["strict_cpu_us"]), "us",
+            f"none topic {median(strict['none_cpu_us']):.2f} us (batches passed through)"),
         Row("gateway CPU per MB/s produced", median(cpu_p), "millicores per MB/s", "Kroxylicious: ~25",
             Goal("<=", 25.0, "millicores per MB/s"), "user+system CPU of the gateway process"),
         Row("gateway CPU per MB/s consumed", median(cpu_c), "millicores per MB/s", "Kroxylicious: ~25",
@@ -203,7 +250,7 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
         "straight_produce_both_clusters": both_ps,
         "machine_cpu_us_per_message": machine, "straight_consume": raw_cs, "gateway_consume": gw_cs,
         "gateway_consume_c1_partitions": gw4_cs, "cpu_millicores_per_mb_s_produce": cpu_p,
-        "cpu_millicores_per_mb_s_consume": cpu_c,
+        "cpu_millicores_per_mb_s_consume": cpu_c, "strict_against_none": strict,
         "latency_ms": {"straight_p50": percentile(raw_l, 50) * 1000, "straight_p99": percentile(raw_l, 99) * 1000,
                        "gateway_p50": percentile(gw_l, 50) * 1000, "gateway_p99": percentile(gw_l, 99) * 1000},
     }  # fmt: skip
