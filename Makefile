@@ -7,9 +7,9 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: run test test-fast lint mutants bench faults browser kcat clean kafka
 
-# The C modules (sdk/_speedups.c, metadata_log/_columns.c) are compiled by the install (an editable install
-# builds them in place): rebuild on change.
-$(STAMP): pyproject.toml sdk/_speedups.c metadata_log/_columns.c
+# The C modules (sdk/_speedups.c, metadata_log/_columns.c, gateway/protocol/_records.c) are compiled by the
+# install (an editable install builds them in place): rebuild on change.
+$(STAMP): pyproject.toml sdk/_speedups.c metadata_log/_columns.c gateway/protocol/_records.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

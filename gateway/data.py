@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import zlib
+from array import array
 from collections import defaultdict
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from metadata_log.errors import Unavailable
-from metadata_log.keyorder.routing import EPOCH_HEADER, SLOT_MASK
+from metadata_log.keyorder.routing import KEY_SLOTS
 
 from . import protocol as kp
 from .producers import STATE_LOST, PhysicalKey, ProducerIds, StrictSequence
@@ -36,7 +35,8 @@ if TYPE_CHECKING:
     from .app import Gateway
 
 NO_TRANSACTIONS: Final = "the kfed gateway serves no transactions"
-EPOCH_HEADER_KEY: Final = EPOCH_HEADER.encode()
+WAIT_ALL: Final = array("i", [-1] * KEY_SLOTS).tobytes()
+"""A strict topic's slot table while no controller confirmed the key map lately: every keyed record waits."""
 REQUEST_MARGIN_S: Final = 5.0
 """Added to a request's own timeout for the broker's answer to reach the gateway."""
 STALE: Final = frozenset(
@@ -200,11 +200,6 @@ async def _route_batches(
     return cluster, address, Routed(tp[0], tp[1], placement, records, key)
 
 
-class _NotNow(Unavailable):
-    """A record of a strict topic has no partition to go to now (its slot's partition takes no writes, or the
-    lease lapsed): the client's whole partition is refused, retriably, before anything is sent."""
-
-
 def _refused_topic(name: str, grown: bool, transactional_id: str | None) -> Refused | None:
     if transactional_id is not None:
         return Refused(ErrorCode.transactional_id_authorization_failed, NO_TRANSACTIONS)
@@ -259,25 +254,13 @@ async def _route_strict(
         return _StrictPlan(alone=dict.fromkeys(tps, refused))
     plan = _StrictPlan()
     held = gw.key_order_lease_held()
+    table = route.table if held else WAIT_ALL
 
-    def placer(partition: int) -> batches.Place:
-        keyless: int | None = partition
+    def placement(partition: int) -> batches.Placement:
+        keyless = partition
         if partition not in route.writable:
-            keyless = route.writable[partition % len(route.writable)] if route.writable else None
-
-        def place(key: bytes | None) -> tuple[int, bytes | None]:
-            if key is None:
-                if keyless is None:
-                    raise _NotNow(f"no partition of {name} takes writes now")
-                return keyless, None
-            slot = zlib.crc32(key) & SLOT_MASK
-            target = route.targets[slot] if held else None
-            if target is None:
-                raise _NotNow(f"the partition of {name} for a key's slot {slot} takes no writes now"
-                              if held else "no controller confirmed the key map lately; retry")  # fmt: skip
-            return target, route.stamps[slot]
-
-        return place
+            keyless = route.writable[partition % len(route.writable)] if route.writable else -1
+        return batches.Placement(table, route.stamped, keyless, route.header)
 
     sources = []
     for data, tp in zip(partition_data, tps, strict=True):
@@ -295,9 +278,11 @@ async def _route_strict(
                 plan.alone[tp] = Refused(verdict, None)
                 continue
             plan.sent.append(_Sent(sequence, producer.base_sequence, producer.last_sequence, tp))
-        sources.append((records, placer(tp[1])))
+        sources.append((records, placement(tp[1])))
         plan.together.append(tp)
     placed = await _place(gw, view, name, sources)
+    if isinstance(placed, Refused) and not held and placed.code == ErrorCode.not_leader_or_follower:
+        placed = Refused(placed.code, f"{name}: no controller confirmed the key map lately; retry")
     if isinstance(placed, Refused):
         for sent in plan.sent:
             sent.sequence.refused(sent.base_sequence)
@@ -315,14 +300,14 @@ async def _answered(previous: asyncio.Future[Any] | None, wait_s: float) -> None
 
 
 async def _place(
-    gw: Gateway, view: ClusterView, name: str, sources: list[tuple[bytes, batches.Place]]
+    gw: Gateway, view: ClusterView, name: str, sources: list[tuple[bytes, batches.Placement]]
 ) -> list[tuple[ClusterClient, str, Routed]] | Refused:
     """The regrouped batches of a strict topic with the broker each goes to, or why the request is refused
     (before anything is written)."""
     try:
-        grouped = batches.regroup(sources, EPOCH_HEADER_KEY, gw.limits.max_frame_bytes)
-    except _NotNow as e:
-        return Refused(ErrorCode.not_leader_or_follower, str(e))
+        grouped = batches.regroup(sources, gw.limits.max_frame_bytes)
+    except batches.NoPartitionNow as e:
+        return Refused(ErrorCode.not_leader_or_follower, f"{name}: {e.detail}")
     except batches.UnsupportedCompression as e:
         return Refused(ErrorCode.unsupported_compression_type, str(e))
     except batches.BadBatch as e:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import uuid
 import zlib
+from array import array
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -36,7 +37,9 @@ from metadata_log.image import MetadataImage, PartitionImage, TopicImage, is_wri
 from metadata_log.image.gateways import live_gateways
 from metadata_log.keyorder.history import first_moves
 from metadata_log.keyorder.replay import strict_history
-from metadata_log.keyorder.routing import epoch_header
+from metadata_log.keyorder.routing import EPOCH_HEADER, epoch_header
+
+from .protocol.batches import encoded_header
 
 TOPIC_ID_NAMESPACE: Final = uuid.UUID("5d1c0e0e-6b2f-4f7b-9d56-6b6664e0a126")
 """Names the UUIDs derived from kfed topic ids that are not UUIDs themselves (uuid5 in this namespace)."""
@@ -75,12 +78,18 @@ def topic_uuid(topic_id: str) -> uuid.UUID:
 class StrictRoute:
     """Where a strict topic's records go now: by slot (``crc32(key) & 16383``) the logical partition of the
     current epoch's map, None when that partition takes no writes now (its keys wait: they never move outside
-    an epoch), and the ``kfed-epoch`` value for a slot that has moved (None: it never did, so no stamp)."""
+    an epoch); and whether the slot has moved, so that its records carry the epoch (``kfed-epoch``)."""
 
     epoch: int
     targets: tuple[int | None, ...]
-    stamps: tuple[bytes | None, ...]
+    stamped: bytes  # per slot, 1 where it has moved
     writable: tuple[int, ...]  # the partitions that take writes, for key-less records
+    table: bytes = field(init=False)  # ``targets`` as native int32, -1 for None (what the C placer reads)
+    header: bytes = field(init=False)  # the stamp, as a record carries the header
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "table", array("i", [-1 if t is None else t for t in self.targets]).tobytes())
+        object.__setattr__(self, "header", encoded_header(EPOCH_HEADER.encode(), epoch_header(self.epoch)[1]))
 
 
 @dataclass(frozen=True)
@@ -152,9 +161,8 @@ class ClusterView:
         targets: list[int | None] = []
         for first, end, partition in history.map.ranges():
             targets += [partition if partition in takes else None] * (end - first)
-        stamp = epoch_header(history.epoch)[1]
-        stamps = tuple(stamp if epoch else None for epoch in first_moves(history))
-        return StrictRoute(history.epoch, tuple(targets), stamps, writable)
+        stamped = bytes(1 if epoch else 0 for epoch in first_moves(history))
+        return StrictRoute(history.epoch, tuple(targets), stamped, writable)
 
     def _placement(self, topic: str, p: PartitionImage) -> Placement:
         cluster = self.image.clusters.get(p.cluster_id)

@@ -30,7 +30,7 @@ into this tree by the one module that calls the library; nobody tells errors apa
     │   ├── broker_agent.ClusterUnreachable, sdk.brokers.BrokerUnknown
     │   ├── spark_pipeline.ClusterUnavailable, MetadataUnavailable
     │   ├── gateway.UpstreamError          a broker behind the gateway
-    │   └── gateway._NotNow                a strict topic's key whose partition takes no writes now
+    │   └── gateway.NoPartitionNow         a strict topic's record whose partition takes no writes now
     ├── OutcomeUnknown                504  retryable with the same Idempotency-Key
     ├── NotAController                502  an HTTP reply that is not kfed's (another server on the port)
     ├── InvalidSetting                500  this process's own settings

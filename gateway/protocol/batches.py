@@ -14,6 +14,9 @@ and get a fresh CRC-32C. The source's CRC is checked first, so corrupt input is 
 
 Source batches may be uncompressed or gzip (zlib, bounded by ``max_bytes``); snappy, lz4 and zstd are refused
 with UNSUPPORTED_COMPRESSION_TYPE.
+
+The per-record step (``_split``) is a C module (``_records.c``), with the same function in Python
+(``_split_py``) for when it was not built: the whole regrouping costs ~0.3 against ~3.9 us per record.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import Any, Final, NamedTuple
 
 import crc32c
 
-from metadata_log.errors import InvalidRequest
+from metadata_log.errors import InvalidRequest, Unavailable
+from metadata_log.keyorder.routing import SLOT_MASK
 
 from . import ProtocolError
 from .writer import uvarint
@@ -42,8 +46,21 @@ CONTROL: Final = 0x20
 TIMESTAMP_TYPE: Final = 0x08
 NO_PRODUCER: Final = -1
 
-Place = Callable[[bytes | None], tuple[int, bytes | None]]
-"""A record's key -> (the partition it goes to, the ``kfed-epoch`` header value to append, or None)."""
+Group = list[Any]
+"""One target partition's records so far: [records encoded (bytearray), count, base timestamp, max timestamp],
+timestamps against its first record's, offset deltas 0, 1, ..."""
+
+
+class Placement(NamedTuple):
+    """Where the records of one client partition go: a keyed one by its slot (``crc32(key) & 16383``) to
+    ``targets[slot]`` (16,384 native int32; -1: that partition takes no writes now), with ``header`` first
+    among its headers where ``stamped[slot]`` (16,384 bytes) is nonzero; a key-less one to ``keyless`` (-1:
+    none takes them now)."""
+
+    targets: bytes
+    stamped: bytes
+    keyless: int
+    header: bytes
 
 
 class BadBatch(ProtocolError):
@@ -54,14 +71,34 @@ class UnsupportedCompression(InvalidRequest):
     """A batch compressed with a codec the gateway does not read (snappy, lz4, zstd)."""
 
 
-def regroup(sources: Iterable[tuple[bytes, Place]], header_key: bytes, max_bytes: int) -> dict[int, bytes]:
-    """The records of ``sources`` (a produce request's batches for each of a topic's partitions, with how to
-    place their records) as one new batch per target partition: brokers take one batch per partition and
-    request. ``place`` may raise to refuse a record; nothing is returned then. ``max_bytes`` bounds what a
+class NoPartitionNow(Unavailable):
+    """A record whose partition takes no writes now (``slot`` -1: a key-less one); nothing was placed."""
+
+    def __init__(self, slot: int) -> None:
+        super().__init__(
+            f"the partition of key slot {slot} takes no writes now" if slot >= 0 else "no partition takes writes now"
+        )
+        self.slot = slot
+
+
+def encoded_header(key: bytes, value: bytes) -> bytes:
+    """A record header as a record carries it: its key and its value, each after its zigzag length."""
+    out = bytearray()
+    _zigzag(out, len(key))
+    out += key
+    _zigzag(out, len(value))
+    out += value
+    return bytes(out)
+
+
+def regroup(sources: Iterable[tuple[bytes, Placement]], max_bytes: int) -> dict[int, bytes]:
+    """The records of ``sources`` (a produce request's batches for each of a topic's partitions, with where
+    their records go) as one new batch per target partition: brokers take one batch per partition and
+    request. ``NoPartitionNow`` when a record has none, and nothing is placed. ``max_bytes`` bounds what a
     gzip batch may inflate to."""
-    groups: dict[int, list[tuple[int, int, bytearray]]] = {}  # partition -> (attributes, timestamp, record rest)
+    groups: dict[int, Group] = {}
     type_bits = 0
-    for records, place in sources:
+    for records, placement in sources:
         at = 0
         while at < len(records):
             if len(records) - at < HEADER.size:
@@ -78,9 +115,14 @@ def regroup(sources: Iterable[tuple[bytes, Place]], header_key: bytes, max_bytes
                 raise BadBatch(f"the record batch at byte {at} is a control batch")
             type_bits |= attributes & TIMESTAMP_TYPE
             body = _body(memoryview(records)[at + HEADER.size : end], attributes & COMPRESSION_MASK, max_bytes)
-            _split(body, count, place, header_key, base_ts, groups)
+            try:
+                unplaced = _split(body, count, base_ts, *placement, groups)
+            except ValueError as e:
+                raise BadBatch(str(e)) from None
+            if unplaced is not None:
+                raise NoPartitionNow(unplaced)
             at = end
-    return {partition: _batch(type_bits, records) for partition, records in groups.items()}
+    return {partition: _batch(type_bits, group) for partition, group in groups.items()}
 
 
 def _body(data: memoryview, codec: int, max_bytes: int) -> memoryview:
@@ -98,72 +140,94 @@ def _body(data: memoryview, codec: int, max_bytes: int) -> memoryview:
     return memoryview(body)
 
 
-def _split(
-    body: memoryview,
-    count: int,
-    place: Place,
-    header_key: bytes,
-    base_ts: int,
-    groups: dict[int, list[tuple[int, int, bytearray]]],
-) -> None:
-    """Each record of one batch's body, placed: its attributes, timestamp and what follows its offset delta
-    (key, value, headers; the stamp put first among the headers) appended to its partition's group."""
-    at = 0
-    for _ in range(count):
-        length, at = _varint(body, at)
-        start, end = at, at + length
-        if length < 1 or end > len(body):
-            raise BadBatch(f"a record at byte {start} says it is {length} bytes long")
-        ts_delta, delta_at = _varint(body, at + 1)  # after the attributes
-        _, after_delta = _varint(body, delta_at)  # the offset delta, renumbered in _batch
-        key_length, at = _varint(body, after_delta)
-        key = bytes(body[at : at + key_length]) if key_length >= 0 else None
-        value_length, at = _varint(body, at + max(key_length, 0))
-        headers_at = at + max(value_length, 0)
-        headers_count, after_count = _varint(body, headers_at)
-        if after_count > end or headers_count < 0:
-            raise BadBatch(f"the record at byte {start} does not fit its length")
-        partition, stamp = place(key)
-        if stamp is None:
-            rest = bytearray(body[after_delta:end])
-        else:
-            rest = bytearray(body[after_delta:headers_at])
-            _zigzag(rest, headers_count + 1)
-            _zigzag(rest, len(header_key))  # first: consumers read the first kfed-epoch header
-            rest += header_key
-            _zigzag(rest, len(stamp))
-            rest += stamp
-            rest += body[after_count:end]
-        groups.setdefault(partition, []).append((body[start], base_ts + ts_delta, rest))
-        at = end
-    if at != len(body):
-        raise BadBatch(f"a record batch's records end at byte {at} of {len(body)}")
-
-
-def _batch(type_bits: int, records: list[tuple[int, int, bytearray]]) -> bytes:
-    """One v2 batch of placed records: offset deltas 0.., timestamps against the first record's."""
-    base_ts = records[0][1]
-    body = bytearray()
-    for delta, (attributes, timestamp, rest) in enumerate(records):
-        record = bytearray((attributes,))
-        _zigzag(record, timestamp - base_ts)
-        _zigzag(record, delta)
-        record += rest
-        _zigzag(body, len(record))
-        body += record
-    max_ts = max(timestamp for _, timestamp, _ in records)
-    tail = bytearray(_TAIL.pack(type_bits, len(records) - 1, base_ts, max_ts, NO_PRODUCER, NO_PRODUCER, NO_PRODUCER,
-                                len(records)))  # fmt: skip
-    tail += body
+def _batch(type_bits: int, group: Group) -> bytes:
+    """One v2 batch of a group's records."""
+    records, count, base_ts, max_ts = group
+    tail = bytearray(_TAIL.pack(type_bits, count - 1, base_ts, max_ts, NO_PRODUCER, NO_PRODUCER, NO_PRODUCER, count))
+    tail += records
     return struct.pack(">qiibI", 0, len(tail) + 9, -1, 2, crc32c.crc32c(tail)) + tail
 
 
-def _varint(buf: memoryview, at: int) -> tuple[int, int]:
-    """A zigzag varint (up to 64 bits) at ``at``: (value, the byte after it)."""
+def _split_py(
+    body: memoryview | bytes,
+    count: int,
+    base_ts: int,
+    targets: bytes,
+    stamped: bytes,
+    keyless: int,
+    header: bytes,
+    groups: dict[int, Group],
+) -> int | None:
+    """``_records.split`` in Python: each record of one batch's body, placed and encoded into its partition's
+    group: its attributes, its timestamp and offset delta in that group, then what followed its offset delta
+    (key, value, headers), with ``header`` first among a stamped slot's headers. Returns the slot (-1: a
+    key-less record) of the first record that has no partition now, else None. ValueError for records that
+    do not fit."""
+    table = memoryview(targets).cast("i")
+    size = len(body)
+    at = 0
+    for _ in range(count):
+        length, at = _varint(body, at, size)
+        start, end = at, at + length
+        if length < 1 or end > size:
+            raise ValueError(f"a record at byte {start} says it is too long or cannot be read")
+        ts_delta, delta_at = _varint(body, at + 1, end)  # after the attributes
+        _, after_delta = _varint(body, delta_at, end)  # the offset delta: renumbered
+        key_length, at = _varint(body, after_delta, end)
+        if key_length < -1 or key_length > end - at:
+            raise ValueError(f"the record at byte {start} has a key that does not fit")
+        key = body[at : at + key_length] if key_length >= 0 else None
+        value_length, at = _varint(body, at + max(key_length, 0), end)
+        if value_length < -1 or value_length > end - at:
+            raise ValueError(f"the record at byte {start} has a value that does not fit")
+        headers_at = at + max(value_length, 0)
+        if headers_at >= end:
+            raise ValueError(f"the record at byte {start} does not fit its length")
+        if key is None:
+            if keyless < 0:
+                return -1
+            partition, stamp = keyless, False
+        else:
+            slot = zlib.crc32(key) & SLOT_MASK
+            partition, stamp = table[slot], stamped[slot] != 0
+            if partition < 0:
+                return slot
+        after_count = headers_at
+        if stamp:
+            headers_count, after_count = _varint(body, headers_at, end)
+            if headers_count < 0:
+                raise ValueError(f"the record at byte {start} has headers that cannot be read")
+        timestamp = base_ts + ts_delta
+        group = groups.get(partition)
+        if group is None:
+            group = groups[partition] = [bytearray(), 0, timestamp, timestamp]
+        elif timestamp > group[3]:
+            group[3] = timestamp
+        record = bytearray((body[start],))
+        _zigzag(record, timestamp - group[2])
+        _zigzag(record, group[1])
+        if stamp:
+            record += body[after_delta:headers_at]
+            _zigzag(record, headers_count + 1)
+            record += header  # first: consumers read the first kfed-epoch header
+            record += body[after_count:end]
+        else:
+            record += body[after_delta:end]
+        _zigzag(group[0], len(record))
+        group[0] += record
+        group[1] += 1
+        at = end
+    if at != size:
+        raise ValueError(f"a record batch's records end at byte {at} of {size}")
+    return None
+
+
+def _varint(buf: memoryview | bytes, at: int, end: int) -> tuple[int, int]:
+    """A zigzag varint (up to 64 bits) at ``at``, not past ``end``: (value, the byte after it)."""
     result = shift = 0
     while True:
-        if at >= len(buf):
-            raise BadBatch("a record is cut short")
+        if at >= end:
+            raise ValueError("a record is cut short")
         byte = buf[at]
         at += 1
         result |= (byte & 0x7F) << shift
@@ -171,8 +235,19 @@ def _varint(buf: memoryview, at: int) -> tuple[int, int]:
             return (result >> 1) ^ -(result & 1), at
         shift += 7
         if shift > 63:
-            raise BadBatch("a varint of a record is longer than 10 bytes")
+            raise ValueError("a varint of a record is longer than 10 bytes")
 
 
 def _zigzag(out: bytearray, value: int) -> None:
     uvarint(out, (value << 1) ^ (value >> 63))
+
+
+def _split_c() -> Callable[..., int | None]:
+    try:
+        from ._records import split  # a C extension (_records.c), built at install when it can be
+    except ImportError:
+        return _split_py
+    return split
+
+
+_split = _split_c()

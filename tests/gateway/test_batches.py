@@ -1,4 +1,5 @@
-"""A strict topic's batches taken apart and regrouped by target partition (``gateway/protocol/batches.py``).
+"""A strict topic's batches taken apart and regrouped by target partition (``gateway/protocol/batches.py``),
+by the C module (``_records.c``) and by its Python fallback alike.
 
 Batches are built and read back by kafka-python's record code, an implementation independent of the one
 under test, which checks lengths and the CRC-32C."""
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 import struct
 import zlib
+from array import array
+from collections.abc import Iterator
 from typing import Any
 
 import crc32c
@@ -16,9 +19,27 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from gateway.protocol import batches
+from metadata_log.keyorder.routing import KEY_SLOTS, SLOT_MASK
 
 NO_COMPRESSION, GZIP, SNAPPY = 0, 1, 2
+HEADER = batches.encoded_header(b"kfed-epoch", b"3")
 Sent = tuple[bytes | None, bytes, int, list[tuple[str, bytes]]]  # key, value, timestamp, headers
+
+
+@pytest.fixture(params=["c", "python"])
+def split(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each test once with the C module, once with the Python fallback."""
+    original = batches._split
+    batches._split = original if request.param == "c" else batches._split_py
+    try:
+        yield request.param
+    finally:
+        batches._split = original
+
+
+def test_the_gateway_places_records_with_the_c_module() -> None:
+    # without it a strict topic's records cost the gateway ~20 times the CPU (BENCHMARKS.md)
+    assert batches._split is not batches._split_py, "gateway.protocol._records was not built (a C compiler is needed)"
 
 
 def batch(records: list[Sent], compression: int = NO_COMPRESSION, producer_id: int = 7) -> bytes:
@@ -42,24 +63,34 @@ def read(raw: bytes) -> list[tuple[DefaultRecordBatch, list[Any]]]:
     return out
 
 
-def by_crc(n: int, stamp_if: Any = lambda key: False) -> batches.Place:
-    return lambda key: (0, None) if key is None else (zlib.crc32(key) % n, b"3" if stamp_if(key) else None)
+def placement(n: int, stamp_slot: Any = lambda slot: False, keyless: int = 0, wait: Any = lambda slot: False) -> Any:
+    """Slot s to partition ``s % n`` (-1 where ``wait``), stamped where ``stamp_slot``."""
+    targets = array("i", [-1 if wait(s) else s % n for s in range(KEY_SLOTS)]).tobytes()
+    stamped = bytes(1 if stamp_slot(s) else 0 for s in range(KEY_SLOTS))
+    return batches.Placement(targets, stamped, keyless, HEADER)
+
+
+def slot(key: bytes) -> int:
+    return zlib.crc32(key) & SLOT_MASK
 
 
 @pytest.mark.parametrize("compression", [NO_COMPRESSION, GZIP])
-def test_records_go_to_their_partition_in_order_with_everything_but_the_offset_delta_kept(compression: int) -> None:
+def test_records_go_to_their_partition_in_order_with_everything_but_the_offset_delta_kept(
+    split: str, compression: int
+) -> None:
     sent: list[Sent] = [
         (f"k{i}".encode() if i % 4 else None, f"v{i}".encode(), 1_700_000_000_000 + 7 * i,
          [("trace", f"t{i}".encode())] if i % 3 == 0 else [])
         for i in range(40)
     ]  # fmt: skip
     first = batch(sent[:25], compression)
-    raw, split = first + batch(sent[25:], compression), len(first)  # two client partitions' batches
-    place = by_crc(3, lambda key: key.endswith(b"1"))
-    out = batches.regroup([(raw[:split], place), (raw[split:], place)], b"kfed-epoch", 1 << 20)
+    raw, cut = first + batch(sent[25:], compression), len(first)  # two client partitions' batches
+    stamped = placement(3, lambda s: s % 2 == 1, keyless=2)
+    out = batches.regroup([(raw[:cut], stamped), (raw[cut:], stamped)], 1 << 20)
     got: dict[int, list[Any]] = {}
     for partition, data in out.items():
-        for b, records in read(bytes(data)):
+        assert len(read(data)) == 1, "one batch per partition: brokers take no more"
+        for b, records in read(data):
             assert (b.producer_id, b.producer_epoch, b.base_sequence) == (-1, -1, -1), "no producer: not idempotent"
             assert b.compression_type == NO_COMPRESSION and not b.is_transactional
             assert [r.offset for r in records] == list(range(len(records))), "offset deltas renumbered"
@@ -68,53 +99,82 @@ def test_records_go_to_their_partition_in_order_with_everything_but_the_offset_d
             got.setdefault(partition, []).extend(records)
     expected: dict[int, list[Sent]] = {}
     for key, value, timestamp, headers in sent:
-        partition = 0 if key is None else zlib.crc32(key) % 3
-        stamp = [("kfed-epoch", b"3")] if key is not None and key.endswith(b"1") else []
+        partition = 2 if key is None else slot(key) % 3
+        stamp = [("kfed-epoch", b"3")] if key is not None and slot(key) % 2 == 1 else []
         expected.setdefault(partition, []).append((key, value, timestamp, stamp + headers))
     assert {p: [(r.key, r.value, r.timestamp, r.headers) for r in rs] for p, rs in got.items()} == expected
-    assert all(len(read(d)) == 1 for d in out.values()), "one batch per partition: brokers take no more"
 
 
-@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=40)), st.binary(max_size=300)), max_size=60))
-@settings(max_examples=60, deadline=None)
-def test_any_records_regroup_into_valid_batches_that_hold_them_all(records: list[tuple[bytes | None, bytes]]) -> None:
-    sent: list[Sent] = [(k, v, 1_000 + i, []) for i, (k, v) in enumerate(records)]
-    raw = batch(sent) if sent else b""
-    out = batches.regroup([(raw, by_crc(5, lambda key: len(key) % 2 == 1))], b"kfed-epoch", 1 << 20)
-    back = [(r.key, r.value) for data in out.values() for _, rs in read(bytes(data)) for r in rs]
-    assert sorted(back, key=repr) == sorted(((k, v) for k, v, _, _ in sent), key=repr)
+RECORDS = st.lists(
+    st.tuples(st.one_of(st.none(), st.binary(max_size=40)), st.binary(max_size=300), st.integers(-(2**40), 2**40)),
+    max_size=60,
+)
 
 
-def test_a_refused_record_leaves_nothing_half_done() -> None:
-    class Wait(Exception):
-        pass
+@given(st.lists(RECORDS, max_size=3), st.integers(1, 7))
+@settings(max_examples=100, deadline=None)
+def test_the_c_module_and_python_place_any_records_alike_into_valid_batches(
+    sources: list[list[tuple[bytes | None, bytes, int]]], n: int
+) -> None:
+    raws = [batch([(k, v, 1_700_000_000_000 + ts, []) for k, v, ts in records]) if records else b""
+            for records in sources]  # fmt: skip
+    where = placement(n, lambda s: s % 3 == 0, keyless=n - 1)
+    results = []
+    for split in (batches._split, batches._split_py):
+        original, batches._split = batches._split, split
+        try:
+            results.append(batches.regroup([(raw, where) for raw in raws], 1 << 20))
+        finally:
+            batches._split = original
+    assert results[0] == results[1], "the C module writes what the Python fallback writes, byte for byte"
+    back = sorted(((r.key, r.value) for data in results[0].values() for _, rs in read(data) for r in rs), key=repr)
+    assert back == sorted(((k, v) for records in sources for k, v, _ in records), key=repr)
 
-    def place(key: bytes | None) -> tuple[int, bytes | None]:
-        if key == b"later":
-            raise Wait()
-        return 0, None
 
-    raw = batch([(b"now", b"1", 1, []), (b"later", b"2", 2, [])])
-    with pytest.raises(Wait):
-        batches.regroup([(raw, place)], b"kfed-epoch", 1 << 20)
+def test_a_record_with_no_partition_now_leaves_nothing_placed(split: str) -> None:
+    raw = batch([(b"now", b"1", 1, []), (b"later", b"2", 2, []), (None, b"3", 3, [])])
+    with pytest.raises(batches.NoPartitionNow) as refused:
+        batches.regroup([(raw, placement(2, wait=lambda s: s == slot(b"later")))], 1 << 20)
+    assert refused.value.slot == slot(b"later")
+    with pytest.raises(batches.NoPartitionNow) as refused:
+        batches.regroup([(raw, placement(2, keyless=-1))], 1 << 20)
+    assert refused.value.slot == -1, "a key-less record with no partition"
 
 
-def test_bad_input_is_refused_with_a_reason() -> None:
+def test_bad_input_is_refused_with_a_reason(split: str) -> None:
     raw = batch([(b"a", b"1", 1, []), (b"b", b"2", 2, [])])
-    place = by_crc(2)
+    where = placement(2)
     corrupt = bytearray(raw)
     corrupt[-1] ^= 0xFF
     with pytest.raises(batches.BadBatch, match="CRC"):
-        batches.regroup([(bytes(corrupt), place)], b"kfed-epoch", 1 << 20)
+        batches.regroup([(bytes(corrupt), where)], 1 << 20)
     with pytest.raises(batches.BadBatch, match=r"cut short|long"):
-        batches.regroup([(raw[:-3], place)], b"kfed-epoch", 1 << 20)
+        batches.regroup([(raw[:-3], where)], 1 << 20)
     with pytest.raises(batches.BadBatch, match="cut short"):
-        batches.regroup([(raw + raw[:20], place)], b"kfed-epoch", 1 << 20)
+        batches.regroup([(raw + raw[:20], where)], 1 << 20)
     snappy = bytearray(raw)
     struct.pack_into(">h", snappy, 21, SNAPPY)
     struct.pack_into(">I", snappy, 17, crc32c.crc32c(bytes(snappy[21:])))
     with pytest.raises(batches.UnsupportedCompression):
-        batches.regroup([(bytes(snappy), place)], b"kfed-epoch", 1 << 20)
+        batches.regroup([(bytes(snappy), where)], 1 << 20)
     big = batch([(b"k", b"x" * 100_000, 1, [])], GZIP)
     with pytest.raises(batches.BadBatch, match="inflates past"):
-        batches.regroup([(big, place)], b"kfed-epoch", 10_000)
+        batches.regroup([(big, where)], 10_000)
+
+
+@given(st.binary(min_size=1, max_size=200), st.integers(0, 40))
+@settings(max_examples=300, deadline=None)
+def test_garbage_records_under_a_valid_batch_header_are_refused_never_crash(body: bytes, count: int) -> None:
+    """What a hostile client can send past the CRC check (it computes the CRC itself): the C module reads
+    every length against the record's and the body's end."""
+    where = placement(3, lambda s: s % 2 == 0, keyless=1)
+    outcomes = []
+    for split in (batches._split, batches._split_py):
+        groups: dict[int, Any] = {}
+        try:
+            unplaced = split(body, count, 0, *where, groups)
+        except ValueError:
+            outcomes.append("refused")
+            continue
+        outcomes.append((unplaced, {p: (bytes(g[0]), *g[1:]) for p, g in groups.items()}))
+    assert outcomes[0] == outcomes[1], "the C module and Python read garbage alike"
