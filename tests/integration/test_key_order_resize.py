@@ -113,13 +113,9 @@ def first_deliveries(delivered: list[tuple[str, int]]) -> dict[str, list[int]]:
     return first
 
 
-@pytest.mark.brokers("tansu")
-def test_strict_key_order_survives_expand_shrink_and_decommission_and_none_reorders(
-    fed: LocalFederation, tmp_path: Path
-) -> None:
-    fed.add_cluster("c3", "r1")
-    fed.wait_clusters_healthy()
-    strict = resize_while_producing(fed, tmp_path, "Strict", "strict")
+def assert_every_key_in_order(strict: dict[str, Any], label: str) -> None:
+    """What ``resize_while_producing`` gave on a strict topic: every key's first deliveries 0, 1, 2, ... with no
+    gap and no order break; prints how many and how long the longest hold-back was."""
     # P0, P1 on c1 (decommissioned), P2, P3 on c2 (P0, P2 shrunk), P4, P5 on c3 (the expand). Changes that come
     # while the latest epoch waits for its seals are made by one later epoch: at least two epochs after the first.
     assert {p for _, _, p in strict["topic"]["key_ranges"]} == {3, 4, 5}
@@ -129,14 +125,24 @@ def test_strict_key_order_survives_expand_shrink_and_decommission_and_none_reord
     lost = {k: strict["sent"][k] - len(s) for k, s in first.items() if len(s) != strict["sent"][k]}
     assert not lost, f"acknowledged messages never consumed: {list(lost.items())[:5]}"
     out_of_order = [k for k, s in first.items() if s != list(range(strict["sent"][k]))]
-    assert not out_of_order, f"{len(out_of_order)} keys out of order on the strict topic, e.g. {out_of_order[:5]}"
+    assert not out_of_order, f"{len(out_of_order)} keys out of order ({label}), e.g. {out_of_order[:5]}"
     assert not [b for r in strict["readers"] for b in r.breaks], "no order break without a failure"
     stats = [s for r in strict["readers"] for s in r.consumer.key_order_stats().values()]
     longest = max(s["longest_hold_ms"] for s in stats)
     print(
-        f"strict: {sum(strict['sent'].values())} messages of {KEYS} keys in order; epochs "
+        f"{label}: {sum(strict['sent'].values())} messages of {KEYS} keys in order; epochs "
         f"{strict['topic']['key_epoch']}; longest hold-back {longest} ms; held {sum(s['held_total'] for s in stats)}"
     )
+
+
+@pytest.mark.brokers("tansu")
+def test_strict_key_order_survives_expand_shrink_and_decommission_and_none_reorders(
+    fed: LocalFederation, tmp_path: Path
+) -> None:
+    fed.add_cluster("c3", "r1")
+    fed.wait_clusters_healthy()
+    strict = resize_while_producing(fed, tmp_path, "Strict", "strict")
+    assert_every_key_in_order(strict, "strict")
 
     none = resize_while_producing(fed, tmp_path, "Unordered", "none")
     reordered = [k for k, s in first_deliveries(none["delivered"]).items() if s != sorted(s)]
@@ -170,14 +176,4 @@ def test_strict_key_order_holds_for_unmodified_kafka_producers_writing_through_t
         strict = resize_while_producing(fed, tmp_path, "ViaGateway", "strict", gateway=f"127.0.0.1:{port}")
     finally:
         stop_processes([gateway])
-    assert {p for _, _, p in strict["topic"]["key_ranges"]} == {3, 4, 5}
-    first = first_deliveries(strict["delivered"])
-    assert set(first) == {f"k{i}" for i in range(KEYS)}
-    lost = {k: strict["sent"][k] - len(s) for k, s in first.items() if len(s) != strict["sent"][k]}
-    assert not lost, f"acknowledged messages never consumed: {list(lost.items())[:5]}"
-    out_of_order = [k for k, s in first.items() if s != list(range(strict["sent"][k]))]
-    assert not out_of_order, f"{len(out_of_order)} keys out of order through the gateway, e.g. {out_of_order[:5]}"
-    assert not [b for r in strict["readers"] for b in r.breaks], "no order break without a failure"
-    stats = [s for r in strict["readers"] for s in r.consumer.key_order_stats().values()]
-    print(f"through the gateway: {sum(strict['sent'].values())} messages of {KEYS} keys in order; epochs "
-          f"{strict['topic']['key_epoch']}; held {sum(s['held_total'] for s in stats)}")  # fmt: skip
+    assert_every_key_in_order(strict, "through the gateway")
