@@ -74,22 +74,17 @@ def topic_uuid(topic_id: str) -> uuid.UUID:
     return value if value.int > 1 else uuid.uuid5(TOPIC_ID_NAMESPACE, topic_id)  # 0 and 1 are Kafka's reserved ids
 
 
-@dataclass(frozen=True)
-class StrictRoute:
-    """Where a strict topic's records go now: by slot (``crc32(key) & 16383``) the logical partition of the
-    current epoch's map, None when that partition takes no writes now (its keys wait: they never move outside
-    an epoch); and whether the slot has moved, so that its records carry the epoch (``kfed-epoch``)."""
+class StrictRoute(NamedTuple):
+    """Where a strict topic's records go now, as the placer (``protocol/batches.py``) reads it: per slot
+    (``crc32(key) & 16383``) the logical partition of the current epoch's map as native int32, -1 when that
+    partition takes no writes now (its keys wait: they never move outside an epoch); per slot 1 where it has
+    moved, so that its records carry the epoch, in ``header`` (``kfed-epoch``, encoded as a record carries it)."""
 
     epoch: int
-    targets: tuple[int | None, ...]
-    stamped: bytes  # per slot, 1 where it has moved
+    table: bytes
+    stamped: bytes
+    header: bytes
     writable: tuple[int, ...]  # the partitions that take writes, for key-less records
-    table: bytes = field(init=False)  # ``targets`` as native int32, -1 for None (what the C placer reads)
-    header: bytes = field(init=False)  # the stamp, as a record carries the header
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "table", array("i", [-1 if t is None else t for t in self.targets]).tobytes())
-        object.__setattr__(self, "header", encoded_header(EPOCH_HEADER.encode(), epoch_header(self.epoch)[1]))
 
 
 @dataclass(frozen=True)
@@ -158,11 +153,12 @@ class ClusterView:
             return None
         writable = tuple(p.partition for p in placements if p.writable)
         takes = set(writable)
-        targets: list[int | None] = []
+        table = array("i")
         for first, end, partition in history.map.ranges():
-            targets += [partition if partition in takes else None] * (end - first)
+            table.extend([partition if partition in takes else -1] * (end - first))
         stamped = bytes(1 if epoch else 0 for epoch in first_moves(history))
-        return StrictRoute(history.epoch, tuple(targets), stamped, writable)
+        header = encoded_header(EPOCH_HEADER.encode(), epoch_header(history.epoch)[1])
+        return StrictRoute(history.epoch, table.tobytes(), stamped, header, writable)
 
     def _placement(self, topic: str, p: PartitionImage) -> Placement:
         cluster = self.image.clusters.get(p.cluster_id)
