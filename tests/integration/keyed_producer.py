@@ -1,5 +1,9 @@
-"""A producer process for the key-order tests: ``python -m tests.integration.keyed_producer CONTROLLERS TOPIC
+"""A producer process for the key-order tests: ``python -m tests.integration.keyed_producer CLIENT TARGET TOPIC
 FIRST_KEY LAST_KEY STOP_FILE REPORT_FILE``.
+
+CLIENT ``sdk``: a FederatedProducer, TARGET the controllers. CLIENT ``gateway``: kafka-python with its defaults
+(idempotent, five requests in flight), an unmodified Kafka client that knows nothing of kfed, writing through
+the gateway at TARGET (HOST:PORT), which places its keys and keeps its sequences.
 
 Produces, round after round until ``STOP_FILE`` exists, one message per key ``k<FIRST_KEY>`` ..
 ``k<LAST_KEY - 1>`` valued ``<key>:<sequence number>`` (a sequence per key, from 0), then flushes and writes
@@ -15,32 +19,65 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kafka import KafkaProducer
+
 from sdk import FederatedProducer
 
 
-def main(controllers: str, topic: str, first: int, last: int, stop_file: Path, report_file: Path) -> int:
+class _Sdk:
+    def __init__(self, controllers: str, failed: list[str]) -> None:
+        def report(err: Any, msg: Any) -> None:
+            if err is not None:
+                failed.append(f"{msg.value()!r}: {err}")
+
+        self.producer = FederatedProducer({"kfed.controllers": controllers, "linger.ms": 5, "on_delivery": report,
+                                           "message.timeout.ms": 120_000})  # fmt: skip
+
+    def send(self, topic: str, key: bytes, value: bytes) -> None:
+        self.producer.produce(topic, value, key=key)
+        self.producer.poll(0)
+
+    def finish(self) -> int:
+        remaining = self.producer.flush(120)
+        self.producer.close()
+        return remaining
+
+
+class _KafkaPython:
+    def __init__(self, bootstrap: str, failed: list[str]) -> None:
+        self.producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), linger_ms=5)
+        self.futures: list[Any] = []
+        self.failed = failed
+
+    def send(self, topic: str, key: bytes, value: bytes) -> None:
+        self.futures.append(self.producer.send(topic, key=key, value=value))
+
+    def finish(self) -> int:
+        self.producer.flush(120)
+        for f in self.futures:
+            try:
+                f.get(timeout=0)
+            except Exception as e:  # reported: a failed send is a gap the test must not see
+                self.failed.append(repr(e))
+        self.producer.close()
+        return 0
+
+
+def main(client: str, target: str, topic: str, first: int, last: int, stop_file: Path, report_file: Path) -> int:
     keys = [f"k{i}" for i in range(first, last)]
     sent = dict.fromkeys(keys, 0)
     failed: list[str] = []
-
-    def report(err: Any, msg: Any) -> None:
-        if err is not None:
-            failed.append(f"{msg.value()!r}: {err}")
-
-    producer = FederatedProducer({"kfed.controllers": controllers, "linger.ms": 5, "on_delivery": report,
-                                  "message.timeout.ms": 120_000})  # fmt: skip
+    producer = (_Sdk if client == "sdk" else _KafkaPython)(target, failed)
     while not stop_file.exists():
         for key in keys:
-            producer.produce(topic, f"{key}:{sent[key]}".encode(), key=key.encode())
+            producer.send(topic, key.encode(), f"{key}:{sent[key]}".encode())
             sent[key] += 1
-        producer.poll(0)
         time.sleep(0.05)
-    remaining = producer.flush(120)
-    producer.close()
+    remaining = producer.finish()
     report_file.write_text(json.dumps({"sent": sent, "failed": failed[:20], "remaining": remaining}))
     return 0
 
 
 if __name__ == "__main__":
-    controllers, topic, first, last, stop_file, report_file = sys.argv[1:7]
-    sys.exit(main(controllers, topic, int(first), int(last), Path(stop_file), Path(report_file)))
+    client, target, topic, first, last, stop_file, report_file = sys.argv[1:8]
+    sys.exit(main(client, target, topic, int(first), int(last), Path(stop_file), Path(report_file)))

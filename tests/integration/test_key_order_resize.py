@@ -55,7 +55,8 @@ def resize_while_producing(
             [
                 sys.executable,
                 "-m",
-                "tests.integration.gateway_keyed_producer" if gateway else "tests.integration.keyed_producer",
+                "tests.integration.keyed_producer",
+                "gateway" if gateway else "sdk",
                 gateway or controllers(fed),
                 topic,
                 str(i * KEYS // 2),
