@@ -224,8 +224,10 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
 
     def on_update(self, delta: LogDelta, image: MetadataImage) -> None:
         """The followed log advanced (a ``MetadataPublisher``, called on the follower's thread): drop cached
-        routes; purge queues of clusters that became fenced."""
-        fenced = {c.cluster_id for c in image.clusters.values() if c.fenced or c.state != "active"}
+        routes; purge queues of clusters that became fenced or were decommissioned. A cluster going read-only
+        or draining (a planned decommission) keeps its queue: its brokers still take what was routed there
+        before, as a shrunk partition's do, and purging would fail keyed messages for nothing."""
+        fenced = {c.cluster_id for c in image.clusters.values() if c.fenced or c.state == "decommissioned"}
         with self._lock:
             self._to_purge |= fenced - self._fenced
             self._fenced = fenced

@@ -17,7 +17,7 @@ from deploy.processes import free_ports
 from metadata_log.image import EMPTY_IMAGE, apply
 from metadata_log.keyorder import commands as key_order_commands
 from metadata_log.keyorder.replay import EMPTY_KEY_ORDERS
-from metadata_log.records import ClusterRegistered, PhysicalPartitionsReported
+from metadata_log.records import ClusterFenced, ClusterRegistered, ClusterStateChanged, PhysicalPartitionsReported
 from sdk import FederatedConsumer, FederatedProducer
 from tests.waiting import wait_until
 
@@ -155,6 +155,29 @@ def test_keyed_messages_of_a_strict_topic_wait_while_no_controller_confirms_the_
     wait_until(lambda: producer._lease.held, 10, "the lease holds again", interval_s=0.01)
     producer.poll(0)
     assert producer._waiting_count == 0 and len(producer) == 3, "handed on once confirmed again"
+    producer.close(0)
+
+
+def test_a_planned_decommission_keeps_queued_messages_and_a_fence_reports_them(
+    nowhere: str, silent_broker: str
+) -> None:
+    """Messages routed to a cluster before it went read-only stay queued for its brokers (the CI run that
+    failed a keyed message of a strict topic with ``_PURGE_QUEUE`` mid-decommission); a fenced cluster's
+    keyed messages are reported with their error, nothing dropped silently."""
+    reports: list[Any] = []
+    producer = FederatedProducer({"kfed.controllers": nowhere, "on_delivery": lambda e, m: reports.append(e)})
+    following(producer, silent_broker, "T")
+    image = producer._follower.image
+    producer.produce("T", b"keyed", key=b"k")
+    for state in ("read_only", "draining"):
+        image = apply(image, [ClusterStateChanged("c1", state)])
+        producer.on_update(None, image)  # type: ignore[arg-type]
+        producer.poll(0.1)
+        assert reports == [] and len(producer) == 1, state
+    image = apply(image, [ClusterFenced("c1", "broker down", 0)])
+    producer.on_update(None, image)  # type: ignore[arg-type]
+    wait_until(lambda: producer.poll(0.05) or reports, 10, "the fenced cluster's queue reported")
+    assert [e.code() for e in reports] == [KafkaError._PURGE_QUEUE] and len(producer) == 0
     producer.close(0)
 
 
