@@ -253,16 +253,7 @@ async def _route_strict(
     if refused is not None:
         return _StrictPlan(alone=dict.fromkeys(tps, refused))
     plan = _StrictPlan()
-    held = gw.key_order_lease_held()
-    table = route.table if held else WAIT_ALL
-
-    def placement(partition: int) -> batches.Placement:
-        keyless = partition
-        if partition not in route.writable:
-            keyless = route.writable[partition % len(route.writable)] if route.writable else -1
-        return batches.Placement(table, route.stamped, keyless, route.header)
-
-    sources = []
+    pending: list[tuple[bytes, int]] = []
     for data, tp in zip(partition_data, tps, strict=True):
         records = data.records or b""
         try:
@@ -278,9 +269,25 @@ async def _route_strict(
                 plan.alone[tp] = Refused(verdict, None)
                 continue
             plan.sent.append(_Sent(sequence, producer.base_sequence, producer.last_sequence, tp))
-        sources.append((records, placement(tp[1])))
+        pending.append((records, tp[1]))
         plan.together.append(tp)
-    placed = await _place(gw, view, name, sources)
+    # The key map as it is now, not as the request found it: waiting for earlier answers can take seconds,
+    # and a batch placed by an epoch that ended meanwhile could land behind its seal.
+    view = gw.view()
+    route = view.strict(name) or route  # a topic switched to none meanwhile: its last map, for this request
+    held = gw.key_order_lease_held()
+    table = route.table if held else WAIT_ALL
+
+    def placement(partition: int) -> batches.Placement:
+        keyless = partition
+        if partition not in route.writable:
+            keyless = route.writable[partition % len(route.writable)] if route.writable else -1
+        return batches.Placement(table, route.stamped, keyless, route.header)
+
+    placed = await _place(gw, view, name, [(records, placement(p)) for records, p in pending])
+    latest = gw.view().strict(name)
+    if not isinstance(placed, Refused) and latest is not None and latest.epoch != route.epoch:
+        placed = Refused(ErrorCode.not_leader_or_follower, f"{name}: a new key map came while placing; retry")
     if isinstance(placed, Refused) and not held and placed.code == ErrorCode.not_leader_or_follower:
         placed = Refused(placed.code, f"{name}: no controller confirmed the key map lately; retry")
     if isinstance(placed, Refused):
