@@ -27,7 +27,7 @@ passed in (milliseconds, any monotonic origin); no I/O here.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Generic, Literal, TypeVar
 
@@ -88,6 +88,34 @@ class _Held(Generic[T]):
     waits: tuple[Parent, ...] | None  # the parents it was held for, once its epoch is known
 
 
+def waits_for(
+    topic: KeyOrderTopic | None, released: Collection[Parent], slot: int, stamp: int | None
+) -> list[Parent] | None:
+    """The rule for one record of ``slot`` stamped ``stamp``: the parents it waits for that ``released`` (the
+    group's releases its members may act on) lacks ([]: it may go), or None when its epoch is newer than
+    ``topic`` (the reader's metadata is behind: it waits until it knows that epoch)."""
+    if topic is None or stamp is None or stamp < FIRST_EPOCH:
+        return []
+    if stamp > topic.epoch:
+        return None
+    return [p for p in parents_of(topic, slot, stamp) if p not in released]
+
+
+def first_held(
+    topic: KeyOrderTopic | None, released: Collection[Parent], records: Iterable[tuple[int, int, int | None]]
+) -> tuple[int, tuple[Parent, ...]] | None:
+    """For a reader that cannot hold a record and hand out the ones after it (a Kafka client reads a
+    partition by offset, and its position passes whatever it was given): the first of ``records`` (offset,
+    slot, stamp), in offset order, that waits, with the parents it waits for (none known yet when its epoch
+    is newer than ``topic``); None when every one may go. Whatever follows it in its partition waits behind
+    it, which keeps each key's order within the partition, as ``HoldBack``'s per-slot queues do."""
+    for offset, slot, stamp in records:
+        blockers = waits_for(topic, released, slot, stamp)
+        if blockers != []:
+            return offset, tuple(blockers or ())
+    return None
+
+
 class HoldBack(Generic[T]):
     """One group member's held records of one strict topic."""
 
@@ -108,12 +136,9 @@ class HoldBack(Generic[T]):
     # -- the rule ---------------------------------------------------------------------------------
     def _blockers(self, slot: int, stamp: int | None) -> list[Parent] | None:
         """The unreleased parents a record waits for ([]: none), or None when its epoch is not known yet."""
-        topic = self._topic
-        if topic is None or stamp is None or stamp < self._open_from:
+        if stamp is not None and stamp < self._open_from:
             return []
-        if stamp > topic.epoch:
-            return None
-        return [p for p in parents_of(topic, slot, stamp) if p not in self._released]
+        return waits_for(self._topic, self._released, slot, stamp)
 
     def _flag(
         self, partition: int, offset: int, slot: int, stamp: int | None, waits: tuple[Parent, ...]

@@ -178,3 +178,62 @@ def test_garbage_records_under_a_valid_batch_header_are_refused_never_crash(body
             continue
         outcomes.append((unplaced, {p: (bytes(g[0]), *g[1:]) for p, g in groups.items()}))
     assert outcomes[0] == outcomes[1], "the C module and Python read garbage alike"
+
+
+# -- fetched batches: where a Kafka client's read of a strict topic stops ---------------------------------
+def at_offset(raw: bytes, base: int) -> bytes:
+    """A batch as a broker answers it: its base offset set (the CRC does not cover it)."""
+    return struct.pack(">q", base) + raw[8:]
+
+
+def fetched(partial: bool = True) -> bytes:
+    """Offsets 100-102 (uncompressed) and 103-105 (gzip), then (``partial``) a batch cut short by the fetch's
+    size."""
+    first = [(b"a", b"1", 1000, [("kfed-epoch", b"2"), ("kfed-epoch", b"9")]), (None, b"2", 1001, []),
+             (b"b", b"3", 1005, [("other", b"x")])]  # fmt: skip
+    second = [(b"c", b"4", 1002, [("kfed-epoch", b"x")]), (b"a", b"5", 1003, [("kfed-epoch", b"3")]),
+              (b"d", b"6", 1004, [])]  # fmt: skip
+    cut_short = at_offset(batch([(b"e", b"7", 1006, [])]), 106)[:-3] if partial else b""
+    return at_offset(batch(first), 100) + at_offset(batch(second, GZIP), 103) + cut_short
+
+
+def test_a_fetch_answers_keyed_records_are_read_with_their_slot_and_epoch() -> None:
+    got = list(batches.keyed_records(fetched(), 101, 1 << 20))
+    # the first kfed-epoch header counts; one that is not an epoch is no stamp; key-less and earlier ones skipped
+    assert got == [(102, slot(b"b"), None), (103, slot(b"c"), None), (104, slot(b"a"), 3), (105, slot(b"d"), None)]
+    assert [o for o, _, _ in batches.keyed_records(fetched(), 0, 1 << 20)] == [100, 102, 103, 104, 105]
+    assert next(batches.keyed_records(fetched(), 0, 1 << 20))[2] == 2
+    snappy = bytearray(batch([(b"k", b"v", 1, [])]))
+    snappy[22] |= SNAPPY  # the attributes' codec bits (the body is not read: refused before)
+    struct.pack_into(">I", snappy, 17, crc32c.crc32c(bytes(snappy[21:])))
+    with pytest.raises(batches.UnsupportedCompression):
+        list(batches.keyed_records(bytes(snappy), 0, 1 << 20))
+    corrupt = bytearray(fetched())
+    corrupt[70] ^= 1
+    with pytest.raises(batches.BadBatch, match="CRC"):
+        list(batches.keyed_records(bytes(corrupt), 0, 1 << 20))
+
+
+@pytest.mark.parametrize("offset", range(99, 108))
+def test_a_fetch_answer_cut_before_a_record_keeps_exactly_the_records_before_it(offset: int) -> None:
+    """What a client reads of the cut answer: every record before ``offset``, with its offset, key, value,
+    timestamp and headers, in batches with valid CRCs; nothing from ``offset`` on."""
+    whole = [(b.base_offset + i, r.key, r.value, r.timestamp, r.headers)
+             for b, records in read(fetched(partial=False)) for i, r in enumerate(records)]  # fmt: skip
+    cut = batches.cut(fetched(), offset, 1 << 20)
+    got = []
+    at = 0
+    while len(cut) - at >= batches.HEADER.size:
+        (length,) = struct.unpack_from(">i", cut, at + 8)
+        if at + 12 + length > len(cut):
+            break  # the trailing partial batch, left when nothing is cut
+        b = DefaultRecordBatch(cut[at : at + 12 + length])
+        assert b.validate_crc()
+        records = list(b)
+        assert b.next_offset == b.base_offset + len(records), "the batch ends at its last kept record"
+        assert b.compression_type == NO_COMPRESSION or b.base_offset + len(records) == 106
+        got += [(b.base_offset + i, r.key, r.value, r.timestamp, r.headers) for i, r in enumerate(records)]
+        at += 12 + length
+    assert got == [r for r in whole if r[0] < offset]
+    if offset >= 106:
+        assert cut == fetched(), "nothing to cut: the answer as it came"

@@ -29,7 +29,7 @@ from metadata_log.keyorder.history import (
     with_release,
     with_seal,
 )
-from metadata_log.keyorder.holdback import HoldBack
+from metadata_log.keyorder.holdback import HoldBack, first_held
 from metadata_log.keyorder.routing import (
     KEY_SLOTS,
     MAX_STRICT_PARTITIONS,
@@ -421,3 +421,23 @@ def test_a_record_is_flagged_for_a_give_up_only_if_it_waited_for_that_parent() -
     topic = with_release(with_seal(topic, 3, 1, 4), "g", 3, 1, broken=False, at_offset=9)
     (d,) = engine.observe(topic, acted_on(topic, "g", {}), now_ms=1)
     assert d.item == "k#9" and d.order_break is None
+
+
+def test_a_reader_that_cannot_skip_stops_at_the_first_record_that_waits() -> None:
+    """``first_held``, the gateway's rule for Kafka clients (they read by offset): the first record of a
+    moved range waits, with its parent, and everything after it in its partition waits behind it, kept
+    slots included; unstamped records, kept slots and released parents never stop the reader; a record of an
+    epoch the metadata does not know yet stops it with no parent known."""
+    topic = strict_topic([0, 1])
+    topic = with_change(topic, next_change(topic, [1], "shrink 0"))  # type: ignore[arg-type]
+    moved = topic.changes[-1].moves[0].first_slot
+    kept = KEY_SLOTS - 1
+    records = [(10, kept, 2), (11, moved, None), (12, moved, 2), (13, kept, 2)]
+    assert first_held(topic, set(), records) == (12, ((2, 0),))
+    assert first_held(topic, {(2, 0)}, records) is None, "released: it goes"
+    assert first_held(None, set(), records) is None, "the topic is not strict (any more)"
+    assert first_held(topic, set(), [(5, moved, 3)]) == (5, ()), "epoch 3 is not known yet"
+    assert first_held(topic, set(), [(5, moved, 0)]) is None, "not an epoch: unstamped"
+    engine: HoldBack[str] = HoldBack("g")  # the same verdicts as the member that holds records
+    engine.observe(topic, {}, now_ms=0)
+    assert [o for o, s, e in records if engine.offer(1, o, s, e, "r", now_ms=0) == []] == [12]
