@@ -22,6 +22,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from metadata_log.keyorder.replay import strict_history
 from metadata_log.keyorder.routing import KEY_SLOTS
 
 from . import protocol as kp
@@ -461,11 +462,39 @@ async def fetch(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any
     for part in tasks:  # still waiting on a broker: parked for the client's next fetch
         where, key = asked[part]
         conn.parked_fetches[where] = (key, part)
+    if _hold_back(gw, conn, view, body, answers) and not any(a["records"] for a in answers.values()):
+        await asyncio.sleep(max(0.0, deadline - loop.time()))  # all of it waits: as a broker with nothing new
     responses = []
     for topic_name, partitions in order:
         parts = [answers.get((topic_name, p)) or _fetch_error(p, ErrorCode.none, empty=True) for p in partitions]
         responses.append({"topic": topic_name, "partitions": parts})
     return {"error_code": 0, "session_id": 0, "responses": responses, "throttle_time": 0}
+
+
+def _hold_back(gw: Gateway, conn: ClientConnection, view: ClusterView, body: Any,
+               answers: dict[tuple[str, int], dict[str, Any]]) -> bool:  # fmt: skip
+    """End each strict partition's answer before the first record its readers' groups must not have yet
+    (``gateway/holdback.py``); whether any was cut."""
+    image = view.image
+    if not image.key_orders:
+        return False
+    cut = False
+    for topic in body.topics:
+        history = strict_history(image.key_orders, topic.topic)
+        if history is None or not any(c.givers() for c in history.changes):
+            continue
+        for p in topic.partitions:
+            tp = (topic.topic, int(p.partition))
+            answer = answers.get(tp)
+            if answer is None or not answer["records"]:
+                continue
+            groups = gw.groups.readers(conn.client_id, conn.peer_host, tp)
+            records = gw.groups.key_order.cut(image, groups, tp[0], int(p.fetch_offset), answer["records"],
+                                              gw.limits.max_fetch_bytes)  # fmt: skip
+            if len(records) != len(answer["records"]):
+                answer["records"] = records
+                cut = True
+    return cut
 
 
 def _fetch_error(partition: int, code: ErrorCode, empty: bool = False) -> dict[str, Any]:

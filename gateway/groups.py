@@ -34,6 +34,7 @@ from metadata_log.errors import Conflict, InvalidRequest, KfedError
 
 from . import offsets
 from . import protocol as kp
+from .holdback import GroupKeyOrder
 from .protocol import ErrorCode
 from .server import ClientConnection
 
@@ -78,6 +79,7 @@ class GroupBridge:
         self.gateway = gateway
         self.members: dict[tuple[str, str], Member] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.key_order = GroupKeyOrder()
 
     def lock(self, group: str, member_id: str) -> asyncio.Lock:
         """Calls of one member run one at a time (a heartbeat must not cross a sync)."""
@@ -85,11 +87,22 @@ class GroupBridge:
 
     async def beat(self, member: Member, owned: Iterable[TopicPartition]) -> dict[str, Any]:
         """One quorum heartbeat of ``member`` reporting ``owned``; a ``KfedError`` when it fails."""
+        owned = list(owned)
         body = {"member_id": member.member_id, "topics": list(member.topics), "owned": [list(tp) for tp in owned],
-                "session_timeout_ms": member.session_timeout_ms}  # fmt: skip
+                "session_timeout_ms": member.session_timeout_ms,
+                **self.key_order.beat_fields(member, owned, self.gateway.view().image)}  # fmt: skip
         reply = await self.gateway.quorum.post(f"/v1/groups/{member.group}/heartbeat", body, QUORUM_DEADLINE_S)
         member.last_quorum_s = time.monotonic()
+        self.key_order.heard(member.group, reply)
         return reply
+
+    def readers(self, client_id: str | None, host: str, tp: TopicPartition) -> list[str]:
+        """The groups a client's fetch of ``tp`` is read for (``gateway/holdback.py``): those of the members
+        consuming it here that came from that client, else of every member consuming it here. A scan of this
+        instance's members, made only for strict topics whose moves some group has not released."""
+        owning = [m for m in self.members.values() if tp in m.given]
+        same = [m for m in owning if m.client_id == client_id and m.client_host == host]
+        return sorted({m.group for m in same or owning})
 
     def forget_expired(self) -> None:
         now = time.monotonic()
@@ -97,9 +110,11 @@ class GroupBridge:
             if now - m.last_seen_s > m.session_timeout_ms / 1000:
                 del self.members[key]
                 self._locks.pop(key, None)
+        self.key_order.forget(self.members.values())
 
     async def stop(self) -> None:
         self.members.clear()
+        self.key_order.forget(())
 
 
 def _error(e: KfedError) -> ErrorCode:
@@ -160,8 +175,10 @@ async def join_group(gw: Gateway, conn: ClientConnection, request: kp.Request) -
 
 async def _join(bridge: GroupBridge, member: Member) -> dict[str, Any]:
     body = {"member_id": member.member_id or None, "topics": list(member.topics),
-            "owned": [list(tp) for tp in member.reported], "session_timeout_ms": member.session_timeout_ms}  # fmt: skip
+            "owned": [list(tp) for tp in member.reported], "session_timeout_ms": member.session_timeout_ms,
+            "metadata_offset": bridge.gateway.view().image.offset}  # fmt: skip
     reply = await bridge.gateway.quorum.post(f"/v1/groups/{member.group}/heartbeat", body, QUORUM_DEADLINE_S)
+    bridge.key_order.heard(member.group, reply)
     member.member_id = str(reply["member_id"])
     member.generation = int(reply["generation"])
     bridge.members[(member.group, member.member_id)] = member

@@ -97,6 +97,10 @@ async def offset_commit(gw: Gateway, conn: ClientConnection, request: kp.Request
     results = await asyncio.gather(*(_commit_to(c, body.group_id, parts) for c, parts in by_cluster.items()))
     for got in results:
         answers.update(got)
+    for parts in by_cluster.values():  # for strict topics' releases (gateway/holdback.py)
+        for name, partition, _, p in parts:
+            if answers[(name, partition)] == ErrorCode.none:
+                gw.groups.key_order.committed(view.image, body.group_id, name, partition, int(p.committed_offset))
     topics = [{"name": t.name, "partitions": [{"partition_index": p.partition_index,
                                                 "error_code": answers[(t.name, int(p.partition_index))]}
                                                for p in t.partitions]} for t in body.topics]  # fmt: skip
@@ -153,6 +157,9 @@ async def offset_fetch(gw: Gateway, conn: ClientConnection, request: kp.Request)
         )
     for got in results:
         answers.update(got)
+    for (name, partition), answer in answers.items():  # a member starting a partition: the group's commit there
+        if answer["error_code"] == ErrorCode.none and answer["committed_offset"] >= 0:
+            gw.groups.key_order.committed(view.image, group, name, partition, int(answer["committed_offset"]))
     if wanted is None:
         found: dict[str, list[int]] = defaultdict(list)
         for name, partition in sorted(answers):

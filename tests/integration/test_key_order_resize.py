@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka import KafkaConsumer
 
 from deploy.local import LocalFederation, free_ports, kfed_command
 from deploy.processes import stop_processes, wait_port
@@ -40,12 +42,40 @@ def kfed(fed: LocalFederation, *args: str) -> str:
     return subprocess.run(command, check=True, capture_output=True, text=True, timeout=120).stdout
 
 
+class GatewayReader(threading.Thread):
+    """A member of a reading group made of kafka-python consumers, unmodified, reading through ``kfed gateway``:
+    appends (key, sequence) as handed out to a list the group shares, as ``KeyedReader`` does."""
+
+    def __init__(self, gateway: str, topic: str, group: str, delivered: list[tuple[str, int]]) -> None:
+        super().__init__(daemon=True)
+        # small fetches: the partitions a key moved to are read side by side with the ones it left (one fetch
+        # of a whole partition would hand it out before the next, in order by chance)
+        self.consumer = KafkaConsumer(topic, bootstrap_servers=[gateway], group_id=group,
+                                      auto_offset_reset="earliest", auto_commit_interval_ms=1000,
+                                      max_partition_fetch_bytes=4096)  # fmt: skip
+        self.delivered = delivered
+        self.breaks: list[Any] = []  # a Kafka client is told of none: the hold-back must leave none to tell
+        self.partitions: dict[str, set[int]] = {}
+        self.stop_flag = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_flag.is_set():
+            for tp, messages in self.consumer.poll(100).items():
+                for m in messages:
+                    key, seq = m.value.decode().split(":")
+                    self.delivered.append((key, int(seq)))
+                    self.partitions.setdefault(key, set()).add(tp.partition)
+        self.consumer.close()
+
+
 def resize_while_producing(
-    fed: LocalFederation, tmp_path: Path, topic: str, key_order: str, gateway: str | None = None
-) -> dict[str, Any]:
+    fed: LocalFederation, tmp_path: Path, topic: str, key_order: str, gateway: str | None = None,
+    read_through_gateway: bool = False,
+) -> dict[str, Any]:  # fmt: skip
     """Produce from two processes while the topic is expanded onto c3, shrunk by two partitions and c1 is
     decommissioned; then read it with a group of three. Returns what was sent and what was delivered.
-    ``gateway``: the producers are kafka-python processes writing through this gateway (HOST:PORT)."""
+    ``gateway``: the producers are kafka-python processes writing through this gateway (HOST:PORT), and
+    with ``read_through_gateway`` the group's members are kafka-python consumers reading through it."""
     kfed(fed, "topic", "create", topic, "--region", "r1", "--partitions-per-cluster", "2", "--key-order", key_order)
     fed.wait_writable(topic)
     stop = tmp_path / f"{topic}.stop"
@@ -91,17 +121,39 @@ def resize_while_producing(
         assert body["failed"] == [] and body["remaining"] == 0, body
         sent.update(body["sent"])
     delivered: list[tuple[str, int]] = []
-    readers = [KeyedReader(fed, topic, f"g-{topic}", delivered) for _ in range(3)]
+    readers: list[KeyedReader | GatewayReader] = [
+        GatewayReader(gateway, topic, f"g-{topic}", delivered)
+        if read_through_gateway and gateway
+        else KeyedReader(fed, topic, f"g-{topic}", delivered)
+        for _ in range(3)
+    ]
     for r in readers:
         r.start()
     total = sum(sent.values())
-    wait_until(lambda: len(set(delivered)) >= total, 300, f"the group read all {total} messages of {topic}")
+    try:
+        wait_until(lambda: len(set(delivered)) >= total, 300, f"the group read all {total} messages of {topic}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; {missing(sent, delivered, readers)}") from None
     for r in readers:
         r.stop_flag.set()
     for r in readers:
         r.join(30)
     history = fed.metadata(topic=topic)["topics"][0]
     return {"sent": sent, "delivered": delivered, "readers": readers, "topic": history}
+
+
+def missing(sent: dict[str, int], delivered: list[tuple[str, int]], readers: list[KeyedReader | GatewayReader]) -> str:
+    """What a group that did not read everything lacks: how many messages of how many keys, where the first
+    gaps are, and what its members hold back."""
+    got: dict[str, set[int]] = {}
+    for key, seq in list(delivered):
+        got.setdefault(key, set()).add(seq)
+    short = {k: sorted(set(range(n)) - got.get(k, set())) for k, n in sent.items()}
+    short = {k: gap for k, gap in short.items() if gap}
+    examples = {k: (gap[0], len(gap)) for k, gap in list(short.items())[:5]}
+    stats = [r.consumer.key_order_stats() for r in readers if isinstance(r, KeyedReader)]
+    return (f"{sum(map(len, short.values()))} messages of {len(short)} keys missing; (first missing, how many): "
+            f"{examples}; members' key-order stats: {stats}")  # fmt: skip
 
 
 def first_deliveries(delivered: list[tuple[str, int]]) -> dict[str, list[int]]:
@@ -128,12 +180,11 @@ def assert_every_key_in_order(strict: dict[str, Any], label: str) -> None:
     out_of_order = [k for k, s in first.items() if s != list(range(strict["sent"][k]))]
     assert not out_of_order, f"{len(out_of_order)} keys out of order ({label}), e.g. {out_of_order[:5]}"
     assert not [b for r in strict["readers"] for b in r.breaks], "no order break without a failure"
-    stats = [s for r in strict["readers"] for s in r.consumer.key_order_stats().values()]
-    longest = max(s["longest_hold_ms"] for s in stats)
-    print(
-        f"{label}: {sum(strict['sent'].values())} messages of {KEYS} keys in order; epochs "
-        f"{strict['topic']['key_epoch']}; longest hold-back {longest} ms; held {sum(s['held_total'] for s in stats)}"
-    )
+    stats = [s for r in strict["readers"] if isinstance(r, KeyedReader) for s in r.consumer.key_order_stats().values()]
+    held = (f"longest hold-back {max(s['longest_hold_ms'] for s in stats)} ms; held "
+            f"{sum(s['held_total'] for s in stats)}" if stats else "read by Kafka clients")  # fmt: skip
+    print(f"{label}: {sum(strict['sent'].values())} messages of {KEYS} keys in order; epochs "
+          f"{strict['topic']['key_epoch']}; {held}")  # fmt: skip
 
 
 @pytest.mark.brokers("tansu")
@@ -178,3 +229,25 @@ def test_strict_key_order_holds_for_unmodified_kafka_producers_writing_through_t
     finally:
         stop_processes([gateway])
     assert_every_key_in_order(strict, "through the gateway")
+
+
+@pytest.mark.brokers("tansu")
+def test_strict_key_order_holds_for_unmodified_kafka_consumers_reading_through_the_gateway(
+    fed: LocalFederation, tmp_path: Path
+) -> None:
+    """The same resizes, written and read by kafka-python through ``kfed gateway``: a group of three Kafka
+    consumers gets every key in order, because the gateway ends each fetch of a strict partition before the
+    first record the group must not have yet (``gateway/holdback.py``)."""
+    fed.add_cluster("c3", "r1")
+    fed.wait_clusters_healthy()
+    port = free_ports(1)[0]
+    with open(tmp_path / "gateway.log", "ab") as log:
+        token = ["--token-file", str(fed.quorum.token_file)] if fed.quorum.token_file else []
+        gateway = spawn(fed.quorum.urls, f"127.0.0.1:{port}", log, *token)
+    try:
+        wait_port(port, 30)
+        strict = resize_while_producing(fed, tmp_path, "ReadViaGateway", "strict", gateway=f"127.0.0.1:{port}",
+                                        read_through_gateway=True)  # fmt: skip
+    finally:
+        stop_processes([gateway])
+    assert_every_key_in_order(strict, "written and read through the gateway")

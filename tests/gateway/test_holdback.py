@@ -1,0 +1,114 @@
+"""The gateway's part of a group's strict key order (``gateway/holdback.py``): a Kafka client's read of a
+strict partition ends before the first record its group must not have yet, until the quorum's heartbeat
+answer releases what it waits for; the heartbeat reports the group's commits and the parents waited for too
+long. The fetch answers are built by kafka-python's record code and read back by it."""
+
+from __future__ import annotations
+
+import struct
+
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from gateway.groups import Member
+from gateway.holdback import GroupKeyOrder
+from metadata_log import commands
+from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
+from metadata_log.keyorder import commands as key_order
+from metadata_log.keyorder.replay import strict_history
+from metadata_log.keyorder.routing import KEY_SLOTS, slot_of
+from metadata_log.records import ClusterRegistered
+
+MAX_BYTES = 1 << 20
+
+
+def shrunk() -> MetadataImage:
+    """S strict over P0-P3, then P3 shrunk: epoch 2 moved P3's slots to P0-P2."""
+    image = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1"), ClusterRegistered("c2", "r1", "h:2")])
+    image = apply(
+        image, key_order.create_topic(image, image.key_orders, "S", "r1", 2, "id", key_order="strict").records
+    )
+    return apply(image, key_order.with_epochs(image, image.key_orders, commands.shrink_partitions(image, "S", [3]),
+                                              "shrink").records)  # fmt: skip
+
+
+def keys(image: MetadataImage) -> tuple[bytes, bytes]:
+    """A key that moved from P3 to P0 in epoch 2, and one P0 always had."""
+    history = strict_history(image.key_orders, "S")
+    assert history is not None
+    moved_slots = {
+        s for m in history.changes[-1].moves if m.from_partition == 3 for s in range(m.first_slot, m.end_slot)
+    }
+    moved = next(
+        k
+        for k in (b"k%d" % i for i in range(100_000))
+        if slot_of(k) in moved_slots and history.map.owner(slot_of(k)) == 0
+    )
+    kept = next(
+        k
+        for k in (b"k%d" % i for i in range(100_000))
+        if slot_of(k) not in moved_slots and history.map.owner(slot_of(k)) == 0
+    )
+    assert slot_of(kept) < KEY_SLOTS
+    return moved, kept
+
+
+def answer(base: int, records: list[tuple[bytes, list[tuple[str, bytes]]]]) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)  # fmt: skip
+    for i, (key, headers) in enumerate(records):
+        builder.append(i, timestamp=1000 + i, key=key, value=b"v%d" % i, headers=headers)
+    return struct.pack(">q", base) + bytes(builder.build())[8:]
+
+
+def offsets_of(raw: bytes) -> list[int]:
+    out, at = [], 0
+    while at < len(raw):
+        (length,) = struct.unpack_from(">i", raw, at + 8)
+        b = DefaultRecordBatch(raw[at : at + 12 + length])
+        assert b.validate_crc()
+        out += [r.offset for r in b]
+        at += 12 + length
+    return out
+
+
+def test_a_read_stops_before_a_moved_key_until_the_group_releases_its_parent() -> None:
+    image = shrunk()
+    moved, kept = keys(image)
+    stamp = [("kfed-epoch", b"2")]
+    fetched = answer(10, [(kept, stamp), (moved, []), (kept, []), (moved, stamp), (kept, stamp)])
+    order = GroupKeyOrder()
+    assert offsets_of(order.cut(image, ["g"], "S", 10, fetched, MAX_BYTES)) == [10, 11, 12], "up to the held one"
+    assert order.cut(image, [], "S", 10, fetched, MAX_BYTES) == fetched, "no group reads it here: as it came"
+    assert offsets_of(order.cut(image, ["g"], "S", 14, fetched, MAX_BYTES)) == [10, 11, 12, 13, 14], (
+        "records before the fetch offset are the client's already: the held one was released to it"
+    )
+    order.heard("other", {"key_releases": {"S": [[2, 3]]}})
+    assert offsets_of(order.cut(image, ["g", "other"], "S", 10, fetched, MAX_BYTES)) == [10, 11, 12], (
+        "read for two groups: it stops where either must"
+    )
+    order.heard("g", {"key_releases": {"S": [[2, 3]]}})
+    assert order.cut(image, ["g"], "S", 10, fetched, MAX_BYTES) == fetched, "released: all of it goes"
+
+
+def test_the_heartbeat_reports_the_commits_on_owned_strict_partitions_and_the_parents_waited_too_long() -> None:
+    image = shrunk()
+    moved, _ = keys(image)
+    member = Member("g", "m1", ("S",), "range", False, 10_000, "client", "127.0.0.1")
+    order = GroupKeyOrder(max_wait_ms=0)
+    order.committed(image, "g", "S", 3, 40)
+    order.committed(image, "g", "S", 0, 7)
+    order.committed(image, "g", "NotStrict", 0, 9)
+    assert order.beat_fields(member, [("S", 3)], image) == {
+        "metadata_offset": image.offset,
+        "committed": [["S", 3, 40]],
+        "give_up": [],
+    }
+    order.cut(image, ["g"], "S", 0, answer(0, [(moved, [("kfed-epoch", b"2")])]), MAX_BYTES)
+    assert order.beat_fields(member, [], image)["give_up"] == [["S", 2, 3]], "waited max_wait_ms (0 here)"
+    order.heard("g", {"key_releases": {"S": [[2, 3]]}})
+    assert order.beat_fields(member, [], image)["give_up"] == [], "released: no longer waited for"
+    member.given = frozenset({("S", 0)})
+    order.forget([member])
+    assert order.beat_fields(member, [("S", 0), ("S", 3)], image)["committed"] == [["S", 0, 7]], (
+        "what no member here owns is forgotten"
+    )
