@@ -124,7 +124,11 @@ class GroupKeyOrder:
             held = self._first_held(group, topic, topic_history, keyed)
             if held is not None and (stop is None or held < stop):
                 stop = held
-        return batches.cut(records, stop, max_bytes) if stop is not None else records
+        if stop is None:
+            return records
+        # nothing the client has not had before the held one: an empty answer (a batch of records below its
+        # position would move it nowhere, and it would ask again at once)
+        return batches.cut(records, stop, max_bytes) if stop > fetch_offset else b""
 
     def _first_held(
         self, group: str, topic: str, history: KeyOrderTopic, keyed: list[tuple[int, int, int | None]]

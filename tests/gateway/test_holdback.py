@@ -79,6 +79,7 @@ def test_a_read_stops_before_a_moved_key_until_the_group_releases_its_parent() -
     order = GroupKeyOrder()
     assert offsets_of(order.cut(image, ["g"], "S", 10, fetched, MAX_BYTES)) == [10, 11, 12], "up to the held one"
     assert order.cut(image, [], "S", 10, fetched, MAX_BYTES) == fetched, "no group reads it here: as it came"
+    assert order.cut(image, ["g"], "S", 13, fetched, MAX_BYTES) == b"", "at the held one: nothing (not 10-12 again)"
     assert offsets_of(order.cut(image, ["g"], "S", 14, fetched, MAX_BYTES)) == [10, 11, 12, 13, 14], (
         "records before the fetch offset are the client's already: the held one was released to it"
     )
