@@ -151,9 +151,9 @@ def missing(sent: dict[str, int], delivered: list[tuple[str, int]], readers: lis
     short = {k: sorted(set(range(n)) - got.get(k, set())) for k, n in sent.items()}
     short = {k: gap for k, gap in short.items() if gap}
     examples = {k: (gap[0], len(gap)) for k, gap in list(short.items())[:5]}
-    stats = [r.consumer.key_order_stats() for r in readers if isinstance(r, KeyedReader)]
+    stats = [(r.consumer.key_order_stats(), sorted(r.consumer._paused)) for r in readers if isinstance(r, KeyedReader)]
     return (f"{sum(map(len, short.values()))} messages of {len(short)} keys missing; (first missing, how many): "
-            f"{examples}; members' key-order stats: {stats}")  # fmt: skip
+            f"{examples}; members' key-order stats and paused partitions: {stats}")  # fmt: skip
 
 
 def first_deliveries(delivered: list[tuple[str, int]]) -> dict[str, list[int]]:
