@@ -15,6 +15,7 @@ from typing import Any
 from gateway import data
 from gateway.server import ClientConnection, ClientMemory, Limits
 from gateway.view import Placement
+from metadata_log.image import EMPTY_IMAGE
 
 
 @dataclasses.dataclass
@@ -72,7 +73,8 @@ class Gateway:
     def view(self) -> Any:
         placements = {("T", 0): Placement("T", 0, "c1", "T", 0, True, True),
                       ("T", 1): Placement("T", 1, "c2", "T", 0, True, True)}  # fmt: skip
-        return SimpleNamespace(placement=lambda t, p: placements.get((t, p)), bootstrap_of=lambda c: f"{c}:9092")
+        return SimpleNamespace(placement=lambda t, p: placements.get((t, p)), bootstrap_of=lambda c: f"{c}:9092",
+                               image=EMPTY_IMAGE)  # fmt: skip
 
 
 def fetch_request(offset_0: int, offset_1: int) -> Any:
