@@ -212,11 +212,14 @@ def test_strict_key_order_survives_expand_shrink_and_decommission_and_none_reord
 
 
 @pytest.mark.brokers("tansu")
-def test_strict_key_order_holds_for_unmodified_kafka_producers_writing_through_the_gateway(
-    fed: LocalFederation, tmp_path: Path
+@pytest.mark.parametrize("read_through_gateway", [False, True], ids=["read-by-sdk", "read-through-gateway"])
+def test_strict_key_order_holds_for_unmodified_kafka_clients_through_the_gateway(
+    fed: LocalFederation, tmp_path: Path, read_through_gateway: bool
 ) -> None:
-    """The same resizes, the keys written by kafka-python through ``kfed gateway``: the gateway places and
-    stamps them (``gateway/README.md``), the group of FederatedConsumers keeps each key's order."""
+    """The same resizes, the keys written by kafka-python through ``kfed gateway``, which places and stamps
+    them (``gateway/README.md``); read by a group of FederatedConsumers, or of kafka-python consumers through
+    the gateway, which ends each fetch of a strict partition before the first record the group must not have
+    yet (``gateway/holdback.py``). Either group gets every key in order."""
     fed.add_cluster("c3", "r1")
     fed.wait_clusters_healthy()
     port = free_ports(1)[0]
@@ -225,29 +228,9 @@ def test_strict_key_order_holds_for_unmodified_kafka_producers_writing_through_t
         gateway = spawn(fed.quorum.urls, f"127.0.0.1:{port}", log, *token)
     try:
         wait_port(port, 30)
-        strict = resize_while_producing(fed, tmp_path, "ViaGateway", "strict", gateway=f"127.0.0.1:{port}")
+        strict = resize_while_producing(fed, tmp_path, "ViaGateway", "strict", gateway=f"127.0.0.1:{port}",
+                                        read_through_gateway=read_through_gateway)  # fmt: skip
     finally:
         stop_processes([gateway])
-    assert_every_key_in_order(strict, "through the gateway")
-
-
-@pytest.mark.brokers("tansu")
-def test_strict_key_order_holds_for_unmodified_kafka_consumers_reading_through_the_gateway(
-    fed: LocalFederation, tmp_path: Path
-) -> None:
-    """The same resizes, written and read by kafka-python through ``kfed gateway``: a group of three Kafka
-    consumers gets every key in order, because the gateway ends each fetch of a strict partition before the
-    first record the group must not have yet (``gateway/holdback.py``)."""
-    fed.add_cluster("c3", "r1")
-    fed.wait_clusters_healthy()
-    port = free_ports(1)[0]
-    with open(tmp_path / "gateway.log", "ab") as log:
-        token = ["--token-file", str(fed.quorum.token_file)] if fed.quorum.token_file else []
-        gateway = spawn(fed.quorum.urls, f"127.0.0.1:{port}", log, *token)
-    try:
-        wait_port(port, 30)
-        strict = resize_while_producing(fed, tmp_path, "ReadViaGateway", "strict", gateway=f"127.0.0.1:{port}",
-                                        read_through_gateway=True)  # fmt: skip
-    finally:
-        stop_processes([gateway])
-    assert_every_key_in_order(strict, "written and read through the gateway")
+    assert_every_key_in_order(strict, "written and read through the gateway" if read_through_gateway else
+                              "written through the gateway")  # fmt: skip
