@@ -488,7 +488,7 @@ def _hold_back(gw: Gateway, conn: ClientConnection, view: ClusterView, body: Any
             answer = answers.get(tp)
             if answer is None or not answer["records"]:
                 continue
-            groups = gw.groups.readers(conn.client_id, conn.peer_host, tp)
+            groups = gw.groups.key_order.readers(image, gw.groups.members.values(), conn.client_id, conn.peer_host, tp)
             records = gw.groups.key_order.cut(image, groups, tp[0], int(p.fetch_offset), answer["records"],
                                               gw.limits.max_fetch_bytes)  # fmt: skip
             if len(records) != len(answer["records"]):

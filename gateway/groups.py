@@ -93,16 +93,7 @@ class GroupBridge:
                 **self.key_order.beat_fields(member, owned, self.gateway.view().image)}  # fmt: skip
         reply = await self.gateway.quorum.post(f"/v1/groups/{member.group}/heartbeat", body, QUORUM_DEADLINE_S)
         member.last_quorum_s = time.monotonic()
-        self.key_order.heard(member.group, reply)
         return reply
-
-    def readers(self, client_id: str | None, host: str, tp: TopicPartition) -> list[str]:
-        """The groups a client's fetch of ``tp`` is read for (``gateway/holdback.py``): those of the members
-        consuming it here that came from that client, else of every member consuming it here. A scan of this
-        instance's members, made only for strict topics whose moves some group has not released."""
-        owning = [m for m in self.members.values() if tp in m.given]
-        same = [m for m in owning if m.client_id == client_id and m.client_host == host]
-        return sorted({m.group for m in same or owning})
 
     def forget_expired(self) -> None:
         now = time.monotonic()
@@ -178,7 +169,6 @@ async def _join(bridge: GroupBridge, member: Member) -> dict[str, Any]:
             "owned": [list(tp) for tp in member.reported], "session_timeout_ms": member.session_timeout_ms,
             "metadata_offset": bridge.gateway.view().image.offset}  # fmt: skip
     reply = await bridge.gateway.quorum.post(f"/v1/groups/{member.group}/heartbeat", body, QUORUM_DEADLINE_S)
-    bridge.key_order.heard(member.group, reply)
     member.member_id = str(reply["member_id"])
     member.generation = int(reply["generation"])
     bridge.members[(member.group, member.member_id)] = member

@@ -7,28 +7,33 @@ answer of a strict topic's partition before the first record that waits (``keyor
 rewriting the batch it falls in (``protocol.batches.cut``); everything behind it in that partition waits
 with it. The client asks for that offset again, and gets it once the group released what it waited for.
 
-- **Whose read.** A fetch names no group. It is read for the groups with a member that consumes the partition
-  through this instance and came from the fetching client (same client id and host); when none matches, for
-  every group with a member consuming it here (a wait for one group too many delays, never disorders). A
-  partition no member consumes here (a client that assigns itself partitions) is not held back.
-- **Releases.** The quorum releases a parent once the group committed it up to its seal. The gateway keeps,
-  per group, the offsets its members committed through it, and reports those of the open parents a member
-  owns in that member's heartbeat, with the offset of the metadata it acts on; the answer's releases (those
-  the parent's owner has seen) are what the group's reads wait on.
+- **Whose read.** A fetch names no group, and need not come to the instance the member joined through (an
+  instance serves the partitions it leads). But the quorum gives each partition to at most one member per
+  group, and the log's group generations say which groups have it assigned: a fetch is read for those
+  groups, narrowed to the group of a member consuming the partition here that came from the fetching client
+  (same client id and host) when there is one. A wait for one group too many delays, never disorders. A
+  partition no group has (a client that assigns itself partitions) is not held back.
+- **Releases** are in the log: the quorum records one once the group committed the parent up to its seal.
+  The gateway keeps the offsets its members commit through it (and those they fetch when they start a
+  partition), and reports those of the strict partitions a member owns in its quorum heartbeat, with the
+  offset of the metadata it acts on. The SDK's members act on a release only once the parent's owner has
+  seen it, so as to flag the late writes they read; a Kafka client is told of no order break, so the
+  gateway acts on every recorded release.
 - **Give-ups.** A parent that kept a group's read waiting ``kfed.key.order.max.wait.ms`` (60 s) is reported
   for a give-up; the quorum grants it only for a parent that cannot be read to its seal (a fenced cluster).
 - Batches compressed with snappy, lz4 or zstd are not read here, and go out as they are (the gateway and the
   SDK's producers write uncompressed or gzip batches to strict topics by default).
 
-Memory is bounded by the members this instance serves: committed offsets of partitions they own, releases
-of groups they belong to.
+Memory is bounded by the members this instance serves (committed offsets of partitions they own, the parents
+their groups wait for) and by the log's group assignments (an index, per image, made when a strict read
+first needs it).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from metadata_log.image import MetadataImage
@@ -44,6 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kfed.gateway")
 
 TopicPartition = tuple[str, int]
+MAX_GIVE_UPS = 1000  # per heartbeat, the quorum's bound
 
 
 class GroupKeyOrder:
@@ -51,9 +57,9 @@ class GroupKeyOrder:
 
     def __init__(self, max_wait_ms: int = DEFAULT_MAX_WAIT_MS) -> None:
         self.max_wait_s = max_wait_ms / 1000
-        self._released: dict[str, dict[str, frozenset[Parent]]] = {}  # group -> topic -> releases to act on
         self._committed: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> committed offset
         self._waiting_since: dict[tuple[str, str, Parent], float] = {}  # (group, topic, parent) -> first wait
+        self._assigned: tuple[MetadataImage | None, dict[TopicPartition, set[str]]] = (None, {})
         self._unreadable_noted = False
 
     # -- the group's side ---------------------------------------------------------------------------
@@ -65,8 +71,8 @@ class GroupKeyOrder:
 
     def beat_fields(self, member: Member, owned: Iterable[TopicPartition], image: MetadataImage) -> dict[str, Any]:
         """What a member's quorum heartbeat reports for strict key order: the metadata it acts on (this
-        instance's), the group's commits on the strict partitions it owns, and the parents it waited too long
-        for."""
+        instance's), the group's commits on the strict partitions it owns, and the parents its group's reads
+        waited for too long."""
         group = member.group
         committed = []
         for topic, partition in owned:
@@ -74,32 +80,43 @@ class GroupKeyOrder:
             if offset is not None and strict_history(image.key_orders, topic) is not None:
                 committed.append([topic, partition, offset])
         now = time.monotonic()
-        give_up = [
-            [topic, epoch, partition]
-            for (g, topic, (epoch, partition)), since in self._waiting_since.items()
-            if g == group and topic in member.topics and now - since >= self.max_wait_s
-        ]
-        return {"metadata_offset": image.offset, "committed": committed, "give_up": give_up[:1000]}
-
-    def heard(self, group: str, reply: Mapping[str, Any]) -> None:
-        """A quorum heartbeat's answer for a member of ``group``: the releases the group may act on now."""
-        releases = reply.get("key_releases")
-        if isinstance(releases, Mapping):
-            released = self._released[group] = {
-                topic: frozenset((int(e), int(p)) for e, p in parents) for topic, parents in releases.items()
-            }
-            for key in [k for k in self._waiting_since if k[0] == group and k[2] in released.get(k[1], ())]:
-                del self._waiting_since[key]
+        give_up: list[list[Any]] = []
+        for (g, topic, parent), since in list(self._waiting_since.items()):
+            if g != group:
+                continue
+            history = strict_history(image.key_orders, topic)
+            if history is None or history.release(group, parent) is not None:
+                del self._waiting_since[(g, topic, parent)]  # released meanwhile (or no longer strict)
+            elif now - since >= self.max_wait_s and len(give_up) < MAX_GIVE_UPS:
+                give_up.append([topic, *parent])
+        return {"metadata_offset": image.offset, "committed": committed, "give_up": give_up}
 
     def forget(self, live: Iterable[Member]) -> None:
         """Keep only what the members still served here need (called as expired members are dropped)."""
+        live = list(live)
         groups = {m.group for m in live}
         owned = {(m.group, *tp) for m in live for tp in m.given | m.reported}
-        self._released = {g: r for g, r in self._released.items() if g in groups}
         self._committed = {k: o for k, o in self._committed.items() if k in owned}
         self._waiting_since = {k: s for k, s in self._waiting_since.items() if k[0] in groups}
 
     # -- the read's side ----------------------------------------------------------------------------
+    def readers(
+        self, image: MetadataImage, here: Iterable[Member], client_id: str | None, host: str, tp: TopicPartition
+    ) -> list[str]:
+        """The groups a client's fetch of ``tp`` is read for (the module's docstring); ``here``: the members
+        this instance serves."""
+        mine = {m.group for m in here if tp in m.given and m.client_id == client_id and m.client_host == host}
+        if mine:
+            return sorted(mine)
+        if self._assigned[0] is not image:
+            index: dict[TopicPartition, set[str]] = {}
+            for g in image.groups.values():
+                for m in g.members:
+                    for assigned in m.assignment:
+                        index.setdefault(assigned, set()).add(g.group)
+            self._assigned = (image, index)
+        return sorted(self._assigned[1].get(tp, ()))
+
     def cut(
         self, image: MetadataImage, groups: Iterable[str], topic: str, fetch_offset: int, records: bytes,
         max_bytes: int,
@@ -133,7 +150,7 @@ class GroupKeyOrder:
     def _first_held(
         self, group: str, topic: str, history: KeyOrderTopic, keyed: list[tuple[int, int, int | None]]
     ) -> int | None:
-        released = self._released.get(group, {}).get(topic, frozenset())
+        released = {(e, p) for (g, e, p) in history.releases if g == group}
         held = first_held(history, released, keyed)
         if held is None:
             return None

@@ -16,7 +16,7 @@ from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
 from metadata_log.keyorder import commands as key_order
 from metadata_log.keyorder.replay import strict_history
 from metadata_log.keyorder.routing import KEY_SLOTS, slot_of
-from metadata_log.records import ClusterRegistered
+from metadata_log.records import ClusterRegistered, GroupGenerationStarted, GroupMember, KeyRangeReleased
 
 MAX_BYTES = 1 << 20
 
@@ -71,24 +71,35 @@ def offsets_of(raw: bytes) -> list[int]:
     return out
 
 
-def test_a_read_stops_before_a_moved_key_until_the_group_releases_its_parent() -> None:
+def test_a_read_stops_before_a_moved_key_until_the_log_releases_its_parent_for_the_group() -> None:
     image = shrunk()
     moved, kept = keys(image)
     stamp = [("kfed-epoch", b"2")]
     fetched = answer(10, [(kept, stamp), (moved, []), (kept, []), (moved, stamp), (kept, stamp)])
     order = GroupKeyOrder()
     assert offsets_of(order.cut(image, ["g"], "S", 10, fetched, MAX_BYTES)) == [10, 11, 12], "up to the held one"
-    assert order.cut(image, [], "S", 10, fetched, MAX_BYTES) == fetched, "no group reads it here: as it came"
+    assert order.cut(image, [], "S", 10, fetched, MAX_BYTES) == fetched, "no group reads it: as it came"
     assert order.cut(image, ["g"], "S", 13, fetched, MAX_BYTES) == b"", "at the held one: nothing (not 10-12 again)"
     assert offsets_of(order.cut(image, ["g"], "S", 14, fetched, MAX_BYTES)) == [10, 11, 12, 13, 14], (
         "records before the fetch offset are the client's already: the held one was released to it"
     )
-    order.heard("other", {"key_releases": {"S": [[2, 3]]}})
+    image = apply(image, [KeyRangeReleased("other", "S", 2, 3, False, "")])
     assert offsets_of(order.cut(image, ["g", "other"], "S", 10, fetched, MAX_BYTES)) == [10, 11, 12], (
         "read for two groups: it stops where either must"
     )
-    order.heard("g", {"key_releases": {"S": [[2, 3]]}})
+    image = apply(image, [KeyRangeReleased("g", "S", 2, 3, False, "")])
     assert order.cut(image, ["g"], "S", 10, fetched, MAX_BYTES) == fetched, "released: all of it goes"
+
+
+def test_a_fetch_is_read_for_the_groups_the_log_assigns_the_partition_narrowed_to_the_fetching_clients() -> None:
+    image = apply(shrunk(), [GroupGenerationStarted("g1", 1, (GroupMember("a", (("S", 0),)),)),
+                             GroupGenerationStarted("g2", 1, (GroupMember("b", (("S", 0), ("S", 1))),))])  # fmt: skip
+    order = GroupKeyOrder()
+    here = Member("g2", "b", ("S",), "range", False, 10_000, "app", "10.0.0.1", given=frozenset({("S", 0)}))
+    assert order.readers(image, [], "app", "10.0.0.1", ("S", 0)) == ["g1", "g2"], "a member of another instance"
+    assert order.readers(image, [here], "app", "10.0.0.1", ("S", 0)) == ["g2"], "this client's member here"
+    assert order.readers(image, [here], "other", "10.0.0.1", ("S", 0)) == ["g1", "g2"]
+    assert order.readers(image, [here], "app", "10.0.0.1", ("S", 2)) == [], "no group has it: not held back"
 
 
 def test_the_heartbeat_reports_the_commits_on_owned_strict_partitions_and_the_parents_waited_too_long() -> None:
@@ -106,7 +117,7 @@ def test_the_heartbeat_reports_the_commits_on_owned_strict_partitions_and_the_pa
     }
     order.cut(image, ["g"], "S", 0, answer(0, [(moved, [("kfed-epoch", b"2")])]), MAX_BYTES)
     assert order.beat_fields(member, [], image)["give_up"] == [["S", 2, 3]], "waited max_wait_ms (0 here)"
-    order.heard("g", {"key_releases": {"S": [[2, 3]]}})
+    image = apply(image, [KeyRangeReleased("g", "S", 2, 3, False, "")])
     assert order.beat_fields(member, [], image)["give_up"] == [], "released: no longer waited for"
     member.given = frozenset({("S", 0)})
     order.forget([member])
