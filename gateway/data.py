@@ -479,6 +479,7 @@ def _hold_back(gw: Gateway, conn: ClientConnection, view: ClusterView, body: Any
     if not image.key_orders:
         return False
     cut = False
+    here = gw.groups.by_client.get((conn.client_id, conn.peer_host), {}).values()  # this client's members
     for topic in body.topics:
         history = strict_history(image.key_orders, topic.topic)
         if history is None or not any(c.givers() for c in history.changes):
@@ -488,7 +489,7 @@ def _hold_back(gw: Gateway, conn: ClientConnection, view: ClusterView, body: Any
             answer = answers.get(tp)
             if answer is None or not answer["records"]:
                 continue
-            groups = gw.groups.key_order.readers(image, gw.groups.members.values(), conn.client_id, conn.peer_host, tp)
+            groups = gw.groups.key_order.readers(image, here, tp)
             records = gw.groups.key_order.cut(image, groups, tp[0], int(p.fetch_offset), answer["records"],
                                               gw.limits.max_fetch_bytes)  # fmt: skip
             if len(records) != len(answer["records"]):

@@ -77,7 +77,8 @@ class GroupBridge:
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
-        self.members: dict[tuple[str, str], Member] = {}
+        self.members: dict[tuple[str, str], Member] = {}  # changed through add() and drop() only
+        self.by_client: dict[tuple[str | None, str], dict[tuple[str, str], Member]] = {}  # (client id, host)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.key_order = GroupKeyOrder()
 
@@ -95,16 +96,32 @@ class GroupBridge:
         member.last_quorum_s = time.monotonic()
         return reply
 
+    def add(self, member: Member) -> None:
+        key = (member.group, member.member_id)
+        self.drop(key)
+        self.members[key] = member
+        self.by_client.setdefault((member.client_id, member.client_host), {})[key] = member
+
+    def drop(self, key: tuple[str, str]) -> None:
+        member = self.members.pop(key, None)
+        if member is not None:
+            client = (member.client_id, member.client_host)
+            same = self.by_client.get(client, {})
+            same.pop(key, None)
+            if not same:
+                self.by_client.pop(client, None)
+
     def forget_expired(self) -> None:
         now = time.monotonic()
         for key, m in list(self.members.items()):
             if now - m.last_seen_s > m.session_timeout_ms / 1000:
-                del self.members[key]
+                self.drop(key)
                 self._locks.pop(key, None)
         self.key_order.forget(self.members.values())
 
     async def stop(self) -> None:
         self.members.clear()
+        self.by_client.clear()
         self.key_order.forget(())
 
 
@@ -171,7 +188,7 @@ async def _join(bridge: GroupBridge, member: Member) -> dict[str, Any]:
     reply = await bridge.gateway.quorum.post(f"/v1/groups/{member.group}/heartbeat", body, QUORUM_DEADLINE_S)
     member.member_id = str(reply["member_id"])
     member.generation = int(reply["generation"])
-    bridge.members[(member.group, member.member_id)] = member
+    bridge.add(member)
     return reply
 
 
@@ -241,7 +258,7 @@ async def leave_group(gw: Gateway, conn: ClientConnection, request: kp.Request) 
     bridge = gw.groups
     results = []
     for member_id in leaving:
-        bridge.members.pop((body.group_id, member_id), None)
+        bridge.drop((body.group_id, member_id))
         try:
             await gw.quorum.post(f"/v1/groups/{body.group_id}/leave", {"member_id": member_id}, QUORUM_DEADLINE_S)
             code = ErrorCode.none

@@ -100,12 +100,10 @@ class GroupKeyOrder:
         self._waiting_since = {k: s for k, s in self._waiting_since.items() if k[0] in groups}
 
     # -- the read's side ----------------------------------------------------------------------------
-    def readers(
-        self, image: MetadataImage, here: Iterable[Member], client_id: str | None, host: str, tp: TopicPartition
-    ) -> list[str]:
+    def readers(self, image: MetadataImage, here: Iterable[Member], tp: TopicPartition) -> list[str]:
         """The groups a client's fetch of ``tp`` is read for (the module's docstring); ``here``: the members
-        this instance serves."""
-        mine = {m.group for m in here if tp in m.given and m.client_id == client_id and m.client_host == host}
+        this instance serves that came from that client."""
+        mine = {m.group for m in here if tp in m.given}
         if mine:
             return sorted(mine)
         if self._assigned[0] is not image:

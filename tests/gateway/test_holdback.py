@@ -96,10 +96,9 @@ def test_a_fetch_is_read_for_the_groups_the_log_assigns_the_partition_narrowed_t
                              GroupGenerationStarted("g2", 1, (GroupMember("b", (("S", 0), ("S", 1))),))])  # fmt: skip
     order = GroupKeyOrder()
     here = Member("g2", "b", ("S",), "range", False, 10_000, "app", "10.0.0.1", given=frozenset({("S", 0)}))
-    assert order.readers(image, [], "app", "10.0.0.1", ("S", 0)) == ["g1", "g2"], "a member of another instance"
-    assert order.readers(image, [here], "app", "10.0.0.1", ("S", 0)) == ["g2"], "this client's member here"
-    assert order.readers(image, [here], "other", "10.0.0.1", ("S", 0)) == ["g1", "g2"]
-    assert order.readers(image, [here], "app", "10.0.0.1", ("S", 2)) == [], "no group has it: not held back"
+    assert order.readers(image, [], ("S", 0)) == ["g1", "g2"], "no member of this client here"
+    assert order.readers(image, [here], ("S", 0)) == ["g2"], "this client's member here"
+    assert order.readers(image, [here], ("S", 2)) == [], "no group has it: not held back"
 
 
 def test_the_heartbeat_reports_the_commits_on_owned_strict_partitions_and_the_parents_waited_too_long() -> None:
