@@ -46,11 +46,11 @@ class GatewayReader(threading.Thread):
     """A member of a reading group made of kafka-python consumers, unmodified, reading through ``kfed gateway``:
     appends (key, sequence) as handed out to a list the group shares, as ``KeyedReader`` does."""
 
-    def __init__(self, gateway: str, topic: str, group: str, delivered: list[tuple[str, int]]) -> None:
+    def __init__(self, gateways: list[str], topic: str, group: str, delivered: list[tuple[str, int]]) -> None:
         super().__init__(daemon=True)
         # small fetches: the partitions a key moved to are read side by side with the ones it left (one fetch
         # of a whole partition would hand it out before the next, in order by chance)
-        self.consumer = KafkaConsumer(topic, bootstrap_servers=[gateway], group_id=group,
+        self.consumer = KafkaConsumer(topic, bootstrap_servers=gateways, group_id=group,
                                       auto_offset_reset="earliest", auto_commit_interval_ms=1000,
                                       max_partition_fetch_bytes=4096)  # fmt: skip
         self.delivered = delivered
@@ -70,12 +70,12 @@ class GatewayReader(threading.Thread):
 
 def resize_while_producing(
     fed: LocalFederation, tmp_path: Path, topic: str, key_order: str, gateway: str | None = None,
-    read_through_gateway: bool = False,
+    read_through: list[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Produce from two processes while the topic is expanded onto c3, shrunk by two partitions and c1 is
     decommissioned; then read it with a group of three. Returns what was sent and what was delivered.
-    ``gateway``: the producers are kafka-python processes writing through this gateway (HOST:PORT), and
-    with ``read_through_gateway`` the group's members are kafka-python consumers reading through it."""
+    ``gateway``: the producers are kafka-python processes writing through this gateway (HOST:PORT);
+    ``read_through``: the group's members are kafka-python consumers reading through these gateways."""
     kfed(fed, "topic", "create", topic, "--region", "r1", "--partitions-per-cluster", "2", "--key-order", key_order)
     fed.wait_writable(topic)
     stop = tmp_path / f"{topic}.stop"
@@ -122,8 +122,8 @@ def resize_while_producing(
         sent.update(body["sent"])
     delivered: list[tuple[str, int]] = []
     readers: list[KeyedReader | GatewayReader] = [
-        GatewayReader(gateway, topic, f"g-{topic}", delivered)
-        if read_through_gateway and gateway
+        GatewayReader(read_through, topic, f"g-{topic}", delivered)
+        if read_through
         else KeyedReader(fed, topic, f"g-{topic}", delivered)
         for _ in range(3)
     ]
@@ -212,25 +212,28 @@ def test_strict_key_order_survives_expand_shrink_and_decommission_and_none_reord
 
 
 @pytest.mark.brokers("tansu")
-@pytest.mark.parametrize("read_through_gateway", [False, True], ids=["read-by-sdk", "read-through-gateway"])
+@pytest.mark.parametrize("readers", ["sdk", "gateway", "two-gateways"])
 def test_strict_key_order_holds_for_unmodified_kafka_clients_through_the_gateway(
-    fed: LocalFederation, tmp_path: Path, read_through_gateway: bool
+    fed: LocalFederation, tmp_path: Path, readers: str
 ) -> None:
     """The same resizes, the keys written by kafka-python through ``kfed gateway``, which places and stamps
     them (``gateway/README.md``); read by a group of FederatedConsumers, or of kafka-python consumers through
     the gateway, which ends each fetch of a strict partition before the first record the group must not have
-    yet (``gateway/holdback.py``). Either group gets every key in order."""
+    yet (``gateway/holdback.py``). With two instances, a member fetches the partitions the other one leads
+    from it, though it joined and commits through its coordinator: the hold-back goes by the log. Every
+    group gets every key in order."""
     fed.add_cluster("c3", "r1")
     fed.wait_clusters_healthy()
-    port = free_ports(1)[0]
+    ports = free_ports(2 if readers == "two-gateways" else 1)
+    token = ["--token-file", str(fed.quorum.token_file)] if fed.quorum.token_file else []
     with open(tmp_path / "gateway.log", "ab") as log:
-        token = ["--token-file", str(fed.quorum.token_file)] if fed.quorum.token_file else []
-        gateway = spawn(fed.quorum.urls, f"127.0.0.1:{port}", log, *token)
+        gateways = [spawn(fed.quorum.urls, f"127.0.0.1:{port}", log, *token) for port in ports]
+    addresses = [f"127.0.0.1:{port}" for port in ports]
     try:
-        wait_port(port, 30)
-        strict = resize_while_producing(fed, tmp_path, "ViaGateway", "strict", gateway=f"127.0.0.1:{port}",
-                                        read_through_gateway=read_through_gateway)  # fmt: skip
+        for port in ports:
+            wait_port(port, 30)
+        strict = resize_while_producing(fed, tmp_path, "ViaGateway", "strict", gateway=addresses[0],
+                                        read_through=addresses if readers != "sdk" else None)  # fmt: skip
     finally:
-        stop_processes([gateway])
-    assert_every_key_in_order(strict, "written and read through the gateway" if read_through_gateway else
-                              "written through the gateway")  # fmt: skip
+        stop_processes(gateways)
+    assert_every_key_in_order(strict, f"written through the gateway, read by {readers}")
