@@ -381,10 +381,7 @@ class FederatedConsumer:
             self._key_order.committed = committed
 
     def _pause_fetching(self, paused: set[LogicalPartition]) -> None:
-        """Pause fetching ``paused`` (and resume what is no longer in it) on the physical consumers. One that
-        fails stays as it was here, so that the next step tries again (a partition left paused would hold its
-        records, and those waiting for them, for good)."""
-        failed: set[LogicalPartition] = set()
+        """Pause fetching ``paused`` (and resume what is no longer in it) on the physical consumers."""
         for tps, pause in ((paused - self._paused, True), (self._paused - paused, False)):
             for tp in tps:
                 p = self._owned.get(tp)
@@ -398,8 +395,6 @@ class FederatedConsumer:
                         self._consumers[p.cluster_id].resume(physical)
                 except KafkaException as e:
                     log.warning("group %s: pausing or resuming %s/%d: %s", self.group, *tp, e)
-                    failed.add(tp)
-        paused = (paused - failed) | (self._paused & failed)
         if paused:
             log.info("group %s: %d records held back: fetching paused on %s", self.group,
                      sum(s["held"] for s in self._key_order.stats().values()), sorted(paused))  # fmt: skip

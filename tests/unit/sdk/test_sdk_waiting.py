@@ -181,40 +181,6 @@ def test_a_planned_decommission_keeps_queued_messages_and_a_fence_reports_them(
     producer.close(0)
 
 
-def test_a_partition_that_could_not_be_resumed_is_resumed_at_the_next_step(nowhere: str) -> None:
-    """A resume that fails (librdkafka refuses a partition it is between assignments of) is tried again: a
-    partition left paused would hold its records, and every record waiting for them, for good."""
-    from sdk.messages import Placement
-
-    class Physical:
-        def __init__(self) -> None:
-            self.paused: set[int] = set()
-            self.refuse = 1
-
-        def pause(self, tps: list[Any]) -> None:
-            self.paused |= {tp.partition for tp in tps}
-
-        def resume(self, tps: list[Any]) -> None:
-            if self.refuse:
-                self.refuse -= 1
-                raise KafkaException(KafkaError(KafkaError._STATE, "not assigned"))
-            self.paused -= {tp.partition for tp in tps}
-
-    consumer = FederatedConsumer({"kfed.controllers": nowhere, "group.id": "g"})
-    physical = Physical()
-    consumer._consumers["c1"] = physical  # type: ignore[assignment]
-    consumer._owned[("S", 0)] = Placement("c1", "S-c1", 3)
-    consumer._pause_fetching({("S", 0)})
-    assert physical.paused == {3}
-    consumer._pause_fetching(set())
-    assert physical.paused == {3} and consumer._paused == {("S", 0)}, "still paused, as far as it knows"
-    consumer._pause_fetching(set())
-    assert physical.paused == set() and consumer._paused == set()
-    consumer._owned.clear()
-    consumer._consumers.clear()
-    consumer.close()
-
-
 def native_threads() -> int:
     """Threads of this process, librdkafka's included (``threading`` sees only Python's)."""
     return len(os.listdir("/proc/self/task"))
