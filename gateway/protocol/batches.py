@@ -250,11 +250,12 @@ def keyed_records(records: bytes, from_offset: int, max_bytes: int) -> Iterator[
     read it either), in offset order. ``stamp``: the epoch of the record's first ``kfed-epoch`` header, None
     when it has none that is an epoch. Control batches have no keys. ``UnsupportedCompression`` for snappy,
     lz4 and zstd, ``BadBatch`` for batches that cannot be read."""
-    for at, end, base, attributes, count in _complete_batches(records):
+    for at, end, header in _complete_batches(records):
+        base, attributes, count = header[0], header[5], header[12]
         if attributes & CONTROL:
             continue
         body = _body(memoryview(records)[at + HEADER.size : end], attributes & COMPRESSION_MASK, max_bytes)
-        for delta, _, slot, stamp in _records_of(body, count):
+        for delta, _, _, slot, stamp in _records_of(body, count):
             if slot >= 0 and base + delta >= from_offset:
                 yield base + delta, slot, stamp
 
@@ -263,31 +264,30 @@ def cut(records: bytes, offset: int, max_bytes: int) -> bytes:
     """A fetch answer's ``records`` up to the record at ``offset``, not included: the batches before it whole,
     its own batch with only the records before it (uncompressed, with a fresh CRC), nothing after it. A
     client's position then stops at ``offset``: it asks for it again."""
-    for at, end, base, attributes, count in _complete_batches(records):
-        if base + HEADER.unpack_from(records, at)[6] < offset:  # its last offset delta: wholly before
+    for at, end, header in _complete_batches(records):
+        (base, _, epoch, _, _, attributes, last_delta, base_ts, max_ts, producer, producer_epoch, sequence,
+         count) = header  # fmt: skip
+        if base + last_delta < offset:  # wholly before
             continue
         body = _body(memoryview(records)[at + HEADER.size : end], attributes & COMPRESSION_MASK, max_bytes)
         kept = [r for r in _records_of(body, count) if base + r[0] < offset]
         if not kept:
             return records[:at]
-        (_, _, epoch, _, _, _, _, base_ts, max_ts, producer, producer_epoch, sequence, _) = HEADER.unpack_from(
-            records, at
-        )
-        end_at = kept[-1][1]
         if not attributes & TIMESTAMP_TYPE:  # create time: the kept records' own
-            max_ts = _max_timestamp(body, len(kept), base_ts)
+            max_ts = base_ts + max(0, *(ts_delta for _, _, ts_delta, _, _ in kept))
         tail = bytearray(_TAIL.pack(attributes & ~COMPRESSION_MASK, kept[-1][0], base_ts, max_ts, producer,
                                     producer_epoch, sequence, len(kept)))  # fmt: skip
-        tail += body[:end_at]
+        tail += body[: kept[-1][1]]
         return records[:at] + struct.pack(">qiibI", base, len(tail) + 9, epoch, 2, crc32c.crc32c(tail)) + tail
     return records
 
 
-def _complete_batches(records: bytes) -> Iterator[tuple[int, int, int, int, int]]:
-    """``(start, end, base offset, attributes, record count)`` of each complete v2 batch, CRC checked."""
+def _complete_batches(records: bytes) -> Iterator[tuple[int, int, tuple[Any, ...]]]:
+    """``(start, end, its HEADER fields)`` of each complete v2 batch, CRC checked."""
     at = 0
     while len(records) - at >= HEADER.size:
-        (base, length, _, magic, crc, attributes, _, _, _, _, _, _, count) = HEADER.unpack_from(records, at)
+        header = HEADER.unpack_from(records, at)
+        length, magic, crc = header[1], header[3], header[4]
         end = at + 12 + length
         if end > len(records):
             return  # cut short by the fetch's size
@@ -295,12 +295,13 @@ def _complete_batches(records: bytes) -> Iterator[tuple[int, int, int, int, int]
             raise BadBatch(f"a fetched record batch at byte {at} is not a v2 batch of {length} bytes")
         if crc32c.crc32c(memoryview(records)[at + _CRC_FROM : end]) != crc:
             raise BadBatch(f"the fetched record batch at byte {at} fails its CRC")
-        yield at, end, base, attributes, count
+        yield at, end, header
         at = end
 
 
-def _records_of(body: memoryview | bytes, count: int) -> Iterator[tuple[int, int, int, int | None]]:
-    """``(offset delta, the byte after it, slot (-1: key-less), stamp)`` of each record of a batch's body."""
+def _records_of(body: memoryview | bytes, count: int) -> Iterator[tuple[int, int, int, int, int | None]]:
+    """``(offset delta, the byte after it, timestamp delta, slot (-1: key-less), stamp)`` of each record of a
+    batch's body."""
     size = len(body)
     at = 0
     try:
@@ -309,7 +310,7 @@ def _records_of(body: memoryview | bytes, count: int) -> Iterator[tuple[int, int
             start, end = at, at + length
             if length < 1 or end > size:
                 raise ValueError(f"a record at byte {start} says it is too long or cannot be read")
-            _, at = _varint(body, at + 1, end)  # after the attributes: the timestamp delta
+            ts_delta, at = _varint(body, at + 1, end)  # after the attributes
             delta, at = _varint(body, at, end)
             key_length, at = _varint(body, at, end)
             if key_length < -1 or key_length > end - at:
@@ -318,7 +319,7 @@ def _records_of(body: memoryview | bytes, count: int) -> Iterator[tuple[int, int
             value_length, at = _varint(body, at + max(key_length, 0), end)
             if value_length < -1 or value_length > end - at:
                 raise ValueError(f"the record at byte {start} has a value that does not fit")
-            yield delta, end, slot, _stamp(body, at + max(value_length, 0), end) if slot >= 0 else None
+            yield delta, end, ts_delta, slot, _stamp(body, at + max(value_length, 0), end) if slot >= 0 else None
             at = end
     except ValueError as e:
         raise BadBatch(str(e)) from None
@@ -336,18 +337,6 @@ def _stamp(body: memoryview | bytes, at: int, end: int) -> int | None:
             return stamp_of([(EPOCH_HEADER, value)])
         at += max(value_length, 0)
     return None
-
-
-def _max_timestamp(body: memoryview | bytes, count: int, base_ts: int) -> int:
-    """The largest create time of the first ``count`` records of a batch's body."""
-    at, latest = 0, base_ts
-    for _ in range(count):
-        length, at = _varint(body, at, len(body))
-        end = at + length
-        ts_delta, _ = _varint(body, at + 1, end)
-        latest = max(latest, base_ts + ts_delta)
-        at = end
-    return latest
 
 
 def _split_c() -> Callable[..., int | None]:
