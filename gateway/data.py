@@ -482,7 +482,7 @@ def _hold_back(gw: Gateway, conn: ClientConnection, view: ClusterView, body: Any
     here = gw.groups.by_client.get((conn.client_id, conn.peer_host), {}).values()  # this client's members
     for topic in body.topics:
         history = strict_history(image.key_orders, topic.topic)
-        if history is None or not any(c.givers() for c in history.changes):
+        if history is None:
             continue
         for p in topic.partitions:
             tp = (topic.topic, int(p.partition))
@@ -490,7 +490,7 @@ def _hold_back(gw: Gateway, conn: ClientConnection, view: ClusterView, body: Any
             if answer is None or not answer["records"]:
                 continue
             groups = gw.groups.key_order.readers(image, here, tp)
-            records = gw.groups.key_order.cut(image, groups, tp[0], int(p.fetch_offset), answer["records"],
+            records = gw.groups.key_order.cut(history, groups, tp[0], int(p.fetch_offset), answer["records"],
                                               gw.limits.max_fetch_bytes)  # fmt: skip
             if len(records) != len(answer["records"]):
                 answer["records"] = records

@@ -25,8 +25,8 @@ with it. The client asks for that offset again, and gets it once the group relea
   SDK's producers write uncompressed or gzip batches to strict topics by default).
 
 Memory is bounded by the members this instance serves (committed offsets of partitions they own, the parents
-their groups wait for) and by the log's group assignments (an index, per image, made when a strict read
-first needs it).
+their groups wait for) and by the log's group assignments (an index, made again when they change and a
+strict read needs it).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class GroupKeyOrder:
         self.max_wait_s = max_wait_ms / 1000
         self._committed: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> committed offset
         self._waiting_since: dict[tuple[str, str, Parent], float] = {}  # (group, topic, parent) -> first wait
-        self._assigned: tuple[MetadataImage | None, dict[TopicPartition, set[str]]] = (None, {})
+        self._assigned: tuple[object, dict[TopicPartition, set[str]]] = (None, {})  # (image.groups, index)
         self._unreadable_noted = False
 
     # -- the group's side ---------------------------------------------------------------------------
@@ -106,26 +106,23 @@ class GroupKeyOrder:
         mine = {m.group for m in here if tp in m.given}
         if mine:
             return sorted(mine)
-        if self._assigned[0] is not image:
+        if self._assigned[0] is not image.groups:  # the log's groups changed (an image keeps them otherwise)
             index: dict[TopicPartition, set[str]] = {}
             for g in image.groups.values():
                 for m in g.members:
                     for assigned in m.assignment:
                         index.setdefault(assigned, set()).add(g.group)
-            self._assigned = (image, index)
+            self._assigned = (image.groups, index)
         return sorted(self._assigned[1].get(tp, ()))
 
     def cut(
-        self, image: MetadataImage, groups: Iterable[str], topic: str, fetch_offset: int, records: bytes,
+        self, history: KeyOrderTopic, groups: Iterable[str], topic: str, fetch_offset: int, records: bytes,
         max_bytes: int,
     ) -> bytes:  # fmt: skip
-        """``records`` fetched from a logical partition of ``topic`` at ``fetch_offset``, ended before the first
-        record one of ``groups`` must not have yet."""
-        history = strict_history(image.key_orders, topic)
-        if history is None or not records:
-            return records
-        waiting = [(g, history) for g in groups if open_parents(history, g)]
-        if not waiting:
+        """``records`` fetched at ``fetch_offset`` from a logical partition of strict ``topic`` (its key-order
+        ``history``), ended before the first record one of ``groups`` must not have yet."""
+        waiting = [g for g in groups if open_parents(history, g)]
+        if not waiting or not records:
             return records
         try:
             keyed = list(batches.keyed_records(records, fetch_offset, max_bytes))
@@ -135,8 +132,8 @@ class GroupKeyOrder:
                 log.warning("records of strict topic %s go out without a hold-back: %s", topic, e)
             return records
         stop: int | None = None
-        for group, topic_history in waiting:
-            held = self._first_held(group, topic, topic_history, keyed)
+        for group in waiting:
+            held = self._first_held(group, topic, history, keyed)
             if held is not None and (stop is None or held < stop):
                 stop = held
         if stop is None:

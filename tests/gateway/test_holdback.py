@@ -14,8 +14,9 @@ from gateway.holdback import GroupKeyOrder
 from metadata_log import commands
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
 from metadata_log.keyorder import commands as key_order
+from metadata_log.keyorder.history import KeyOrderTopic
 from metadata_log.keyorder.replay import strict_history
-from metadata_log.keyorder.routing import KEY_SLOTS, slot_of
+from metadata_log.keyorder.routing import slot_of
 from metadata_log.records import ClusterRegistered, GroupGenerationStarted, GroupMember, KeyRangeReleased
 
 MAX_BYTES = 1 << 20
@@ -29,6 +30,12 @@ def shrunk() -> MetadataImage:
     )
     return apply(image, key_order.with_epochs(image, image.key_orders, commands.shrink_partitions(image, "S", [3]),
                                               "shrink").records)  # fmt: skip
+
+
+def strict(image: MetadataImage) -> KeyOrderTopic:
+    history = strict_history(image.key_orders, "S")
+    assert history is not None
+    return history
 
 
 def keys(image: MetadataImage) -> tuple[bytes, bytes]:
@@ -48,7 +55,8 @@ def keys(image: MetadataImage) -> tuple[bytes, bytes]:
         for k in (b"k%d" % i for i in range(100_000))
         if slot_of(k) not in moved_slots and history.map.owner(slot_of(k)) == 0
     )
-    assert slot_of(kept) < KEY_SLOTS
+    move = history.changes[-1].move_of(slot_of(moved))
+    assert move is not None and move.from_partition == 3 and history.changes[-1].move_of(slot_of(kept)) is None
     return moved, kept
 
 
@@ -77,18 +85,20 @@ def test_a_read_stops_before_a_moved_key_until_the_log_releases_its_parent_for_t
     stamp = [("kfed-epoch", b"2")]
     fetched = answer(10, [(kept, stamp), (moved, []), (kept, []), (moved, stamp), (kept, stamp)])
     order = GroupKeyOrder()
-    assert offsets_of(order.cut(image, ["g"], "S", 10, fetched, MAX_BYTES)) == [10, 11, 12], "up to the held one"
-    assert order.cut(image, [], "S", 10, fetched, MAX_BYTES) == fetched, "no group reads it: as it came"
-    assert order.cut(image, ["g"], "S", 13, fetched, MAX_BYTES) == b"", "at the held one: nothing (not 10-12 again)"
-    assert offsets_of(order.cut(image, ["g"], "S", 14, fetched, MAX_BYTES)) == [10, 11, 12, 13, 14], (
+
+    def cut(groups: list[str], offset: int) -> bytes:
+        return order.cut(strict(image), groups, "S", offset, fetched, MAX_BYTES)
+
+    assert offsets_of(cut(["g"], 10)) == [10, 11, 12], "up to the held one"
+    assert cut([], 10) == fetched, "no group reads it: as it came"
+    assert cut(["g"], 13) == b"", "at the held one: nothing (not 10-12 again)"
+    assert offsets_of(cut(["g"], 14)) == [10, 11, 12, 13, 14], (
         "records before the fetch offset are the client's already: the held one was released to it"
     )
     image = apply(image, [KeyRangeReleased("other", "S", 2, 3, False, "")])
-    assert offsets_of(order.cut(image, ["g", "other"], "S", 10, fetched, MAX_BYTES)) == [10, 11, 12], (
-        "read for two groups: it stops where either must"
-    )
+    assert offsets_of(cut(["g", "other"], 10)) == [10, 11, 12], "read for two groups: it stops where either must"
     image = apply(image, [KeyRangeReleased("g", "S", 2, 3, False, "")])
-    assert order.cut(image, ["g"], "S", 10, fetched, MAX_BYTES) == fetched, "released: all of it goes"
+    assert cut(["g"], 10) == fetched, "released: all of it goes"
 
 
 def test_a_fetch_is_read_for_the_groups_the_log_assigns_the_partition_narrowed_to_the_fetching_clients() -> None:
@@ -99,6 +109,8 @@ def test_a_fetch_is_read_for_the_groups_the_log_assigns_the_partition_narrowed_t
     assert order.readers(image, [], ("S", 0)) == ["g1", "g2"], "no member of this client here"
     assert order.readers(image, [here], ("S", 0)) == ["g2"], "this client's member here"
     assert order.readers(image, [here], ("S", 2)) == [], "no group has it: not held back"
+    image = apply(image, [GroupGenerationStarted("g1", 2, (GroupMember("a", (("S", 2),)),))])
+    assert order.readers(image, [], ("S", 2)) == ["g1"], "a new generation: read from the new assignments"
 
 
 def test_the_heartbeat_reports_the_commits_on_owned_strict_partitions_and_the_parents_waited_too_long() -> None:
@@ -114,7 +126,7 @@ def test_the_heartbeat_reports_the_commits_on_owned_strict_partitions_and_the_pa
         "committed": [["S", 3, 40]],
         "give_up": [],
     }
-    order.cut(image, ["g"], "S", 0, answer(0, [(moved, [("kfed-epoch", b"2")])]), MAX_BYTES)
+    order.cut(strict(image), ["g"], "S", 0, answer(0, [(moved, [("kfed-epoch", b"2")])]), MAX_BYTES)
     assert order.beat_fields(member, [], image)["give_up"] == [["S", 2, 3]], "waited max_wait_ms (0 here)"
     image = apply(image, [KeyRangeReleased("g", "S", 2, 3, False, "")])
     assert order.beat_fields(member, [], image)["give_up"] == [], "released: no longer waited for"
