@@ -100,18 +100,8 @@ def regroup(sources: Iterable[tuple[bytes, Placement]], max_bytes: int) -> dict[
     groups: dict[int, Group] = {}
     type_bits = 0
     for records, placement in sources:
-        at = 0
-        while at < len(records):
-            if len(records) - at < HEADER.size:
-                raise BadBatch(f"a record batch header at byte {at} is cut short")
-            (_, length, _, magic, crc, attributes, _, base_ts, _, _, _, _, count) = HEADER.unpack_from(records, at)
-            end = at + 12 + length
-            if length < HEADER.size - 12 or end > len(records):
-                raise BadBatch(f"a record batch at byte {at} says it is {length} bytes long")
-            if magic != 2:
-                raise BadBatch(f"a record batch at byte {at} has magic {magic}; only v2 batches are read")
-            if crc32c.crc32c(memoryview(records)[at + _CRC_FROM : end]) != crc:
-                raise BadBatch(f"the record batch at byte {at} fails its CRC")
+        for at, end, header in _batches(records, partial_ok=False):
+            attributes, base_ts, count = header[5], header[7], header[12]
             if attributes & CONTROL:
                 raise BadBatch(f"the record batch at byte {at} is a control batch")
             type_bits |= attributes & TIMESTAMP_TYPE
@@ -122,7 +112,6 @@ def regroup(sources: Iterable[tuple[bytes, Placement]], max_bytes: int) -> dict[
                 raise BadBatch(str(e)) from None
             if unplaced is not None:
                 raise NoPartitionNow(unplaced)
-            at = end
     return {partition: _batch(type_bits, group) for partition, group in groups.items()}
 
 
@@ -250,7 +239,7 @@ def keyed_records(records: bytes, from_offset: int, max_bytes: int) -> Iterator[
     read it either), in offset order. ``stamp``: the epoch of the record's first ``kfed-epoch`` header, None
     when it has none that is an epoch. Control batches have no keys. ``UnsupportedCompression`` for snappy,
     lz4 and zstd, ``BadBatch`` for batches that cannot be read."""
-    for at, end, header in _complete_batches(records):
+    for at, end, header in _batches(records, partial_ok=True):
         base, attributes, count = header[0], header[5], header[12]
         if attributes & CONTROL:
             continue
@@ -264,7 +253,7 @@ def cut(records: bytes, offset: int, max_bytes: int) -> bytes:
     """A fetch answer's ``records`` up to the record at ``offset``, not included: the batches before it whole,
     its own batch with only the records before it (uncompressed, with a fresh CRC), nothing after it. A
     client's position then stops at ``offset``: it asks for it again."""
-    for at, end, header in _complete_batches(records):
+    for at, end, header in _batches(records, partial_ok=True):
         (base, _, epoch, _, _, attributes, last_delta, base_ts, max_ts, producer, producer_epoch, sequence,
          count) = header  # fmt: skip
         if base + last_delta < offset:  # wholly before
@@ -282,19 +271,27 @@ def cut(records: bytes, offset: int, max_bytes: int) -> bytes:
     return records
 
 
-def _complete_batches(records: bytes) -> Iterator[tuple[int, int, tuple[Any, ...]]]:
-    """``(start, end, its HEADER fields)`` of each complete v2 batch, CRC checked."""
+def _batches(records: bytes, partial_ok: bool) -> Iterator[tuple[int, int, tuple[Any, ...]]]:
+    """``(start, end, its HEADER fields)`` of each v2 batch of ``records``, its CRC checked. A batch cut short
+    at the end ends the walk when ``partial_ok`` (a fetch answer, cut by its size); it is a ``BadBatch`` in a
+    produce request."""
     at = 0
-    while len(records) - at >= HEADER.size:
+    while at < len(records):
+        if len(records) - at < HEADER.size:
+            if partial_ok:
+                return
+            raise BadBatch(f"a record batch header at byte {at} is cut short")
         header = HEADER.unpack_from(records, at)
         length, magic, crc = header[1], header[3], header[4]
         end = at + 12 + length
-        if end > len(records):
-            return  # cut short by the fetch's size
-        if length < HEADER.size - 12 or magic != 2:
-            raise BadBatch(f"a fetched record batch at byte {at} is not a v2 batch of {length} bytes")
+        if length < HEADER.size - 12 or end > len(records):
+            if partial_ok and length >= HEADER.size - 12:
+                return
+            raise BadBatch(f"a record batch at byte {at} says it is {length} bytes long")
+        if magic != 2:
+            raise BadBatch(f"a record batch at byte {at} has magic {magic}; only v2 batches are read")
         if crc32c.crc32c(memoryview(records)[at + _CRC_FROM : end]) != crc:
-            raise BadBatch(f"the fetched record batch at byte {at} fails its CRC")
+            raise BadBatch(f"the record batch at byte {at} fails its CRC")
         yield at, end, header
         at = end
 
