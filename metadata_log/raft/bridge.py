@@ -117,6 +117,8 @@ PRIVATE_NAMES: Final = (
     Private(_CONNECTION, "__processParseMessage", "(self)", "replaced: frames from the FrameBuffer, decoded safely"),
     Private(_TRANSPORT, "_onNewIncomingConnection", "(self, conn)", "counts the connections not yet known"),
     Private(_TRANSPORT, "_onTick", "(self)", "drops those that did not say who they are in time"),
+    Private(_TRANSPORT, "send", "(self, node, message)", "not before a dialled connection's key exchange"),
+    Private(_TRANSPORT, "_connections", None, "each peer's connection, to see whether its keys are exchanged"),
     Private(_TRANSPORT, "_unknownConnections", None, "the accepted connections not yet known as a voter's"),
     Private(_TRANSPORT, "_syncObj", None, "its conf: how long a connection may stay unknown"),
     Private(_TRANSPORT, "_server", None, "its bind() is wrapped: a failure is logged (pysyncobj retries in silence)"),
@@ -272,6 +274,18 @@ class GuardedTransport(TCPTransport):  # type: ignore[misc]  # pysyncobj is unty
             log.warning("dropped a Raft connection: more than %d that did not say who they are",
                         MAX_UNKNOWN_CONNECTIONS)  # fmt: skip
             oldest.disconnect()
+
+    def send(self, node: Any, message: Any) -> bool:
+        """pysyncobj's, but not on a dialled connection whose key exchange is not done (with a password).
+
+        pysyncobj counts a connection it dialled as connected once TCP is, and sends the Raft messages of the
+        next tick on it unwrapped, while the peer still waits for the exchange to finish: the peer cannot
+        decode them and drops the connection (seen when every voter restarted at once, and a candidate asked
+        for votes). Until the exchange is done, the message is not sent, as on a connection still dialling."""
+        conn = self._connections.get(node)
+        if conn is not None and conn.encryptor is not None and not conn.sendRandKey:
+            return False
+        return bool(super().send(node, message))
 
     def _onTick(self) -> None:
         super()._onTick()

@@ -22,6 +22,7 @@ import pytest
 from pysyncobj.encryptor import getEncryptor
 from pysyncobj.poller import createPoller
 from pysyncobj.syncobj import SyncObj
+from pysyncobj.tcp_connection import CONNECTION_STATE
 
 from deploy.local import free_ports
 from metadata_log import codec
@@ -263,3 +264,50 @@ async def test_a_command_above_the_bound_of_every_frame_is_refused_before_it_is_
         assert node.state.image.offset == 1  # the two small ones only
     finally:
         node.close()
+
+
+async def test_a_raft_message_due_before_the_key_exchange_is_not_sent_and_no_connection_drops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With a password, a tick right after a dialled connection counts as connected, before the keys are
+    exchanged, must not send: the peer could not decode the message and would drop the connection. The test
+    sends in that window every time; pysyncobj's own tick does when it has something due there (seen when
+    every voter restarted at once and a candidate asked for votes)."""
+    early: list[bool] = []
+    dialled: dict[Any, bool] = {}  # connection -> a message was due on it already
+    connected, tick = bridge.GuardedTransport._onOutgoingConnected, bridge.GuardedTransport._onTick
+
+    def note(self: Any, conn: Any) -> None:
+        dialled[conn] = False
+        connected(self, conn)
+
+    def a_message_first(self: Any) -> None:
+        """The transport's tick runs before the poll that could read the peer's key: a message sent here is
+        due in the window, as one of the Raft tick's own just before it."""
+        for conn, sent in list(dialled.items()):  # both voters' threads come here
+            if not sent and conn.state == CONNECTION_STATE.CONNECTED and self._connToNode(conn) is not None:
+                dialled[conn] = True
+                early.append(self.send(self._connToNode(conn), {"type": "a message of the next tick"}))
+        tick(self)
+
+    monkeypatch.setattr(bridge.GuardedTransport, "_onOutgoingConnected", note)
+    monkeypatch.setattr(bridge.GuardedTransport, "_onTick", a_message_first)
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    settings = RaftSettings(password="s3cret", journal_fsync=False)
+    nodes = [RaftNode(a, [b for b in addresses if b != a], tmp_path / f"n{i}", LogState(), settings)
+             for i, a in enumerate(addresses)]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30  # a generous wait for an election on a loaded machine, not a bound
+        while not any(n.is_leader() for n in nodes):
+            assert time.monotonic() < deadline, f"no leader: connections dropped {drops(caplog)} times"
+            await asyncio.sleep(0.05)
+        await commits(next(n for n in nodes if n.is_leader()), 3)
+    finally:
+        for node in nodes:
+            node.close()
+    assert early and not any(early), "a message went out before the key exchange"
+    assert drops(caplog) == 0
+
+
+def drops(caplog: pytest.LogCaptureFixture) -> int:
+    return sum("dropped a Raft connection" in r.getMessage() for r in caplog.records)
