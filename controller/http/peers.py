@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     import aiohttp
 
 FORWARDED_HEADER: Final = "X-Kfed-Forwarded-By"  # on a request a follower forwarded to the leader
+OFFSET_HEADER: Final = "X-Kfed-Offset"  # on a committed write's answer: the log offset of its last record
+APPLIED_WAIT_S: Final = 2.0
+"""At most this long a follower holds a forwarded write's answer until it has applied the write itself."""
 STATUS_TIMEOUT_S: Final = 0.5
 """How long ``GET /v1/quorum`` waits for each other voter's status before it calls that voter unreachable."""
 
@@ -34,7 +37,7 @@ class LeaderForwarder:
     follower's samples in ``_assign_requests_to_connections``; encode/httpcore#1035 and #924 are open)."""
 
     PASSED_ON: Final = ("content-type", "accept", "idempotency-key", "authorization")
-    PASSED_BACK: Final = ("content-type", "retry-after", "idempotent-replayed")
+    PASSED_BACK: Final = ("content-type", "retry-after", "idempotent-replayed", OFFSET_HEADER.lower())
     KEEPALIVE_S: Final = 4.0
     """How long an idle connection to the leader is reused: under uvicorn's 5 s, so the leader never closes
     one just as a request goes out on it."""
@@ -103,7 +106,18 @@ class LeaderForwarder:
             raise OutcomeUnknown(
                 f"the leader did not answer ({type(e).__name__}); retry with the same Idempotency-Key"
             ) from None
+        offset = back.get(OFFSET_HEADER.lower(), "")
+        if status < 300 and offset.isdigit():
+            await self._applied(int(offset))
         return Response(content, status_code=status, headers=back)
+
+    async def _applied(self, offset: int) -> None:
+        """Until this node has applied a write it passed on, so that a client reading here next sees it, as
+        on the leader (a CLI's ``topic create`` then ``topic status``, both on the first URL). The write is
+        committed either way: past ``APPLIED_WAIT_S`` (a follower far behind) the answer goes as it is."""
+        read_model = self.service.read_model
+        if read_model.image.offset < offset:
+            await read_model.wait_beyond(offset, APPLIED_WAIT_S)
 
 
 class Peers:

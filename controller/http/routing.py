@@ -39,6 +39,7 @@ from metadata_log.image import MetadataImage
 from ..service import ControllerService, WriteReply, check_idempotency_key, fingerprint
 from .deps import IdempotencyKey, Service, on_leader
 from .encoding import encode, wants_msgpack
+from .peers import OFFSET_HEADER
 
 Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
 
@@ -62,7 +63,9 @@ async def commit(
 
 def write_response(reply: WriteReply, msgpack: bool, status: int = 200) -> Response:
     body = {**reply.body, "offset": reply.offset}
-    headers = {"Idempotent-Replayed": "true"} if reply.replayed else None
+    headers = {OFFSET_HEADER: str(reply.offset)}  # a forwarding follower reads it (peers.LeaderForwarder)
+    if reply.replayed:
+        headers["Idempotent-Replayed"] = "true"
     return encode(body, msgpack, status, headers)
 
 

@@ -7,9 +7,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from controller.http.peers import FORWARDED_HEADER, LeaderForwarder
+from controller.http.peers import FORWARDED_HEADER, OFFSET_HEADER, LeaderForwarder
+from controller.readmodel import ReadModel
 from deploy.local import free_ports
 from metadata_log.errors import OutcomeUnknown, Unavailable
+from metadata_log.image import apply
+from metadata_log.publisher import LogDelta
+from metadata_log.records import NoOp
 
 
 @dataclass
@@ -19,12 +23,13 @@ class _Voter:
 
 
 class _Service:
-    """The two things the forwarder asks the node: who leads, and who it is itself."""
+    """What the forwarder asks the node: who leads, who it is itself, and what it has applied."""
 
     node_id = 2
 
     def __init__(self, leader_http: str | None) -> None:
         self._leader = _Voter(1, leader_http) if leader_http else None
+        self.read_model = ReadModel()
 
     def leader(self) -> _Voter | None:
         return self._leader
@@ -134,3 +139,54 @@ async def test_no_leader_or_a_second_hop_is_refused_before_sending() -> None:
     with pytest.raises(Unavailable, match="leadership moved"):
         await forwarder("POST", "/v1/clusters", "", {FORWARDED_HEADER.lower(): "3"}, b"{}")
     await forwarder.aclose()
+
+
+def _committed_at(offset: int) -> object:
+    """A leader whose every answer is a write committed at ``offset``."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await reader.readuntil(b"\r\n\r\n"):
+            body = b'{"offset":%d}' % offset
+            head = b"content-type: application/json\r\n%s: %d\r\n" % (OFFSET_HEADER.encode(), offset)
+            writer.write(b"HTTP/1.1 201 Created\r\n%scontent-length: %d\r\n\r\n%s" % (head, len(body), body))
+            await writer.drain()
+
+    return handle
+
+
+def _advance(model: ReadModel, count: int) -> None:
+    records = [NoOp()] * count
+    model.on_update(LogDelta(model.image, records), apply(model.image, records))
+
+
+async def test_a_forwarded_write_is_answered_once_this_node_has_applied_it() -> None:
+    """Read-your-writes on the node a client asked: its next read there sees the write it just made."""
+    server, url = await _leader_answering(_committed_at(4))
+    service = _Service(url)
+    _advance(service.read_model, 3)  # offsets 0-2 applied here; the write's 3-4 not yet
+    forwarder = LeaderForwarder(service, timeout_s=5.0)  # type: ignore[arg-type]
+    try:
+        answer = asyncio.ensure_future(forwarder("POST", "/v1/topics", "", {}, b"{}"))
+        await asyncio.sleep(0.3)  # the leader answered long ago
+        assert not answer.done()
+        _advance(service.read_model, 1)
+        await asyncio.sleep(0.05)
+        assert not answer.done()  # offset 3 applied; the write ends at 4
+        _advance(service.read_model, 1)
+        response = await asyncio.wait_for(answer, 5)
+        assert response.status_code == 201 and response.headers[OFFSET_HEADER.lower()] == "4"
+        assert service.read_model.image.offset == 4
+    finally:
+        await forwarder.aclose()
+        server.close()
+
+
+async def test_a_follower_far_behind_answers_a_forwarded_write_after_its_wait() -> None:
+    server, url = await _leader_answering(_committed_at(1_000))
+    forwarder = LeaderForwarder(_Service(url), timeout_s=5.0)  # type: ignore[arg-type]
+    try:
+        response = await forwarder("POST", "/v1/topics", "", {}, b"{}")
+        assert response.status_code == 201  # committed: said so after the wait, though not applied here
+    finally:
+        await forwarder.aclose()
+        server.close()
