@@ -23,7 +23,7 @@ The modules, from pure to pysyncobj-facing:
 - ``wire``: the frame encoding (compression, the restricted unpickler);
 - ``journal``: the log on disk; ``dump``: the full dump;
 - ``node``: ``RaftNode``, ``RaftSettings``, ``RaftStatus``, and ``Mailboxes`` (results handed over to asyncio);
-- ``bridge``: the only module that touches pysyncobj's internals, all listed in its ``PRIVATE_NAMES``.
+- ``bridge``: the only module that touches pysyncobj's internals, all listed in ``privates.PRIVATE_NAMES``.
 
 Importing this package changes nothing in pysyncobj: a ``RaftNode`` installs the bridge when it starts.
 """

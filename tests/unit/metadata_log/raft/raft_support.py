@@ -14,7 +14,7 @@ import pytest
 
 from deploy.local import free_ports
 from metadata_log.image import MetadataImage
-from metadata_log.raft import RaftNode, RaftSettings, bridge
+from metadata_log.raft import RaftNode, RaftSettings, privates
 from metadata_log.state import LogState
 
 
@@ -75,7 +75,7 @@ def tmpfs(mount_point: Path, size: str = "2m") -> Iterator[Path]:
 
 
 def private_name(name: str, owner: str = "SyncObj") -> str:
-    """The attribute name of one of pysyncobj's privates, as ``bridge.PRIVATE_NAMES`` lists it (``__raftLog`` of
+    """The attribute name of one of pysyncobj's privates, as ``privates.PRIVATE_NAMES`` lists it (``__raftLog`` of
     SyncObj: ``_SyncObj__raftLog``): tests reach pysyncobj's internals only through that table."""
-    assert any(p.owner == owner and p.name == name for p in bridge.PRIVATE_NAMES), f"{owner}.{name} is not listed"
+    assert any(p.owner == owner and p.name == name for p in privates.PRIVATE_NAMES), f"{owner}.{name} is not listed"
     return f"_{owner}{name}" if name.startswith("__") and not name.endswith("__") else name

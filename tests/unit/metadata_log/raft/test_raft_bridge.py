@@ -30,7 +30,7 @@ from pysyncobj.node import TCPNode
 from pysyncobj.poller import createPoller
 
 from deploy.local import free_ports
-from metadata_log.raft import bridge, journal, wire
+from metadata_log.raft import bridge, journal, privates, wire
 from metadata_log.raft.rules import PreVote, TickMark
 
 from .raft_support import manual_tick_node
@@ -274,9 +274,9 @@ def bare_syncobj() -> Any:
     obj._destroy()
 
 
-@pytest.mark.parametrize("private", [p for p in bridge.PRIVATE_NAMES if p.owner == "SyncObj"], ids=lambda p: p.name)
+@pytest.mark.parametrize("private", [p for p in privates.PRIVATE_NAMES if p.owner == "SyncObj"], ids=lambda p: p.name)
 def test_each_private_name_of_syncobj_exists_with_the_signature_the_bridge_expects(
-    private: bridge.Private, bare_syncobj: Any
+    private: privates.Private, bare_syncobj: Any
 ) -> None:
     name = mangled(private.name)
     if private.signature is None:
@@ -303,10 +303,10 @@ def instances(bare_syncobj: Any) -> dict[str, Any]:
             "TCPTransport": bare_syncobj._SyncObj__transport}  # fmt: skip
 
 
-@pytest.mark.parametrize("private", [p for p in bridge.PRIVATE_NAMES if p.owner in ("TcpConnection", "TCPTransport")],
+@pytest.mark.parametrize("private", [p for p in privates.PRIVATE_NAMES if p.owner in ("TcpConnection", "TCPTransport")],
                          ids=lambda p: f"{p.owner}.{p.name}")  # fmt: skip
 def test_each_private_name_of_the_connection_and_transport_exists_with_the_signature_the_bridge_expects(
-    private: bridge.Private, bare_syncobj: Any
+    private: privates.Private, bare_syncobj: Any
 ) -> None:
     cls, name = CLASSES[private.owner], mangled(private.name, private.owner)
     if private.signature is None:
@@ -325,14 +325,14 @@ def test_each_private_name_of_the_connection_and_transport_exists_with_the_signa
 
 def test_every_private_name_the_bridge_uses_is_in_its_table(bare_syncobj: Any) -> None:
     source = inspect.getsource(bridge)
-    table = {p.name for p in bridge.PRIVATE_NAMES}
+    table = {p.name for p in privates.PRIVATE_NAMES}
     for owner in ("SyncObj", "TcpConnection"):
         mangled_used = {f"__{n}" for n in re.findall(rf"_{owner}__(\w+)", source)}
         assert mangled_used and mangled_used <= table, mangled_used - table
     # single-underscore names of SyncObj and TCPTransport (not their public API), used on a replica, a transport
     # or the classes themselves
     for owner, instance in instances(bare_syncobj).items():
-        listed = {p.name for p in bridge.PRIVATE_NAMES if p.owner == owner}
+        listed = {p.name for p in privates.PRIVATE_NAMES if p.owner == owner}
         underscored = {n for n in re.findall(r"\.(_[a-zA-Z]\w*)", source) if hasattr(instance, n)}
         underscored -= {f"_{owner}{n}" for n in listed} | {"_kfed_frames"}
         assert underscored <= listed, (owner, underscored - listed)
@@ -341,7 +341,7 @@ def test_every_private_name_the_bridge_uses_is_in_its_table(bare_syncobj: Any) -
                (pso_tcp_server, "pso_tcp_server"))  # fmt: skip
     for module, alias in modules:
         used = set(re.findall(rf"\b{alias}\.(\w+)", source)) | set(re.findall(rf"vars\({alias}\)\[\"(\w+)\"\]", source))
-        listed = {p.name for p in bridge.PRIVATE_NAMES if p.owner == module.__name__}
+        listed = {p.name for p in privates.PRIVATE_NAMES if p.owner == module.__name__}
         assert used <= listed, (module.__name__, used - listed)
 
 
@@ -369,7 +369,7 @@ PYSYNCOBJ_MODULE = re.compile(r"^\s*import (pysyncobj(?:\.\w+)*)(?: as (\w+))?$"
 def test_outside_the_bridge_only_tests_name_pysyncobjs_privates_and_only_those_the_bridge_lists() -> None:
     """The benchmark names none and patches no pysyncobj module (it uses ``bridge.journal_of`` and ``leads``);
     a test may name one only if ``PRIVATE_NAMES`` lists it, so that the table pins it."""
-    listed = {(p.owner, p.name) for p in bridge.PRIVATE_NAMES}
+    listed = {(p.owner, p.name) for p in privates.PRIVATE_NAMES}
     bridge_file = Path(bridge.__file__).resolve()
     for path in sorted((REPO / "bench").rglob("*.py")):
         text = path.read_text()
@@ -415,12 +415,13 @@ pristine = (pysyncobj.syncobj.createJournal is pysyncobj.journal.createJournal
             and pysyncobj.syncobj.Serializer is pysyncobj.serializer.Serializer
             and pysyncobj.tcp_connection.zlib is zlib and before[1] == 2)
 import metadata_log.raft
+import metadata_log.raft.privates
 from metadata_log.raft import STALL_GUARD_MS
 import controller.http.health  # imports STALL_GUARD_MS from the package
 after = snapshot()
 changed = sorted(k for k in before[0].keys() | after[0].keys() if before[0].get(k) != after[0].get(k))
 signatures = {}
-for p in metadata_log.raft.bridge.PRIVATE_NAMES:
+for p in metadata_log.raft.privates.PRIVATE_NAMES:
     if p.owner in MODULES:
         value = vars(MODULES[p.owner]).get(p.name, vars(MODULES[p.owner]).get(p.name))
         signatures[f"{p.owner}.{p.name}"] = (p.name in vars(MODULES[p.owner]),
@@ -441,7 +442,7 @@ def test_importing_the_raft_package_changes_nothing_in_pysyncobj() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen["pristine"] and seen["changed"] == [] and seen["protocol"] == 2
-    for p in bridge.PRIVATE_NAMES:
+    for p in privates.PRIVATE_NAMES:
         if p.owner.startswith("pysyncobj."):
             assert seen["signatures"][f"{p.owner}.{p.name}"] == [True, p.signature], p.name
     assert {
