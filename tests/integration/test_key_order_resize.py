@@ -134,10 +134,11 @@ def resize_while_producing(
         wait_until(lambda: len(set(delivered)) >= total, 300, f"the group read all {total} messages of {topic}")
     except AssertionError as e:
         raise AssertionError(f"{e}; {missing(sent, delivered, readers)}") from None
-    for r in readers:
-        r.stop_flag.set()
-    for r in readers:
-        r.join(30)
+    finally:  # also after a failure: members left polling would run on into the tests after this one
+        for r in readers:
+            r.stop_flag.set()
+        for r in readers:
+            r.join(30)
     history = fed.metadata(topic=topic)["topics"][0]
     return {"sent": sent, "delivered": delivered, "readers": readers, "topic": history}
 
