@@ -211,9 +211,8 @@ def run(sizes: Sizes, workdir: Path, result: BenchResult) -> None:
             for via_gateway in (False, True) if r % 2 == 0 else (True, False):
                 busy, by_process = machine_cpu_seconds(), {name: cpu_seconds(*pids) for name, pids in parts.items()}
                 if via_gateway:
-                    before = cpu_seconds(gateway.pid)
                     gw_ps.append(produce(through, n, 8))
-                    cpu_p.append((cpu_seconds(gateway.pid) - before) * 1000 / (n * len(VALUE) / 1e6))
+                    cpu_p.append((cpu_seconds(gateway.pid) - by_process["gateway"]) * 1000 / (n * len(VALUE) / 1e6))
                 else:
                     raw_ps.append(produce(straight, n, 4))
                 side = "gateway" if via_gateway else "straight"
