@@ -284,9 +284,9 @@ def _batches(records: bytes, partial_ok: bool) -> Iterator[tuple[int, int, tuple
         header = HEADER.unpack_from(records, at)
         length, magic, crc = header[1], header[3], header[4]
         end = at + 12 + length
+        if end > len(records) and partial_ok and length >= HEADER.size - 12:
+            return  # cut short by the fetch's size
         if length < HEADER.size - 12 or end > len(records):
-            if partial_ok and length >= HEADER.size - 12:
-                return
             raise BadBatch(f"a record batch at byte {at} says it is {length} bytes long")
         if magic != 2:
             raise BadBatch(f"a record batch at byte {at} has magic {magic}; only v2 batches are read")
