@@ -128,7 +128,7 @@ class GatewayRegistry:
                 image, body.gateway_id, body.host, body.port, body.instance, body.rack, body.listener
             )
 
-        result = await service.write(register, lambda image: {}, None, "")
+        result = await service.write(register, lambda image: {}, None, "", confirm_noop=False)
         gateway_id = result.body["gateway_id"]
         self.leases.beat(gateway_id, body.instance, time.monotonic(), _now_ms(), body.connections, body.requests)
         return {

@@ -22,6 +22,7 @@ from metadata_log.raft import RaftNode
 from metadata_log.records import (
     LATEST_METADATA_VERSION,
     MetadataVersionChanged,
+    NoOp,
     QuorumVoterChanged,
     Record,
     version_needed,
@@ -283,10 +284,14 @@ class ControllerService:
         render: Callable[[MetadataImage], dict[str, Any]],
         idempotency_key: str | None,
         request_fingerprint: str,
+        confirm_noop: bool = True,
     ) -> WriteReply:
         """Validate ``command`` against the latest image, commit its records, reply when committed.
 
-        ``render`` rebuilds the reply body from an image, for a retry answered from the first outcome.
+        ``render`` rebuilds the reply body from an image, for a retry answered from the first outcome. A
+        write that changes nothing is answered once a ``NoOp`` committed (``_barrier``) showed the image holds
+        every write acknowledged before; ``confirm_noop=False`` skips that for a caller whose no-op answer is
+        only its own registration (a gateway's heartbeat, once a second per gateway).
         """
         self.require_leader()
         if idempotency_key is not None:
@@ -294,6 +299,9 @@ class ControllerService:
             if replay is not None:
                 return replay
         result = command(self.state.image)
+        if not result.records and confirm_noop:
+            await self._barrier()
+            result = command(self.state.image)  # on an image past every write committed before this one
         if not result.records:
             return WriteReply(result.reply, self.state.image.offset)
         proposal = Proposal(result.records, idempotency_key, request_fingerprint if idempotency_key else None)
@@ -311,6 +319,19 @@ class ControllerService:
         if outcome.status == "key_reused":
             raise InvalidRequest("Idempotency-Key", outcome.detail)
         raise Conflict(f"the write lost a race with another write: {outcome.detail}")
+
+    async def _barrier(self) -> None:
+        """Commit a ``NoOp`` before a write is answered as one: a leader that was deposed while cut off from
+        the others, or a new one still applying its predecessor's log, would otherwise answer from an image
+        older than writes already acknowledged (the fault harness's ``ack-order``). Committing proves this
+        node still leads, and the image then holds everything committed before."""
+        unconfirmed = "could not confirm the leadership to answer this write (it changes nothing)"
+        try:
+            outcome = await asyncio.wait_for(self.committer.submit(Proposal((NoOp(),))), self.commit_timeout_s)
+        except TimeoutError:
+            raise Unavailable(f"{unconfirmed}; retry", retry_after_s=0.2) from None
+        if outcome.status != "committed":
+            raise Unavailable(f"{unconfirmed}: {outcome.detail}", retry_after_s=0.2)
 
     def _replay(
         self, key: str, request_fingerprint: str, render: Callable[[MetadataImage], dict[str, Any]]

@@ -55,8 +55,9 @@ from .history import record_digest
 
 ALWAYS_RECORDS = frozenset({"register", "create_topic", "delete_topic"})
 """Write kinds that never succeed as a no-op in the harness: every name they carry is fresh."""
-QUORUM_OWN = frozenset({"metadata_version", "fencing"})
-"""Effects the quorum makes itself: the metadata version raise, and fencing decided from leases."""
+QUORUM_OWN = frozenset({"metadata_version", "fencing", "NoOp"})
+"""Effects the quorum makes itself: the metadata version raise, fencing decided from leases, and the ``NoOp`` a
+leader commits before it answers a write that changes nothing."""
 
 
 @dataclass(frozen=True, slots=True)
