@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from broker_agent.kafka import CannotGrow, PhysicalCluster
+from broker_agent.kafka import CannotGrow, ClusterUnreachable, PhysicalCluster
 from deploy.kafka_cluster import KafkaCluster
 from deploy.local import LocalFederation, LocalQuorum
 from deploy.processes import free_ports
@@ -64,7 +64,18 @@ def test_the_agent_grows_a_physical_topic_on_kafka_and_says_why_it_cannot_on_tan
     produce(kafka.bootstrap, "grow_me", {0: 3, 1: 4})
     on_kafka.grow_topics({"grow_me": 5})
     assert physical_topics(kafka.bootstrap)["grow_me"] == 5
-    ends = on_kafka.drain_offsets([("grow_me", p) for p in range(5)])
+    ends: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def measured() -> bool:  # the new partitions' leaders settle a moment after CreatePartitions answers
+        try:
+            got = on_kafka.drain_offsets([("grow_me", p) for p in range(5)])
+        except ClusterUnreachable:  # "Not leader for partition": the agent measures again at its next beat
+            return False
+        ends.clear()
+        ends.update(got)
+        return len(got) == 5  # a partition whose new leader has no high watermark yet is left out
+
+    wait_until(measured, 30, "the grown topic's offsets measured")
     assert ends == {("grow_me", 0): (0, 3), ("grow_me", 1): (0, 4), **{("grow_me", p): (0, 0) for p in (2, 3, 4)}}
 
     on_tansu = PhysicalCluster(tansu.bootstrap, timeout_s=5.0)
