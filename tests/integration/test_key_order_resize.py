@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from kafka import KafkaConsumer
 
 from deploy.local import LocalFederation, free_ports, kfed_command
@@ -133,7 +134,7 @@ def resize_while_producing(
     try:
         wait_until(lambda: len(set(delivered)) >= total, 300, f"the group read all {total} messages of {topic}")
     except AssertionError as e:
-        raise AssertionError(f"{e}; {missing(sent, delivered, readers)}") from None
+        raise AssertionError(f"{e}; {missing(fed, topic, sent, delivered, readers)}") from None
     finally:  # also after a failure: members left polling would run on into the tests after this one
         for r in readers:
             r.stop_flag.set()
@@ -143,9 +144,10 @@ def resize_while_producing(
     return {"sent": sent, "delivered": delivered, "readers": readers, "topic": history}
 
 
-def missing(sent: dict[str, int], delivered: list[tuple[str, int]], readers: list[KeyedReader | GatewayReader]) -> str:
+def missing(fed: LocalFederation, topic: str, sent: dict[str, int], delivered: list[tuple[str, int]],
+            readers: list[KeyedReader | GatewayReader]) -> str:  # fmt: skip
     """What a group that did not read everything lacks: how many messages of how many keys, where the first
-    gaps are, and what its members hold back."""
+    gaps are, where the physical partitions hold them (written, or not), and what its members hold back."""
     got: dict[str, set[int]] = {}
     for key, seq in list(delivered):
         got.setdefault(key, set()).add(seq)
@@ -153,8 +155,46 @@ def missing(sent: dict[str, int], delivered: list[tuple[str, int]], readers: lis
     short = {k: gap for k, gap in short.items() if gap}
     examples = {k: (gap[0], len(gap)) for k, gap in list(short.items())[:5]}
     stats = [(r.consumer.key_order_stats(), sorted(r.consumer._paused)) for r in readers if isinstance(r, KeyedReader)]
+    lacking = {f"{k}:{seq}".encode() for k, gap in short.items() for seq in gap}
     return (f"{sum(map(len, short.values()))} messages of {len(short)} keys missing; (first missing, how many): "
-            f"{examples}; members' key-order stats and paused partitions: {stats}")  # fmt: skip
+            f"{examples}; {physical_copies(fed, topic, lacking)}; members' key-order stats and paused partitions: "
+            f"{stats}")  # fmt: skip
+
+
+def physical_copies(fed: LocalFederation, topic: str, values: set[bytes]) -> str:
+    """Where the physical topic ``topic`` holds records of these values on each sub-cluster (a decommissioned
+    one too), read straight from its brokers: (cluster, physical partition, offset) of the first few, and how
+    many are on none: never written, or on a cluster whose topic was deleted since (named)."""
+    found: dict[bytes | None, tuple[str, int | None, int | None]] = {}
+    deleted = []
+    try:
+        for cluster_id, cluster in fed.clusters.items():
+            consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "audit",
+                                 "enable.auto.commit": False, "enable.partition.eof": True,
+                                 "fetch.queue.backoff.ms": 10})  # fmt: skip
+            try:
+                partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+                if not partitions:
+                    deleted.append(cluster_id)
+                consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+                ended: set[int] = set()
+                deadline = time.monotonic() + 60
+                while len(ended) < len(partitions) and time.monotonic() < deadline:
+                    for m in consumer.consume(10_000, 1):
+                        if m.error() is not None:
+                            ended.add(m.partition())  # its end (or an error: what was read is the answer)
+                        elif m.value() in values:
+                            found.setdefault(m.value(), (cluster_id, m.partition(), m.offset()))
+            finally:
+                consumer.close()
+    except Exception as e:  # a diagnosis only: the failure it explains is raised anyway
+        return f"the physical partitions could not be read: {e!r}"
+    first = sorted(found.items(), key=lambda item: str(item[1]))[:8]
+    return (
+        f"{len(found)} of the {len(values)} missing are in the physical partitions (e.g. "
+        f"{[(v, *at) for v, at in first]}), {len(values) - len(found)} in none; topic deleted on "
+        f"{deleted or 'no cluster'}"
+    )
 
 
 def first_deliveries(delivered: list[tuple[str, int]]) -> dict[str, list[int]]:
