@@ -14,6 +14,7 @@ failed would be a gap the consumers cannot tell from a loss: the test asserts th
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -79,5 +80,8 @@ def main(client: str, target: str, topic: str, first: int, last: int, stop_file:
 
 
 if __name__ == "__main__":
+    # kafka-python's warnings (a produce answered with an error and retried, a reset producer id) go to the
+    # producer's log in the test's directory: what a failure there needs explained
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     client, target, topic, first, last, stop_file, report_file = sys.argv[1:8]
     sys.exit(main(client, target, topic, int(first), int(last), Path(stop_file), Path(report_file)))
