@@ -13,11 +13,14 @@ record, Kafka's at-least-once): for every key 0, 1, 2, ... with no gap, and noth
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,20 +131,42 @@ def resize_while_producing(
         else KeyedReader(fed, topic, f"g-{topic}", delivered)
         for _ in range(3)
     ]
-    for r in readers:
-        r.start()
     total = sum(sent.values())
-    try:
-        wait_until(lambda: len(set(delivered)) >= total, 300, f"the group read all {total} messages of {topic}")
-    except AssertionError as e:
-        raise AssertionError(f"{e}; {missing(fed, topic, sent, delivered, readers)}") from None
-    finally:  # also after a failure: members left polling would run on into the tests after this one
+    with readers_logged(tmp_path / f"{topic}-readers.log"):
         for r in readers:
-            r.stop_flag.set()
-        for r in readers:
-            r.join(30)
+            r.start()
+        try:
+            wait_until(lambda: len(set(delivered)) >= total, 300, f"the group read all {total} messages of {topic}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; {missing(fed, topic, sent, delivered, readers)}") from None
+        finally:  # also after a failure: members left polling would run on into the tests after this one
+            for r in readers:
+                r.stop_flag.set()
+            for r in readers:
+                r.join(30)
     history = fed.metadata(topic=topic)["topics"][0]
     return {"sent": sent, "delivered": delivered, "readers": readers, "topic": history}
+
+
+@contextlib.contextmanager
+def readers_logged(path: Path) -> Iterator[None]:
+    """The reading group's own account, in the test's directory: each SDK member's partitions started,
+    released and assigned again (``sdk`` at INFO), and the warnings of kafka-python's consumers."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(threadName)s: %(message)s"))
+    levels = {"sdk": logging.INFO, "kafka": logging.WARNING}
+    loggers = {name: logging.getLogger(name) for name in levels}
+    before = {name: logger.level for name, logger in loggers.items()}
+    for name, logger in loggers.items():
+        logger.setLevel(levels[name])
+        logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        for name, logger in loggers.items():
+            logger.removeHandler(handler)
+            logger.setLevel(before[name])
+        handler.close()
 
 
 def missing(fed: LocalFederation, topic: str, sent: dict[str, int], delivered: list[tuple[str, int]],
@@ -164,20 +189,25 @@ def missing(fed: LocalFederation, topic: str, sent: dict[str, int], delivered: l
 def physical_copies(fed: LocalFederation, topic: str, values: set[bytes]) -> str:
     """Where the physical topic ``topic`` holds records of these values on each sub-cluster (a decommissioned
     one too), read straight from its brokers: (cluster, physical partition, offset) of the first few, and how
-    many are on none: never written, or on a cluster whose topic was deleted since (named)."""
+    many are on none: never written, or on a cluster whose topic was deleted since (named); and the reading
+    group's committed offsets there (read only: this reader commits nothing)."""
     found: dict[bytes | None, tuple[str, int | None, int | None]] = {}
     deleted = []
+    committed: dict[str, list[tuple[int, int]]] = {}
     try:
         for cluster_id, cluster in fed.clusters.items():
-            consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "audit",
+            consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{topic}",
                                  "enable.auto.commit": False, "enable.partition.eof": True,
                                  "fetch.queue.backoff.ms": 10})  # fmt: skip
             try:
                 partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
                 if not partitions:
                     deleted.append(cluster_id)
-                consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-                ended: set[int] = set()
+                assigned = [TopicPartition(topic, p, 0) for p in partitions]
+                if assigned:
+                    committed[cluster_id] = [(tp.partition, tp.offset) for tp in consumer.committed(assigned, 10)]
+                consumer.assign(assigned)
+                ended: set[int | None] = set()
                 deadline = time.monotonic() + 60
                 while len(ended) < len(partitions) and time.monotonic() < deadline:
                     for m in consumer.consume(10_000, 1):
@@ -193,7 +223,7 @@ def physical_copies(fed: LocalFederation, topic: str, values: set[bytes]) -> str
     return (
         f"{len(found)} of the {len(values)} missing are in the physical partitions (e.g. "
         f"{[(v, *at) for v, at in first]}), {len(values) - len(found)} in none; topic deleted on "
-        f"{deleted or 'no cluster'}"
+        f"{deleted or 'no cluster'}; the group's committed offsets: {committed}"
     )
 
 
