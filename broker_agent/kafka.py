@@ -139,15 +139,10 @@ class PhysicalCluster:
             ends = self.latest_offsets(partitions)
             starts = self._list_offsets(partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
             return {tp: (starts[tp], end) for tp, end in ends.items() if tp in starts}
-        earliest = OffsetSpec.earliest()  # type: ignore[no-untyped-call]  # untyped in confluent-kafka
-        futures = self._admin.list_offsets(
-            {TopicPartition(t, p): earliest for t, p in partitions}, request_timeout=self.timeout_s
-        )  # in flight while the ends are read
         ends = self._tansu_end_offsets(partitions)
-        try:
-            starts = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
-        except KafkaException as e:
-            raise ClusterUnreachable(_describe(e)) from None
+        if self.broker.log_start is not None:  # its ListOffsets(earliest) is not to be trusted either
+            return {tp: (self.broker.log_start, end) for tp, end in ends.items()}
+        starts = self._list_offsets(partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         return {tp: (starts[tp], end) for tp, end in ends.items() if tp in starts}
 
     def _tansu_end_offsets(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:

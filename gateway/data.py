@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from metadata_log.keyorder.replay import strict_history
 from metadata_log.keyorder.routing import KEY_SLOTS
+from sdk.brokers import from_api_keys
 
 from . import protocol as kp
 from .producers import STATE_LOST, PhysicalKey, ProducerIds, StrictSequence
@@ -561,6 +562,10 @@ async def _fetch_from(
 
 
 # -- ListOffsets -----------------------------------------------------------------------------------
+EARLIEST: Final = -2
+"""ListOffsets' timestamp that asks for a partition's first offset."""
+
+
 async def list_offsets(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
     conn.saw("consumer")
     body = request.body
@@ -617,7 +622,8 @@ async def _list_from(
             }
         return answers
     got = {(t.name, int(p.partition_index)): p for t in response.topics for p in t.partitions}
-    for topic_name, partition, placement, _ in parts:
+    log_start = from_api_keys(upstream.versions).log_start  # Tansu's: 0, whatever its ListOffsets says
+    for topic_name, partition, placement, timestamp in parts:
         p = got.get((placement.physical_topic, placement.physical_partition))
         if p is None:
             answers[(topic_name, partition)] = {
@@ -627,5 +633,8 @@ async def _list_from(
             continue
         if p.error_code in STALE:
             cluster.forget_leaders(placement.physical_topic)
-        answers[(topic_name, partition)] = kp.fields_of(p, partition_index=partition, leader_epoch=-1)
+        answer = kp.fields_of(p, partition_index=partition, leader_epoch=-1)
+        if timestamp == EARLIEST and log_start is not None and p.error_code == ErrorCode.none:
+            answer["offset"] = log_start  # a client reset to earliest must not skip a partition's first batch
+        answers[(topic_name, partition)] = answer
     return answers

@@ -29,6 +29,7 @@ from metadata_log.follower import FollowerError, LogFollower
 from metadata_log.image import MetadataImage, PartitionImage
 from metadata_log.keyorder.holdback import DEFAULT_MAX_HELD, DEFAULT_MAX_WAIT_MS
 
+from .brokers import BrokerUnknown, broker_at
 from .config import check_kafka_settings, ms_setting, split_config
 from .key_order import KeyOrderMember
 from .messages import Origin, Placement, Slots, origin_in, place_batch, placement_in, set_slot
@@ -40,12 +41,14 @@ DEFAULT_SESSION_TIMEOUT_MS: Final = 10_000
 DEFAULT_MAX_POLL_INTERVAL_MS: Final = 300_000
 HEARTBEAT_S: Final = 0.5
 CLIENT_DEADLINE_S: Final = 2.0
+"""How long one call to the quorum (heartbeat, leave) may retry over the controllers."""
 STALLED_START_S: Final = 2.0
 """A partition started this long ago with no fetch response yet is assigned again. librdkafka (2.16; its issue
 5586) never retries assign()'s committed-offset lookup after a request-level NOT_COORDINATOR, which Apache Kafka
 answers while a group coordinator loads or moves (a new cluster's first group, a broker restart): the partition's
 fetcher would never start. A new assign() looks the offset up again."""
-"""How long one call to the quorum (heartbeat, leave) may retry over the controllers."""
+COMMITTED_TIMEOUT_S: Final = 2.0
+"""How long a partition's start waits for the group's commit, on a broker that needs it read here."""
 LogicalPartition = tuple[str, int]
 PartitionsCallback = Callable[["FederatedConsumer", list[LogicalPartition]], None]
 
@@ -86,6 +89,7 @@ class FederatedConsumer:
             on_order_break,
         )
         # Tansu ignores max.partition.fetch.bytes: without a short queue back-off librdkafka waits 1 s per cycle.
+        self._reset_to_earliest = str(cfg.get("auto.offset.reset", "")).lower() in ("earliest", "smallest", "beginning")
         self._physical_config = {
             "enable.metrics.push": False,
             "fetch.queue.backoff.ms": 10,
@@ -246,14 +250,34 @@ class FederatedConsumer:
 
     def _start(self, tp: LogicalPartition, placement: Placement) -> None:
         consumer = self._consumer(placement.cluster_id)
-        consumer.incremental_assign(
-            [TopicPartition(placement.physical_topic, placement.physical_partition, OFFSET_STORED)]
-        )
+        start = self._start_at(consumer, placement)
+        consumer.incremental_assign([start])
         self._owned[tp] = placement
         self._unfetched[tp] = time.monotonic()
         origin = Origin(tp[0], tp[1], placement.cluster_id)
         set_slot(self._slots.setdefault(placement.cluster_id, {}), *placement[1:], origin)
-        log.info("group %s: %s consumes %s/%d", self.group, self._member_id, *tp)
+        log.info("group %s: %s consumes %s/%d from %s", self.group, self._member_id, *tp,
+                 "its commit" if start.offset == OFFSET_STORED else start.offset)  # fmt: skip
+
+    def _start_at(self, consumer: Consumer, placement: Placement) -> TopicPartition:
+        """Where a partition starts: the group's committed offset (``OFFSET_STORED``, which librdkafka looks up,
+        then resets by ``auto.offset.reset``). A broker whose ListOffsets(earliest) cannot be trusted
+        (``sdk.brokers``: Tansu now and then answers its second batch, and the first would be skipped) is
+        asked for the commit here, and without one the partition starts at the broker's log start. A broker
+        that does not answer now (down) is left to librdkafka's lookup."""
+        start = TopicPartition(placement.physical_topic, placement.physical_partition, OFFSET_STORED)
+        if not self._reset_to_earliest:
+            return start
+        bootstrap = self._follower.image.clusters[placement.cluster_id].bootstrap_servers
+        try:
+            log_start = broker_at(bootstrap, COMMITTED_TIMEOUT_S).log_start
+            if log_start is not None:
+                [committed] = consumer.committed([TopicPartition(start.topic, start.partition)], COMMITTED_TIMEOUT_S)
+                start.offset = committed.offset if committed.offset >= 0 else log_start
+        except (KafkaException, BrokerUnknown) as e:
+            log.warning("group %s: %s[%d] starts from librdkafka's lookup of its commit: %s", self.group,
+                        start.topic, start.partition, e)  # fmt: skip
+        return start
 
     def _restart_stalled(self) -> None:
         """Assign again the partitions whose fetcher has not started for ``STALLED_START_S``. A partition's
@@ -268,7 +292,7 @@ class FederatedConsumer:
             elif now - since >= STALLED_START_S:
                 log.info("group %s: %s/%d has not started fetching; assigning it again", self.group, *tp)
                 consumer.incremental_unassign([physical])
-                consumer.incremental_assign([TopicPartition(p.physical_topic, p.physical_partition, OFFSET_STORED)])
+                consumer.incremental_assign([self._start_at(consumer, p)])
                 self._unfetched[tp] = now
 
     def _revoke(self, tp: LogicalPartition) -> None:

@@ -90,23 +90,23 @@ def watermarks(
 
     ``list``: the high watermark from ListOffsets; ``fetch``: from fetch responses (assign at the end, wait
     for partition EOF: right on Tansu too); ``auto``: ``list`` unless the broker is Tansu. The low watermark
-    is ListOffsets(earliest) either way.
+    is ListOffsets(earliest), except on a broker whose log start is known (``sdk.brokers``: Tansu's is 0).
     """
     if not partitions:
         return {}
+    try:
+        broker = broker_at(bootstrap, timeout_s)
+    except BrokerUnknown as e:
+        raise ClusterUnavailable(f"{bootstrap}: {e}") from None
     if end_offsets_from == "auto":
-        try:
-            exact = broker_at(bootstrap, timeout_s).exact_list_offsets
-        except BrokerUnknown as e:
-            raise ClusterUnavailable(f"{bootstrap}: {e}") from None
-        end_offsets_from = "list" if exact else "fetch"
+        end_offsets_from = "list" if broker.exact_list_offsets else "fetch"
     consumer = Consumer(consumer_config(bootstrap, kafka or {}, fail_on_data_loss=True))
     deadline = time.monotonic() + timeout_s
     try:
         lows = {}
         for topic, partition in partitions:
             low, high = _list_watermarks(consumer, topic, partition, deadline, bootstrap)
-            lows[(topic, partition)] = (low, high)
+            lows[(topic, partition)] = (low if broker.log_start is None else broker.log_start, high)
         if end_offsets_from == "list":
             return {tp: Watermarks(low, high) for tp, (low, high) in lows.items()}
         highs = _tansu_high_watermarks(consumer, partitions, deadline, bootstrap)

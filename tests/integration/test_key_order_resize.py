@@ -190,10 +190,11 @@ def physical_copies(fed: LocalFederation, topic: str, values: set[bytes]) -> str
     """Where the physical topic ``topic`` holds records of these values on each sub-cluster (a decommissioned
     one too), read straight from its brokers: (cluster, physical partition, offset) of the first few, and how
     many are on none: never written, or on a cluster whose topic was deleted since (named); and the reading
-    group's committed offsets there (read only: this reader commits nothing)."""
+    group's committed offsets there and the earliest offset each broker lists (read only: this reader commits
+    nothing)."""
     found: dict[bytes | None, tuple[str, int | None, int | None]] = {}
     deleted = []
-    committed: dict[str, list[tuple[int, int]]] = {}
+    committed: dict[str, list[tuple[int, int, int]]] = {}
     try:
         for cluster_id, cluster in fed.clusters.items():
             consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{topic}",
@@ -204,8 +205,11 @@ def physical_copies(fed: LocalFederation, topic: str, values: set[bytes]) -> str
                 if not partitions:
                     deleted.append(cluster_id)
                 assigned = [TopicPartition(topic, p, 0) for p in partitions]
-                if assigned:
-                    committed[cluster_id] = [(tp.partition, tp.offset) for tp in consumer.committed(assigned, 10)]
+                if assigned:  # (partition, committed offset, earliest offset the broker lists)
+                    committed[cluster_id] = [
+                        (tp.partition, tp.offset, consumer.get_watermark_offsets(tp, 10)[0])
+                        for tp in consumer.committed(assigned, 10)
+                    ]
                 consumer.assign(assigned)
                 ended: set[int | None] = set()
                 deadline = time.monotonic() + 60
@@ -223,7 +227,7 @@ def physical_copies(fed: LocalFederation, topic: str, values: set[bytes]) -> str
     return (
         f"{len(found)} of the {len(values)} missing are in the physical partitions (e.g. "
         f"{[(v, *at) for v, at in first]}), {len(values) - len(found)} in none; topic deleted on "
-        f"{deleted or 'no cluster'}; the group's committed offsets: {committed}"
+        f"{deleted or 'no cluster'}; (partition, the group's committed offset, earliest offset): {committed}"
     )
 
 

@@ -1,0 +1,99 @@
+"""A client reset to "earliest" starts at a partition's true first offset. Tansu's ListOffsets(earliest) now
+and then answers its second batch's offset (two batches reached an empty partition at once: 1 topic in 40 with
+four producers, measured in ``docs/TANSU.md``), and a group reading from there skipped the first batch: the key
+order test lost the first message of 83 keys that way. ``sdk.brokers`` knows Tansu's log starts at 0; the
+gateway answers ListOffsets(earliest) with that, and the SDK's members start a partition without a commit
+there. The brokers here are stand-ins answering as Tansu did; the paths on real brokers are in the other
+suites."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_STORED, TopicPartition
+
+from gateway import data
+from gateway.view import Placement
+from sdk import brokers
+from sdk.consumer import FederatedConsumer
+from sdk.messages import Placement as PhysicalPlacement
+
+SKIPPED_TO = 69  # what Tansu answered for the partition whose first batch a group skipped
+
+
+@dataclasses.dataclass
+class Offsets:  # the fields of a broker's ListOffsets answer the gateway passes on
+    partition_index: int
+    error_code: int = 0
+    timestamp: int = -1
+    offset: int = SKIPPED_TO
+    leader_epoch: int = 0
+
+
+class Broker:
+    """Answers every ListOffsets with ``SKIPPED_TO``; lists the API keys of Tansu or of Apache Kafka."""
+
+    def __init__(self, tansu: bool) -> None:
+        self.versions = {k: (0, 9) for k in range(70) if not (tansu and k == brokers.CREATE_PARTITIONS_API)}
+
+    def version(self, api_key: int) -> int:
+        return 7
+
+    async def call(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
+        partitions = [Offsets(p["partition_index"]) for t in body["topics"] for p in t["partitions"]]
+        return SimpleNamespace(topics=[SimpleNamespace(name="T", partitions=partitions)])
+
+
+class Cluster:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def control(self, address: str) -> Broker:
+        return self.broker
+
+
+def answered(tansu: bool, timestamp: int) -> int:
+    placement = Placement("L", 0, "c1", "T", 0, True, True)
+    got = asyncio.run(data._list_from(Cluster(Broker(tansu)), "leader", [("L", 0, placement, timestamp)], 0))  # type: ignore[arg-type]
+    return int(got[("L", 0)]["offset"])
+
+
+def test_the_gateway_answers_earliest_with_tansus_log_start_and_passes_kafkas_on() -> None:
+    assert answered(tansu=True, timestamp=data.EARLIEST) == 0
+    assert answered(tansu=False, timestamp=data.EARLIEST) == SKIPPED_TO  # Apache Kafka's is right: as it said
+    assert answered(tansu=True, timestamp=-1) == SKIPPED_TO  # latest, or a time: the broker's answer
+
+
+class Consumer:
+    """A physical consumer that has no commit of the group, or ``committed``."""
+
+    def __init__(self, committed: int = -1001) -> None:
+        self.offset = committed
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        return [TopicPartition(p.topic, p.partition, self.offset) for p in partitions]
+
+
+def start_of(broker: brokers.Broker, consumer: Consumer, reset_to_earliest: bool = True) -> int:
+    bootstrap = f"{broker.name}:9092"
+    brokers._KNOWN[bootstrap] = broker  # as the probe found it
+    member = SimpleNamespace(
+        group="g", _reset_to_earliest=reset_to_earliest,
+        _follower=SimpleNamespace(image=SimpleNamespace(clusters={"c1": SimpleNamespace(bootstrap_servers=bootstrap)})),
+    )  # fmt: skip
+    start = FederatedConsumer._start_at(member, consumer, PhysicalPlacement("c1", "T", 0))  # type: ignore[arg-type]
+    return int(start.offset)
+
+
+@pytest.mark.parametrize("broker", [brokers.TANSU, brokers.APACHE_KAFKA], ids=lambda b: b.name)
+def test_an_sdk_member_starts_a_partition_without_a_commit_at_tansus_log_start(broker: brokers.Broker) -> None:
+    if broker.log_start is None:  # Apache Kafka: librdkafka looks the commit up, then resets by ListOffsets
+        assert start_of(broker, Consumer()) == OFFSET_STORED
+    else:
+        assert start_of(broker, Consumer()) == 0
+        assert start_of(broker, Consumer(committed=500)) == 500
+    assert start_of(broker, Consumer(), reset_to_earliest=False) == OFFSET_STORED
