@@ -19,6 +19,7 @@ asked to validate a CreatePartitions, it refuses before sending anything when th
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Final
@@ -75,19 +76,33 @@ def from_api_keys(api_keys: Collection[int]) -> Broker:
 
 
 _KNOWN: dict[str, Broker] = {}
+_UNKNOWN: dict[str, tuple[float, BrokerUnknown]] = {}  # bootstrap -> (when its probe failed, the failure)
 _KNOWN_LOCK = threading.Lock()
+UNKNOWN_FOR_S: Final = 5.0
+"""How long a failed probe is the answer for its cluster: a caller on a loop (a consumer starting partitions)
+does not wait out a timeout per call on a cluster that is down."""
 
 
 def broker_at(bootstrap: str, timeout_s: float = 5.0) -> Broker:
-    """The broker of the cluster at ``bootstrap``, probed once per process (a cluster keeps its kind)."""
+    """The broker of the cluster at ``bootstrap``, probed once per process (a cluster keeps its kind).
+    ``BrokerUnknown`` when it does not answer, and at once for ``UNKNOWN_FOR_S`` after that."""
     with _KNOWN_LOCK:
         known = _KNOWN.get(bootstrap)
+        failed = _UNKNOWN.get(bootstrap)
     if known is not None:
         return known
+    if failed is not None and time.monotonic() - failed[0] < UNKNOWN_FOR_S:
+        raise failed[1]
     admin = AdminClient(
         {"bootstrap.servers": bootstrap, "log_level": 3, "socket.timeout.ms": max(1000, int(timeout_s * 1000))}
     )
-    broker = probe(admin, timeout_s)
+    try:
+        broker = probe(admin, timeout_s)
+    except BrokerUnknown as e:
+        with _KNOWN_LOCK:
+            _UNKNOWN[bootstrap] = (time.monotonic(), e)
+        raise
     with _KNOWN_LOCK:
         _KNOWN[bootstrap] = broker
+        _UNKNOWN.pop(bootstrap, None)
     return broker

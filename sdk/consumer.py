@@ -120,6 +120,7 @@ class FederatedConsumer:
         self._applied: tuple[object, object, bool] | None = None
         self._next_consumer = 0
         self._unfetched: dict[LogicalPartition, float] = {}  # started, no fetch response yet: since when
+        self._starts: dict[LogicalPartition, TopicPartition] = {}  # where each owned partition was started
         self._stalls_checked = 0.0
         self._on_assign: PartitionsCallback | None = None
         self._paused: set[LogicalPartition] = set()  # fetching paused: too many records held back
@@ -252,6 +253,7 @@ class FederatedConsumer:
         consumer = self._consumer(placement.cluster_id)
         start = self._start_at(consumer, placement)
         consumer.incremental_assign([start])
+        self._starts[tp] = start
         self._owned[tp] = placement
         self._unfetched[tp] = time.monotonic()
         origin = Origin(tp[0], tp[1], placement.cluster_id)
@@ -289,10 +291,10 @@ class FederatedConsumer:
             physical = TopicPartition(p.physical_topic, p.physical_partition)
             if consumer.get_watermark_offsets(physical, cached=True)[1] >= 0:
                 del self._unfetched[tp]
-            elif now - since >= STALLED_START_S:
+            elif now - since >= STALLED_START_S:  # at the offset it started at: nothing was read since
                 log.info("group %s: %s/%d has not started fetching; assigning it again", self.group, *tp)
                 consumer.incremental_unassign([physical])
-                consumer.incremental_assign([self._start_at(consumer, p)])
+                consumer.incremental_assign([self._starts[tp]])
                 self._unfetched[tp] = now
 
     def _revoke(self, tp: LogicalPartition) -> None:
@@ -302,6 +304,7 @@ class FederatedConsumer:
         if self._auto_commit:
             self._commit_handed_out(consumer, [placement], False)
         del self._owned[tp]
+        self._starts.pop(tp, None)
         self._unfetched.pop(tp, None)
         self._key_order.drop(tp)  # its held records: the next owner reads them again (not committed past)
         self._paused.discard(tp)
