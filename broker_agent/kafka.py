@@ -1,6 +1,6 @@
 """The agent's view of its physical Kafka cluster. The only module of the agent importing confluent_kafka.
 
-Apache Kafka takes the normal path; what differs on Tansu (docs/TANSU.md) is decided by ``sdk.brokers``
+Apache Kafka takes the normal path; what differs on Tansu (docs/TANSU.md) is decided by ``metadata_log.brokers``
 (probed once per cluster) and handled here: its latest offsets (ListOffsets) are the start of the last
 batch + 1 — wrong, but they never go backwards on a healthy cluster, which is all the loss check uses them
 for — so the true end offsets that drain decisions need are read from a fetch response's high watermark
@@ -23,8 +23,9 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
+from metadata_log.brokers import Broker
 from metadata_log.errors import Conflict, Unavailable
-from sdk.brokers import Broker, BrokerUnknown, probe
+from sdk.brokers import BrokerUnknown, probe
 
 
 class ClusterUnreachable(Unavailable):
@@ -135,11 +136,8 @@ class PhysicalCluster:
         """(first offset held, true end offset) per partition; partitions not measured in time are left out."""
         if not partitions:
             return {}
-        if self.broker.exact_list_offsets:
-            ends = self.latest_offsets(partitions)
-            starts = self._list_offsets(partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-            return {tp: (starts[tp], end) for tp, end in ends.items() if tp in starts}
-        ends = self._tansu_end_offsets(partitions)
+        exact = self.broker.exact_list_offsets
+        ends = self.latest_offsets(partitions) if exact else self._tansu_end_offsets(partitions)
         if self.broker.log_start is not None:  # its ListOffsets(earliest) is not to be trusted either
             return {tp: (self.broker.log_start, end) for tp, end in ends.items()}
         starts = self._list_offsets(partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]

@@ -22,9 +22,9 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from metadata_log.brokers import from_api_keys
 from metadata_log.keyorder.replay import strict_history
 from metadata_log.keyorder.routing import KEY_SLOTS
-from sdk.brokers import from_api_keys
 
 from . import protocol as kp
 from .producers import STATE_LOST, PhysicalKey, ProducerIds, StrictSequence

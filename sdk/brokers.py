@@ -1,17 +1,6 @@
-"""What differs between the brokers kfed federates, in one place (measured in docs/TANSU.md).
+"""Which broker a cluster runs, probed with librdkafka (the facts per broker: ``metadata_log.brokers``).
 
-Apache Kafka takes the normal path everywhere. Tansu, the light local broker, lacks some APIs and answers
-one wrongly:
-- ListOffsets(latest) answers the start of the last batch + 1, not the end: true end offsets come from the
-  high watermark of a fetch response instead (``exact_list_offsets``);
-- ListOffsets(earliest) answers the second batch's offset, now and then, when two batches reached an empty
-  partition at once (1 topic in 40 with four producers here): a consumer reset to "earliest" skips the first
-  batch. Tansu never deletes a record (retention is not enforced, DeleteRecords is not served, a restart
-  empties the whole broker), so its log starts at 0: ``log_start`` says so (None: ask the broker);
-- there is no CreatePartitions: a physical topic keeps the partition count it was created with
-  (``grows_topics``).
-
-A broker is told apart by the first of those gaps, which librdkafka learns from the broker's ApiVersions:
+A broker is told apart by the first of Tansu's gaps, which librdkafka learns from the broker's ApiVersions:
 asked to validate a CreatePartitions, it refuses before sending anything when the broker lacks the API
 (``_UNSUPPORTED_FEATURE``), and Apache Kafka answers for the topic (which does not exist: nothing changes).
 """
@@ -20,31 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection
-from dataclasses import dataclass
 from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
+from metadata_log.brokers import APACHE_KAFKA, TANSU, Broker
 from metadata_log.errors import Unavailable
-
-
-@dataclass(frozen=True, slots=True)
-class Broker:
-    """A kind of broker and the paths kfed takes on it."""
-
-    name: str
-    exact_list_offsets: bool  # ListOffsets(latest) is the end offset (the high watermark)
-    grows_topics: bool  # CreatePartitions adds partitions to an existing topic
-    log_start: int | None = None  # every partition's first offset, when ListOffsets(earliest) cannot be trusted
-
-
-APACHE_KAFKA: Final = Broker("kafka", exact_list_offsets=True, grows_topics=True)
-TANSU: Final = Broker("tansu", exact_list_offsets=False, grows_topics=False, log_start=0)
-
-CREATE_PARTITIONS_API: Final = 37
-"""The Kafka API whose absence from a broker's ApiVersions tells Tansu from Apache Kafka."""
 
 PROBE_TOPIC: Final = "__kfed_broker_probe"
 """A topic name the probe asks about; a validate-only request never creates it."""
@@ -68,11 +39,6 @@ def probe(admin: AdminClient, timeout_s: float) -> Broker:
         if code in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, None):
             raise BrokerUnknown(error.str() if isinstance(error, KafkaError) else str(e)) from None
     return APACHE_KAFKA  # it took the request: UNKNOWN_TOPIC_OR_PART, or any other answer of the broker's own
-
-
-def from_api_keys(api_keys: Collection[int]) -> Broker:
-    """The broker that listed these API keys in its ApiVersions answer (what a connection already knows)."""
-    return APACHE_KAFKA if CREATE_PARTITIONS_API in api_keys else TANSU
 
 
 _KNOWN: dict[str, Broker] = {}

@@ -264,7 +264,7 @@ class FederatedConsumer:
     def _start_at(self, consumer: Consumer, placement: Placement) -> TopicPartition:
         """Where a partition starts: the group's committed offset (``OFFSET_STORED``, which librdkafka looks up,
         then resets by ``auto.offset.reset``). A broker whose ListOffsets(earliest) cannot be trusted
-        (``sdk.brokers``: Tansu now and then answers its second batch, and the first would be skipped) is
+        (``metadata_log.brokers``: Tansu now and then answers its second batch, and the first would be skipped) is
         asked for the commit here, and without one the partition starts at the broker's log start. A broker
         that does not answer now (down) is left to librdkafka's lookup."""
         start = TopicPartition(placement.physical_topic, placement.physical_partition, OFFSET_STORED)

@@ -16,8 +16,9 @@ from deploy.kafka_cluster import KafkaCluster
 from deploy.local import LocalFederation, LocalQuorum
 from deploy.processes import free_ports
 from deploy.tansu import TansuBroker
+from metadata_log.brokers import APACHE_KAFKA, TANSU
 from sdk import FederatedProducer
-from sdk.brokers import APACHE_KAFKA, TANSU, BrokerUnknown, broker_at
+from sdk.brokers import BrokerUnknown, broker_at
 from spark_pipeline.kafka_io import watermarks
 from tests.waiting import wait_until
 
