@@ -18,11 +18,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from deploy.local import DEMO_TOPIC, BrokerKind, BrokerSource, LocalFederation, free_ports, ready_demo_topic
 from deploy.processes import wait_port
 from gateway.cli import spawn
+from tests.physical import physical_records
 from tests.waiting import wait_until
 
 TOPIC = DEMO_TOPIC
@@ -137,29 +137,10 @@ def gateway(gateways: Gateways) -> str:
 
 def physical_messages(fed: LocalFederation, topic: str = TOPIC) -> dict[str, list[bytes]]:
     """Every message value of ``topic`` on each physical cluster, read straight from its broker."""
-    out: dict[str, list[bytes]] = {}
-    for cluster_id, cluster in fed.clusters.items():
-        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "audit", "enable.partition.eof": True,
-                      "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 3})  # fmt: skip
-        try:
-            md = c.list_topics(topic, timeout=10)
-            parts = sorted(md.topics[topic].partitions) if topic in md.topics else []
-            c.assign([TopicPartition(topic, p, 0) for p in parts])
-            values: list[bytes] = []
-            eof: set[int] = set()
-            deadline = time.monotonic() + 30
-            while len(eof) < len(parts) and time.monotonic() < deadline:
-                m = c.poll(1)
-                if m is None:
-                    continue
-                if m.error():
-                    eof.add(m.partition())
-                    continue
-                values.append(m.value())
-            out[cluster_id] = values
-        finally:
-            c.close()
-    return out
+    return {
+        cluster_id: [value for _, _, value in physical_records(cluster.bootstrap, topic) or () if value is not None]
+        for cluster_id, cluster in fed.clusters.items()
+    }
 
 
 def pytest_configure(config: pytest.Config) -> None:

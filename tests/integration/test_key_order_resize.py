@@ -31,6 +31,7 @@ from kafka import KafkaConsumer
 from deploy.local import LocalFederation, free_ports, kfed_command
 from deploy.processes import stop_processes, wait_port
 from gateway.cli import spawn
+from tests.physical import physical_records
 from tests.waiting import wait_until
 
 from .conftest import KeyedReader, controllers
@@ -190,45 +191,39 @@ def physical_copies(fed: LocalFederation, topic: str, values: set[bytes]) -> str
     """Where the physical topic ``topic`` holds records of these values on each sub-cluster (a decommissioned
     one too), read straight from its brokers: (cluster, physical partition, offset) of the first few, and how
     many are on none: never written, or on a cluster whose topic was deleted since (named); and the reading
-    group's committed offsets there and the earliest offset each broker lists (read only: this reader commits
-    nothing)."""
-    found: dict[bytes | None, tuple[str, int | None, int | None]] = {}
+    group's committed offsets there and the earliest offset each broker lists."""
+    found: dict[bytes, tuple[str, int, int]] = {}
     deleted = []
-    committed: dict[str, list[tuple[int, int, int]]] = {}
+    offsets: dict[str, list[tuple[int, int, int]]] = {}  # (partition, the group's committed offset, earliest)
     try:
         for cluster_id, cluster in fed.clusters.items():
-            consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{topic}",
-                                 "enable.auto.commit": False, "enable.partition.eof": True,
-                                 "fetch.queue.backoff.ms": 10})  # fmt: skip
-            try:
-                partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-                if not partitions:
-                    deleted.append(cluster_id)
-                assigned = [TopicPartition(topic, p, 0) for p in partitions]
-                if assigned:  # (partition, committed offset, earliest offset the broker lists)
-                    committed[cluster_id] = [
-                        (tp.partition, tp.offset, consumer.get_watermark_offsets(tp, 10)[0])
-                        for tp in consumer.committed(assigned, 10)
-                    ]
-                consumer.assign(assigned)
-                ended: set[int | None] = set()
-                deadline = time.monotonic() + 60
-                while len(ended) < len(partitions) and time.monotonic() < deadline:
-                    for m in consumer.consume(10_000, 1):
-                        if m.error() is not None:
-                            ended.add(m.partition())  # its end (or an error: what was read is the answer)
-                        elif m.value() in values:
-                            found.setdefault(m.value(), (cluster_id, m.partition(), m.offset()))
-            finally:
-                consumer.close()
+            records = physical_records(cluster.bootstrap, topic)
+            if records is None:
+                deleted.append(cluster_id)
+                continue
+            for partition, offset, value in records:
+                if value in values:
+                    found.setdefault(value, (cluster_id, partition, offset))
+            offsets[cluster_id] = group_offsets(cluster.bootstrap, f"g-{topic}", topic, {p for p, _, _ in records})
     except Exception as e:  # a diagnosis only: the failure it explains is raised anyway
         return f"the physical partitions could not be read: {e!r}"
-    first = sorted(found.items(), key=lambda item: str(item[1]))[:8]
+    first = sorted(found.items(), key=lambda item: item[1])[:8]
     return (
         f"{len(found)} of the {len(values)} missing are in the physical partitions (e.g. "
         f"{[(v, *at) for v, at in first]}), {len(values) - len(found)} in none; topic deleted on "
-        f"{deleted or 'no cluster'}; (partition, the group's committed offset, earliest offset): {committed}"
+        f"{deleted or 'no cluster'}; (partition, the group's committed offset, earliest offset): {offsets}"
     )
+
+
+def group_offsets(bootstrap: str, group: str, topic: str, partitions: set[int]) -> list[tuple[int, int, int]]:
+    """(partition, ``group``'s committed offset, the earliest offset the broker lists) of each partition; read
+    only (nothing is committed)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        committed = consumer.committed([TopicPartition(topic, p) for p in sorted(partitions)], 10)
+        return [(tp.partition, tp.offset, consumer.get_watermark_offsets(tp, 10)[0]) for tp in committed]
+    finally:
+        consumer.close()
 
 
 def first_deliveries(delivered: list[tuple[str, int]]) -> dict[str, list[int]]:
