@@ -7,9 +7,9 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: run test test-fast lint mutants bench faults browser kcat clean kafka
 
-# The C modules (sdk/_speedups.c, metadata_log/_columns.c, gateway/protocol/_records.c) are compiled by the
+# The C modules (sdk/_speedups.c, metadata_log/_columns.c, kafka_wire/_records.c) are compiled by the
 # install (an editable install builds them in place): rebuild on change.
-$(STAMP): pyproject.toml sdk/_speedups.c metadata_log/_columns.c gateway/protocol/_records.c
+$(STAMP): pyproject.toml sdk/_speedups.c metadata_log/_columns.c kafka_wire/_records.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -39,7 +39,7 @@ run: $(STAMP) $(KAFKA_STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy metadata_log controller deploy broker_agent sdk spark_pipeline gateway kfed
+	$(BIN)/mypy metadata_log metadata_quorum metadata_client kafka_wire controller deploy broker_agent sdk spark_pipeline gateway kfed
 
 # The gateway's tests run on Apache Kafka sub-clusters with the rest; two client suites and the hostile input
 # again on Tansu (the light option, and a smaller matrix). The 30 slowest tests are listed at the end: where

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from . import (
+from bench import (
     failover,
     federation,
     gateway,
@@ -30,7 +30,7 @@ from . import (
     throughput,
     transactions,
 )
-from .common import (
+from bench.common import (
     RESULTS_DIR,
     BenchResult,
     Sizes,

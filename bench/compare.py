@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from .common import fmt, markdown_table
+from bench.common import fmt, markdown_table
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -18,9 +18,7 @@ from typing import Any
 
 import orjson
 
-from deploy.local import LocalQuorum
-
-from .common import (
+from bench.common import (
     BenchResult,
     Goal,
     Row,
@@ -32,7 +30,8 @@ from .common import (
     percentile,
     running_quorum,
 )
-from .httpconn import TRANSPORT_ERRORS, Connection
+from bench.httpconn import TRANSPORT_ERRORS, Connection
+from deploy.local import LocalQuorum
 
 GOAL = Goal("<=", 1.0, "s")
 WRITERS = 4

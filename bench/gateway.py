@@ -38,13 +38,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from deploy.local import DEMO_TOPIC as TOPIC
-from deploy.local import LocalFederation, free_ports
-from deploy.processes import wait_port
-from gateway.cli import spawn
-
-from . import sdk
-from .common import (
+from bench import sdk
+from bench.common import (
     BenchResult,
     Goal,
     Row,
@@ -57,6 +52,10 @@ from .common import (
     ratios,
     start_demo_federation,
 )
+from deploy.local import DEMO_TOPIC as TOPIC
+from deploy.local import LocalFederation, free_ports
+from deploy.processes import wait_port
+from gateway.cli import spawn
 
 VALUE = b"x" * 100
 PRODUCER_CONFIG = {"linger.ms": 5, "acks": "all", "enable.metrics.push": False}

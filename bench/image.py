@@ -40,12 +40,7 @@ import httpx
 import msgpack
 import orjson
 
-from deploy.local import LocalQuorum, stop_processes
-from metadata_log.codec import MAX_DECODE_BYTES, CodecError, unpack
-from metadata_log.follower import MSGPACK, FollowerError, LogFollower
-from metadata_log.raft import RaftSettings
-
-from .common import (
+from bench.common import (
     NO_FSYNC,
     Agents,
     Background,
@@ -61,7 +56,11 @@ from .common import (
     running_quorum,
     wait_unfenced,
 )
-from .httpconn import TRANSPORT_ERRORS, Connection
+from bench.httpconn import TRANSPORT_ERRORS, Connection
+from deploy.local import LocalQuorum, stop_processes
+from metadata_client.follower import MSGPACK, FollowerError, LogFollower
+from metadata_log.codec import MAX_DECODE_BYTES, CodecError, unpack
+from metadata_quorum import RaftSettings
 
 RSS_GOAL = Goal("<=", 2048, "MiB")
 NO_LEADER_CHANGE = Goal("<=", 0, "")

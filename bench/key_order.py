@@ -21,10 +21,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from bench.common import BenchResult, Goal, Producing, Row, Sizes, fmt, median, produce_when_room
 from deploy.local import LocalFederation
 from sdk import FederatedProducer
-
-from .common import BenchResult, Goal, Producing, Row, Sizes, fmt, median, produce_when_room
 
 KEYS = 10_000
 

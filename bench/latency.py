@@ -21,9 +21,7 @@ from typing import Any
 
 import orjson
 
-from deploy.local import LocalQuorum
-
-from .common import (
+from bench.common import (
     BenchResult,
     Children,
     Goal,
@@ -35,7 +33,8 @@ from .common import (
     percentile,
     running_quorum,
 )
-from .httpconn import TRANSPORT_ERRORS, Connection
+from bench.httpconn import TRANSPORT_ERRORS, Connection
+from deploy.local import LocalQuorum
 
 GOAL = Goal("<=", 50, "ms")
 GOAL_TAILERS = 100

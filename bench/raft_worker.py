@@ -23,9 +23,9 @@ from typing import Any, cast
 
 from pysyncobj import FAIL_REASON, SyncObj, replicated
 
-from metadata_log.raft import RaftNode, RaftSettings, bridge
 from metadata_log.records import LATEST_METADATA_VERSION, ClusterRegistered, MetadataVersionChanged, Record
-from metadata_log.state import LogState, Proposal, encode_command
+from metadata_quorum import RaftNode, RaftSettings, bridge
+from metadata_quorum.state import LogState, Proposal, encode_command
 
 LEADER_WAIT_S = 30.0
 
@@ -146,7 +146,7 @@ class _NoHooks:
 def raw_conf(data_dir: Path) -> Any:
     """Exactly the ``SyncObjConf`` our RaftNode uses, minus our hooks. pysyncobj's own journal, dump serializer,
     pickling and connections stay in place: a raw voter's process builds no RaftNode, so nothing installs
-    the bridge (importing ``metadata_log.raft`` changes nothing in pysyncobj)."""
+    the bridge (importing ``metadata_quorum`` changes nothing in pysyncobj)."""
     return RaftSettings().conf(data_dir, cast(RaftNode, _NoHooks()))
 
 

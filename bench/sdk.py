@@ -26,11 +26,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from deploy.local import DEMO_TOPIC as TOPIC
-from deploy.local import LocalFederation
-from sdk import FederatedConsumer, FederatedProducer
-
-from .common import (
+from bench.common import (
     BenchResult,
     Goal,
     Row,
@@ -42,6 +38,9 @@ from .common import (
     ratios,
     start_demo_federation,
 )
+from deploy.local import DEMO_TOPIC as TOPIC
+from deploy.local import LocalFederation
+from sdk import FederatedConsumer, FederatedProducer
 
 VALUE = b"x" * 100
 PRODUCER_CONFIG = {"linger.ms": 5, "enable.metrics.push": False}

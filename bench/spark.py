@@ -36,11 +36,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from deploy.local import DEMO_TOPIC as TOPIC
-from deploy.local import LocalFederation
-from deploy.maven import SPARK_KAFKA_CONNECTOR
-
-from .common import (
+from bench.common import (
     BenchResult,
     Goal,
     Row,
@@ -52,6 +48,9 @@ from .common import (
     ratios,
     start_demo_federation,
 )
+from deploy.local import DEMO_TOPIC as TOPIC
+from deploy.local import LocalFederation
+from deploy.maven import SPARK_KAFKA_CONNECTOR
 
 VALUE = b"x" * 100
 PARTITIONS_PER_CLUSTER = 4

@@ -23,9 +23,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from deploy.local import LocalQuorum
-
-from .common import (
+from bench.common import (
     NO_FSYNC,
     Agents,
     BenchResult,
@@ -38,7 +36,8 @@ from .common import (
     running_quorum,
     wait_unfenced,
 )
-from .httpconn import TRANSPORT_ERRORS, Connection
+from bench.httpconn import TRANSPORT_ERRORS, Connection
+from deploy.local import LocalQuorum
 
 SINGLE_GOAL = Goal(">=", 2000, "records/s")
 BULK_GOAL = Goal(">=", 100_000, "records/s")

@@ -21,11 +21,21 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from bench.common import (
+    BenchResult,
+    Goal,
+    Row,
+    Sizes,
+    fmt,
+    median,
+    per_round,
+    percentile,
+    ratios,
+    start_demo_federation,
+)
 from deploy.local import DEMO_TOPIC as TOPIC
 from deploy.local import LocalFederation
 from sdk import FederatedProducer
-
-from .common import BenchResult, Goal, Row, Sizes, fmt, median, per_round, percentile, ratios, start_demo_federation
 
 VALUE = b"x" * 100
 PER_TXN = 100

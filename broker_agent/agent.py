@@ -20,13 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from metadata_log.access import NO_ACCESS, Access
-from metadata_log.client import ControllerClient
+from metadata_client.access import NO_ACCESS, Access
+from metadata_client.client import ControllerClient
+from metadata_client.follower import LogFollower
 from metadata_log.commands import PhysicalPartition
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
-from metadata_log.follower import LogFollower
 from metadata_log.image import MetadataImage
-from metadata_log.keyorder.commands import seals_to_measure
+from metadata_log.key_order_commands import seals_to_measure
 from metadata_log.publisher import LogDelta
 from metadata_log.records import TopicDeleted
 

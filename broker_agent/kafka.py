@@ -1,6 +1,6 @@
 """The agent's view of its physical Kafka cluster. The only module of the agent importing confluent_kafka.
 
-Apache Kafka takes the normal path; what differs on Tansu (docs/TANSU.md) is decided by ``metadata_log.brokers``
+Apache Kafka takes the normal path; what differs on Tansu (docs/TANSU.md) is decided by ``metadata_client.brokers``
 (probed once per cluster) and handled here: its latest offsets (ListOffsets) are the start of the last
 batch + 1 — wrong, but they never go backwards on a healthy cluster, which is all the loss check uses them
 for — so the true end offsets that drain decisions need are read from a fetch response's high watermark
@@ -23,7 +23,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
-from metadata_log.brokers import Broker
+from metadata_client.brokers import Broker
 from metadata_log.errors import Conflict, Unavailable
 from sdk.brokers import BrokerUnknown, probe
 

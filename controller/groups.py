@@ -18,11 +18,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from metadata_log import key_order_commands as key_order
 from metadata_log.errors import Conflict, NotFound
 from metadata_log.image import MetadataImage
-from metadata_log.keyorder import commands as key_order
-from metadata_log.keyorder.history import acted_on, open_parents
-from metadata_log.keyorder.replay import strict_history
+from metadata_log.image.key_order_history import acted_on, open_parents
+from metadata_log.image.key_order_replay import strict_history
 from metadata_log.records import GroupCoordinatorAssigned, GroupGenerationStarted, GroupMember, KeyRangeReleased, Record
 
 SESSION_TIMEOUT_MS_DEFAULT: Final = 10_000

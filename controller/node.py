@@ -14,12 +14,12 @@ from urllib.parse import urlparse
 import uvicorn
 from fastapi import FastAPI
 
-from metadata_log.access import Access
+from metadata_client.access import Access
 from metadata_log.heap import freeze_survivors
 from metadata_log.image import MetadataImage
 from metadata_log.publisher import LogDelta, MetadataPublisher
-from metadata_log.raft import Mailboxes, RaftNode, RaftSettings
-from metadata_log.state import LogState
+from metadata_quorum import Mailboxes, RaftNode, RaftSettings
+from metadata_quorum.state import LogState
 
 from .auth import Tokens
 from .config import QuorumConfig

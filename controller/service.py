@@ -17,8 +17,7 @@ from typing import Any, Final
 from metadata_log.commands import Result
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound, OutcomeUnknown, Unavailable
 from metadata_log.image import MetadataImage
-from metadata_log.keyorder.commands import plan_epochs
-from metadata_log.raft import RaftNode
+from metadata_log.key_order_commands import plan_epochs
 from metadata_log.records import (
     LATEST_METADATA_VERSION,
     MetadataVersionChanged,
@@ -27,7 +26,8 @@ from metadata_log.records import (
     Record,
     version_needed,
 )
-from metadata_log.state import MAX_IDEMPOTENCY_KEY_CHARS, LogState, Outcome, Proposal
+from metadata_quorum import RaftNode
+from metadata_quorum.state import MAX_IDEMPOTENCY_KEY_CHARS, LogState, Outcome, Proposal
 
 from .config import QuorumConfig, Voter
 from .drain import DEFAULT_GRACE_MS, DrainRow, DrainTracker, PartitionDrain

@@ -21,8 +21,8 @@ import logging
 import time
 from typing import Any, Final
 
-from gateway.protocol import ErrorCode
-from gateway.upstream import UpstreamError
+from kafka_wire.protocol import ErrorCode
+from kafka_wire.upstream import UpstreamError
 from metadata_log import commands, txn
 from metadata_log.errors import KfedError
 from metadata_log.image import MetadataImage

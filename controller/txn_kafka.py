@@ -19,9 +19,9 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gateway import protocol as kp
-from gateway.protocol import ErrorCode
-from gateway.upstream import CONNECT_TIMEOUT_S, BrokerConnection, UpstreamError
+from kafka_wire import protocol as kp
+from kafka_wire.protocol import ErrorCode
+from kafka_wire.upstream import CONNECT_TIMEOUT_S, BrokerConnection, UpstreamError
 
 CLIENT_ID: Final = "kfed-txn-coordinator"
 DESCRIBE_TRANSACTIONS: Final = 65

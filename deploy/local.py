@@ -21,8 +21,8 @@ from typing import Any, Literal
 import httpx
 
 from controller.config import Voter, render_quorum
-from metadata_log.access import Access, write_secret
-from metadata_log.client import ControllerClient
+from metadata_client.access import Access, write_secret
+from metadata_client.client import ControllerClient
 
 from .kafka_cluster import KafkaCluster
 from .processes import Processes as _Processes

@@ -33,9 +33,10 @@ from typing import IO, Any, Final
 
 import httpx
 
-from deploy.local import free_ports
-from deploy.processes import Processes
 from metadata_log.errors import KfedError
+
+from .local import free_ports
+from .processes import Processes
 
 MASTER_PORT: Final = 7077
 UI_PORT: Final = 8080

@@ -13,11 +13,11 @@ import hmac
 import uuid
 from typing import TYPE_CHECKING, Any, Final
 
+from kafka_wire import protocol as kp
+from kafka_wire.protocol import ErrorCode
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
 
-from . import protocol as kp
 from .producers import MAX_EPOCH, ProducerIdsExhausted
-from .protocol import ErrorCode
 from .view import NO_LEADER, ClusterView, TopicView, topic_uuid
 
 if TYPE_CHECKING:

@@ -16,16 +16,16 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from metadata_log.access import NO_ACCESS, Access
+from kafka_wire import protocol as kp
+from kafka_wire.upstream import Upstream
+from metadata_client.access import NO_ACCESS, Access
+from metadata_client.follower import LogFollower
 from metadata_log.errors import Conflict, KfedError
-from metadata_log.follower import LogFollower
 
 from . import admin, data, groups
-from . import protocol as kp
 from .producers import ProducerIds
 from .quorum import QuorumClient
 from .server import Handler, KafkaServer, Limits
-from .upstream import Upstream
 from .view import Broker, ClusterView, TopicView
 
 log = logging.getLogger(__name__)

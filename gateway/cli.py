@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from metadata_log.access import Access, read_secret
+from metadata_client.access import Access, read_secret
 from metadata_log.errors import InvalidSetting
 
 from .app import Gateway, GatewayConfig

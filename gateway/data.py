@@ -22,15 +22,16 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from metadata_log.brokers import from_api_keys
-from metadata_log.keyorder.replay import strict_history
-from metadata_log.keyorder.routing import KEY_SLOTS
+from kafka_wire import batches
+from kafka_wire import protocol as kp
+from kafka_wire.protocol import ErrorCode
+from kafka_wire.upstream import PRODUCE_CONNECTIONS, ClusterClient, UpstreamError
+from metadata_client.brokers import from_api_keys
+from metadata_log.image.key_order_replay import strict_history
+from metadata_log.keymap import KEY_SLOTS
 
-from . import protocol as kp
 from .producers import STATE_LOST, PhysicalKey, ProducerIds, StrictSequence
-from .protocol import ErrorCode, batches
 from .server import NO_RESPONSE, ClientConnection
-from .upstream import PRODUCE_CONNECTIONS, ClusterClient, UpstreamError
 from .view import ClusterView, Placement, StrictRoute
 
 if TYPE_CHECKING:

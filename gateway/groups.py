@@ -30,12 +30,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from kafka_wire import protocol as kp
+from kafka_wire.protocol import ErrorCode
 from metadata_log.errors import Conflict, InvalidRequest, KfedError
 
 from . import offsets
-from . import protocol as kp
 from .holdback import GroupKeyOrder
-from .protocol import ErrorCode
 from .server import ClientConnection
 
 if TYPE_CHECKING:

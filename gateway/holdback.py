@@ -36,12 +36,11 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from kafka_wire import batches
+from metadata_client.holdback import DEFAULT_MAX_WAIT_MS, first_held
 from metadata_log.image import MetadataImage
-from metadata_log.keyorder.history import KeyOrderTopic, Parent, open_parents
-from metadata_log.keyorder.holdback import DEFAULT_MAX_WAIT_MS, first_held
-from metadata_log.keyorder.replay import strict_history
-
-from .protocol import batches
+from metadata_log.image.key_order_history import KeyOrderTopic, Parent, open_parents
+from metadata_log.image.key_order_replay import strict_history
 
 if TYPE_CHECKING:
     from .groups import Member

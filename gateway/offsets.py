@@ -16,10 +16,11 @@ import asyncio
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Final
 
-from . import protocol as kp
-from .protocol import ErrorCode
+from kafka_wire import protocol as kp
+from kafka_wire.protocol import ErrorCode
+from kafka_wire.upstream import ClusterClient, UpstreamError
+
 from .server import ClientConnection
-from .upstream import ClusterClient, UpstreamError
 from .view import ClusterView, Placement
 
 if TYPE_CHECKING:

@@ -35,11 +35,10 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from kafka_wire import protocol as kp
+from kafka_wire.protocol import ErrorCode
+from kafka_wire.upstream import ClusterClient, UpstreamError
 from metadata_log.errors import KfedError
-
-from . import protocol as kp
-from .protocol import ErrorCode
-from .upstream import ClusterClient, UpstreamError
 
 CLIENT_ID_BASE: Final = 1 << 62
 COUNTER_BITS: Final = 24

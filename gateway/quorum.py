@@ -1,9 +1,9 @@
 """The gateway's async client of the controllers' HTTP API (registration, groups, topic admin).
 
 Fails over between controller URLs and retries what may be retried (no leader yet, a node down) within a
-deadline, like ``metadata_log.client.ControllerClient``, without blocking the event loop. Writes carry one
+deadline, like ``metadata_client.client.ControllerClient``, without blocking the event loop. Writes carry one
 ``Idempotency-Key`` for all their attempts. A failure is raised as the error tree's class of the reply
-(``metadata_log.client.reply_error``): ``Conflict``, ``NotFound``, ``InvalidRequest``..., or ``Unavailable``
+(``metadata_client.client.reply_error``): ``Conflict``, ``NotFound``, ``InvalidRequest``..., or ``Unavailable``
 (no controller reached) and ``OutcomeUnknown`` (a write timed out) when the deadline passes.
 """
 
@@ -16,8 +16,8 @@ from typing import Any, Final
 
 import httpx
 
-from metadata_log.access import NO_ACCESS, Access, tls_context
-from metadata_log.client import controller_urls, reply_error
+from metadata_client.access import NO_ACCESS, Access, tls_context
+from metadata_client.client import controller_urls, reply_error
 from metadata_log.errors import KfedError, OutcomeUnknown, Unavailable
 
 DEFAULT_DEADLINE_S: Final = 5.0

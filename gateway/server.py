@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from . import protocol as kp
+from kafka_wire import protocol as kp
 
 if TYPE_CHECKING:
     from .app import Gateway

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from controller.config import ConfigError
-from metadata_log.access import AccessError
-from metadata_log.state import CorruptState
+from metadata_client.access import AccessError
+from metadata_quorum.state import CorruptState
 
 from . import ops, pipeline
 
 if TYPE_CHECKING:
-    from metadata_log.raft import RaftSettings
+    from metadata_quorum import RaftSettings
 
 log = logging.getLogger(__name__)
 
@@ -358,7 +358,7 @@ def _controller(args: argparse.Namespace) -> int:
     from controller.auth import Tokens
     from controller.config import load_quorum
     from controller.node import NodeSettings, TlsFiles, run_node
-    from metadata_log.access import read_secret
+    from metadata_client.access import read_secret
 
     if args.election_timeout_ms_max <= args.election_timeout_ms_min:
         raise ConfigError("--election-timeout-ms-max must be above --election-timeout-ms-min")
@@ -396,7 +396,7 @@ def _controller(args: argparse.Namespace) -> int:
 
 def raft_settings(args: argparse.Namespace, password: str | None) -> RaftSettings:
     """The Raft layer's settings of a ``kfed controller`` command line (its defaults are ``RaftSettings()``'s)."""
-    from metadata_log.raft import RaftSettings
+    from metadata_quorum import RaftSettings
 
     return RaftSettings(
         election_timeout_ms_min=args.election_timeout_ms_min,
@@ -413,7 +413,7 @@ def _agent(args: argparse.Namespace) -> int:
     import signal
 
     from broker_agent.agent import Agent, AgentSettings
-    from metadata_log.access import Access
+    from metadata_client.access import Access
     from metadata_log.commands import check_bootstrap, check_name
     from metadata_log.errors import InvalidRequest
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
-from metadata_log.access import access_from, add_access_arguments
-from metadata_log.client import ControllerClient
+from metadata_client.access import access_from, add_access_arguments
+from metadata_client.client import ControllerClient
 from metadata_log.errors import KfedError, NotFound
 from metadata_log.records import KEY_ORDERS
 

@@ -46,7 +46,7 @@ into this tree by the one module that calls the library; nobody tells errors apa
     │   └── gateway.ProtocolError          a Kafka frame that does not decode (also ValueError)
     │       └── gateway.BadBatch               a record batch a strict topic's records cannot be read from
     ├── metadata_log.NewerMetadataVersion  written by a newer kfed: upgrade (also ValueError)
-    ├── metadata_log.raft: JournalFull (also OSError), ForbiddenPickle, MessageTooLarge  a node's Raft I/O
+    ├── metadata_quorum: JournalFull (also OSError), ForbiddenPickle, MessageTooLarge  a node's Raft I/O
     ├── deploy: ProcessExited, SparkClusterError  a local process did not start (also RuntimeError)
     ├── sdk.FederationError                base of the SDK's ``produce`` errors (above)
     ├── gateway.ProducerIdsExhausted       a gateway process minted all its producer ids: restart it

@@ -36,7 +36,7 @@ from .codec import (
 )
 from .heap import gc_paused
 from .image import EMPTY_IMAGE, MetadataDelta, MetadataImage, apply
-from .keyorder.replay import snapshot_records as key_order_records
+from .image.key_order_replay import snapshot_records as key_order_records
 from .records import (
     ClusterFenced,
     ClusterRegistered,

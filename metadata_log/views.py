@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .image import ClusterImage, MetadataImage, PartitionImage, TopicImage, is_writable
-from .keyorder.replay import key_order_view
+from .image.key_order_replay import key_order_view
 
 
 def cluster_view(cluster: ClusterImage) -> dict[str, Any]:

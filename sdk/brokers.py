@@ -1,4 +1,4 @@
-"""Which broker a cluster runs, probed with librdkafka (the facts per broker: ``metadata_log.brokers``).
+"""Which broker a cluster runs, probed with librdkafka (the facts per broker: ``metadata_client.brokers``).
 
 A broker is told apart by the first of Tansu's gaps, which librdkafka learns from the broker's ApiVersions:
 asked to validate a CreatePartitions, it refuses before sending anything when the broker lacks the API
@@ -14,7 +14,7 @@ from typing import Final
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from metadata_log.brokers import APACHE_KAFKA, TANSU, Broker
+from metadata_client.brokers import APACHE_KAFKA, TANSU, Broker
 from metadata_log.errors import Unavailable
 
 PROBE_TOPIC: Final = "__kfed_broker_probe"

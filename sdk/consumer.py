@@ -23,11 +23,11 @@ from typing import Any, Final
 
 from confluent_kafka import OFFSET_STORED, Consumer, KafkaException, Message, TopicPartition
 
-from metadata_log.client import ControllerClient
+from metadata_client.client import ControllerClient
+from metadata_client.follower import FollowerError, LogFollower
+from metadata_client.holdback import DEFAULT_MAX_HELD, DEFAULT_MAX_WAIT_MS
 from metadata_log.errors import KfedError
-from metadata_log.follower import FollowerError, LogFollower
 from metadata_log.image import MetadataImage, PartitionImage
-from metadata_log.keyorder.holdback import DEFAULT_MAX_HELD, DEFAULT_MAX_WAIT_MS
 
 from .brokers import BrokerUnknown, broker_at
 from .config import check_kafka_settings, ms_setting, split_config
@@ -264,7 +264,7 @@ class FederatedConsumer:
     def _start_at(self, consumer: Consumer, placement: Placement) -> TopicPartition:
         """Where a partition starts: the group's committed offset (``OFFSET_STORED``, which librdkafka looks up,
         then resets by ``auto.offset.reset``). A broker whose ListOffsets(earliest) cannot be trusted
-        (``metadata_log.brokers``: Tansu now and then answers its second batch, and the first would be skipped) is
+        (``metadata_client.brokers``: Tansu now and then answers its second batch, and the first would be skipped) is
         asked for the commit here, and without one the partition starts at the broker's log start. A broker
         that does not answer now (down) is left to librdkafka's lookup."""
         start = TopicPartition(placement.physical_topic, placement.physical_partition, OFFSET_STORED)

@@ -1,7 +1,7 @@
 """A ``FederatedConsumer``'s part of strict key order (``docs/KEY_ORDER.md`` decisions 4 and 5).
 
 For each ``key_order: strict`` topic it consumes, the member passes every keyed record through a ``HoldBack``
-(``metadata_log.keyorder.holdback``): a record whose key range moved waits until the group coordinator
+(``metadata_client.holdback``): a record whose key range moved waits until the group coordinator
 released the partitions it moved from (the group committed them up to their seal), and the application gets
 it then. What the coordinator needs comes with the member's heartbeat (``heartbeat_fields``): the offset of
 the metadata it acts on, the group's committed offsets on the strict partitions it owns that are parents
@@ -23,11 +23,11 @@ from typing import Any, Final
 
 from confluent_kafka import Message
 
+from metadata_client.holdback import DEFAULT_MAX_HELD, DEFAULT_MAX_WAIT_MS, Delivery, HoldBack, OrderBreak
 from metadata_log.image import MetadataImage
-from metadata_log.keyorder.history import Parent, Release, open_parents
-from metadata_log.keyorder.holdback import DEFAULT_MAX_HELD, DEFAULT_MAX_WAIT_MS, Delivery, HoldBack, OrderBreak
-from metadata_log.keyorder.replay import strict_history
-from metadata_log.keyorder.routing import slot_of, stamp_of
+from metadata_log.image.key_order_history import Parent, Release, open_parents
+from metadata_log.image.key_order_replay import strict_history
+from metadata_log.keymap import slot_of, stamp_of
 
 log = logging.getLogger(__name__)
 

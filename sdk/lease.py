@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from metadata_log.follower import LogFollower
+from metadata_client.follower import LogFollower
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from metadata_log.client import ControllerClient
+from metadata_client.client import ControllerClient
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
 from metadata_log.txn import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,

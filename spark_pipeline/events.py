@@ -29,8 +29,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from metadata_log.access import NO_ACCESS, Access
-from metadata_log.client import ControllerClient
+from metadata_client.access import NO_ACCESS, Access
+from metadata_client.client import ControllerClient
 from metadata_log.errors import Conflict, NotFound
 from sdk import FederatedProducer
 

@@ -2,7 +2,7 @@
 
 This is the only module of ``spark_pipeline`` that talks to brokers (confluent-kafka). The end of a
 partition is its high watermark: by default (``end_offsets_from="auto"``) Apache Kafka's from ListOffsets,
-the normal path, and Tansu's — whose ListOffsets(latest) is wrong (``metadata_log.brokers``, docs/TANSU.md) —
+the normal path, and Tansu's — whose ListOffsets(latest) is wrong (``metadata_client.brokers``, docs/TANSU.md) —
 from a fetch response; ``"fetch"`` and ``"list"`` choose one path for every broker.
 
 A task reads its physical partition with ``assign()`` from its start offset and stops at its end offset
@@ -90,7 +90,7 @@ def watermarks(
 
     ``list``: the high watermark from ListOffsets; ``fetch``: from fetch responses (assign at the end, wait
     for partition EOF: right on Tansu too); ``auto``: ``list`` unless the broker is Tansu. The low watermark
-    is ListOffsets(earliest), except on a broker whose log start is known (``metadata_log.brokers``: Tansu's is 0).
+    is ListOffsets(earliest), except on a broker whose log start is known (``metadata_client.brokers``: Tansu's is 0).
     """
     if not partitions:
         return {}

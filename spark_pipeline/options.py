@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from metadata_log.access import CA_FILE, NO_ACCESS, Access, AccessError
-from metadata_log.client import controller_urls
+from metadata_client.access import CA_FILE, NO_ACCESS, Access, AccessError
+from metadata_client.client import controller_urls
 from metadata_log.errors import InvalidSetting
 
 EARLIEST: Final = -2

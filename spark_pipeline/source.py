@@ -25,7 +25,7 @@ from pyspark.sql.pandas.types import from_arrow_schema  # pyarrow only; pandas i
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from metadata_log.follower import LogFollower
+from metadata_client.follower import LogFollower
 from metadata_log.heap import freeze_survivors
 
 from .kafka_io import arrow_schema, read_range, watermarks

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from metadata_log import commands
 from metadata_log.errors import NotFound
 from metadata_log.image import MetadataImage
-from metadata_log.keyorder.commands import with_epochs
+from metadata_log.key_order_commands import with_epochs
 from metadata_log.views import cluster_view
 
 from .bodies import ChangeState, RegisterCluster

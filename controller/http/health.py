@@ -6,7 +6,7 @@ import orjson
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from metadata_log.raft import STALL_GUARD_MS
+from metadata_quorum import STALL_GUARD_MS
 
 from .. import metrics, problems
 from .deps import Latency, Service

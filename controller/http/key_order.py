@@ -7,7 +7,7 @@ leader records them (``KeyOrderSealed``). The topic's next epoch can start once 
 
 from __future__ import annotations
 
-from metadata_log.keyorder import commands as key_order
+from metadata_log import key_order_commands as key_order
 
 from .bodies import KeySeals
 from .routing import Router, WritePlan

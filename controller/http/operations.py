@@ -7,7 +7,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from metadata_log import commands
-from metadata_log.keyorder.commands import with_epochs
+from metadata_log.key_order_commands import with_epochs
 
 from .bodies import ShrinkPartitions
 from .clusters import render_cluster

@@ -13,9 +13,9 @@ from fastapi import Request
 from starlette.responses import Response
 
 from metadata_log import commands
+from metadata_log import key_order_commands as key_order
 from metadata_log.errors import NotFound
 from metadata_log.image import MetadataImage
-from metadata_log.keyorder import commands as key_order
 from metadata_log.views import topic_view
 
 from .bodies import AddPartitions, ChangeKeyOrder, ChangeState, CreateTopic

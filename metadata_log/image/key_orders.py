@@ -1,7 +1,7 @@
 """The key-order part of the image (``docs/KEY_ORDER.md``): per topic that was ever strict, its
 routing epochs, seals and releases (``TopicKeyOrder``). A topic absent from the map is ``key_order: none``.
 
-The replay itself is ``metadata_log.keyorder.replay`` (pure, shared with the commands that check a change
+The replay itself is ``metadata_log.image.key_order_replay`` (pure, shared with the commands that check a change
 before proposing it); this part adapts it to the delta: the log offset of each record, the topic's partition
 count as replayed so far in the batch, and ``InvalidRecord`` for a record that does not fit.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..keyorder.history import KeyOrderError
-from ..keyorder.replay import EMPTY_KEY_ORDERS, KeyOrderDelta, KeyOrders, TopicKeyOrder
 from ..records import KeyOrderRecord
 from .common import InvalidRecord
+from .key_order_history import KeyOrderError
+from .key_order_replay import EMPTY_KEY_ORDERS, KeyOrderDelta, KeyOrders, TopicKeyOrder
 
 __all__ = ["EMPTY_KEY_ORDERS", "KeyOrders", "KeyOrdersDelta", "TopicKeyOrder"]
 

@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from spark_pipeline.transforms import audit, dwd, ods
-
+from ..transforms import audit, dwd, ods
 from .common import access, layer, parser, session, source_options
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from metadata_log.access import Access, access_from, add_access_arguments
+from metadata_client.access import Access, access_from, add_access_arguments
 
 DEFAULT_CONTROLLERS: Final = "http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003"
 DEFAULT_TOPIC: Final = "U_TopicA"
@@ -94,7 +94,7 @@ def layer(warehouse: str | Path, name: str, topic: str) -> str:
 
 def session(app: str, master: str | None, conf: Sequence[tuple[str, str]] = ()) -> Any:
     """The job's SparkSession; on a cluster, says which application it is (stderr), to find it in the master's UI."""
-    from spark_pipeline import local_session
+    from .. import local_session
 
     spark = local_session(app, master, **dict(conf))
     sc = spark.sparkContext

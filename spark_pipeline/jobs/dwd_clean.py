@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spark_pipeline.transforms import dwd
-
+from ..transforms import dwd
 from .common import rebuild, rebuild_main
 
 

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spark_pipeline.transforms import dws
-
+from ..transforms import dws
 from .common import rebuild, rebuild_main
 
 

@@ -19,12 +19,11 @@ import httpx
 
 from controller.config import Voter, render_quorum
 from deploy.local import SubCluster, free_ports, make_brokers, stop_processes
-from metadata_log.access import write_secret
+from metadata_client.access import write_secret
 from metadata_log.codec import record_from_dict
 from metadata_log.snapshot import read_records
 from metadata_log.views import metadata_view
-
-from .proxy import HttpProxies, RaftProxies
+from tests.faults.proxy import HttpProxies, RaftProxies
 
 NODE_IDS = (1, 2, 3)
 # A real lease: a killed agent's cluster is fenced once it runs out. The clusters the writers register

@@ -11,10 +11,10 @@ import pytest
 
 from controller.config import Voter, render_quorum
 from deploy.local import free_ports
-from metadata_log.access import write_secret
-from metadata_log.raft.journal import CheckedJournal
+from metadata_client.access import write_secret
 from metadata_log.records import ClusterRegistered
-from metadata_log.state import LogState, Proposal, encode_command
+from metadata_quorum.journal import CheckedJournal
+from metadata_quorum.state import LogState, Proposal, encode_command
 
 
 def start_controller(tmp_path: Path) -> subprocess.CompletedProcess[str]:

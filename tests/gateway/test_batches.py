@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from gateway.protocol import batches
-from metadata_log.keyorder.routing import KEY_SLOTS, SLOT_MASK
+from kafka_wire import batches
+from metadata_log.keymap import KEY_SLOTS, SLOT_MASK
 
 NO_COMPRESSION, GZIP, SNAPPY = 0, 1, 2
 HEADER = batches.encoded_header(b"kfed-epoch", b"3")
@@ -39,7 +39,7 @@ def split(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def test_the_gateway_places_records_with_the_c_module() -> None:
     # without it a strict topic's records cost the gateway ~20 times the CPU (BENCHMARKS.md)
-    assert batches._split is not batches._split_py, "gateway.protocol._records was not built (a C compiler is needed)"
+    assert batches._split is not batches._split_py, "kafka_wire._records was not built (a C compiler is needed)"
 
 
 def batch(records: list[Sent], compression: int = NO_COMPRESSION, producer_id: int = 7) -> bytes:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 
 from deploy.local import LocalFederation
-
-from .clients import ConfluentMember, confluent_produce
-from .conftest import Gateways
-from .scenario import group_scenario
+from tests.gateway.clients import ConfluentMember, confluent_produce
+from tests.gateway.conftest import Gateways
+from tests.gateway.scenario import group_scenario
 
 pytestmark = pytest.mark.slow
 

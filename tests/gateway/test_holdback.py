@@ -12,11 +12,11 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from gateway.groups import Member
 from gateway.holdback import GroupKeyOrder
 from metadata_log import commands
+from metadata_log import key_order_commands as key_order
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
-from metadata_log.keyorder import commands as key_order
-from metadata_log.keyorder.history import KeyOrderTopic
-from metadata_log.keyorder.replay import strict_history
-from metadata_log.keyorder.routing import slot_of
+from metadata_log.image.key_order_history import KeyOrderTopic
+from metadata_log.image.key_order_replay import strict_history
+from metadata_log.keymap import slot_of
 from metadata_log.records import ClusterRegistered, GroupGenerationStarted, GroupMember, KeyRangeReleased
 
 MAX_BYTES = 1 << 20

@@ -14,10 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway import protocol as kp
 from gateway.server import STREAM_LIMIT
-
-from .conftest import TOPIC, Gateways
+from kafka_wire import protocol as kp
+from tests.gateway.conftest import TOPIC, Gateways
 
 pytestmark = pytest.mark.slow
 

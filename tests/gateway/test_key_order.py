@@ -13,12 +13,11 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from deploy.local import LocalFederation
-from gateway import protocol as kp
-from gateway.protocol import ErrorCode
-from metadata_log.keyorder.routing import slot_of
+from kafka_wire import protocol as kp
+from kafka_wire.protocol import ErrorCode
+from metadata_log.keymap import slot_of
+from tests.gateway.test_hostile import connect, read_frame
 from tests.waiting import wait_until
-
-from .test_hostile import connect, read_frame
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """A client reset to "earliest" starts at a partition's true first offset. Tansu's ListOffsets(earliest) now
 and then answers its second batch's offset (two batches reached an empty partition at once: 1 topic in 40 with
 four producers, measured in ``docs/TANSU.md``), and a group reading from there skipped the first batch: the key
-order test lost the first message of 83 keys that way. ``metadata_log.brokers`` knows Tansu's log starts at 0; the
+order test lost the first message of 83 keys that way. ``metadata_client.brokers`` knows Tansu's log starts at 0; the
 gateway answers ListOffsets(earliest) with that, and the SDK's members start a partition without a commit
 there. The brokers here are stand-ins answering as Tansu did; the paths on real brokers are in the other
 suites."""
@@ -18,7 +18,7 @@ from confluent_kafka import OFFSET_STORED, TopicPartition
 
 from gateway import data
 from gateway.view import Placement
-from metadata_log import brokers
+from metadata_client import brokers
 from sdk import brokers as probing
 from sdk.consumer import FederatedConsumer
 from sdk.messages import Placement as PhysicalPlacement

@@ -19,10 +19,10 @@ from kio.serial import entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import Records
 
-from gateway import protocol as kp
 from gateway.producers import PhysicalProducer, StrictSequence
-from gateway.protocol import ErrorCode
-from gateway.protocol.writer import compiled
+from kafka_wire import protocol as kp
+from kafka_wire.protocol import ErrorCode
+from kafka_wire.writer import compiled
 
 
 def test_one_metadata_description_encodes_in_every_served_version() -> None:

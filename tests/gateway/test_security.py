@@ -12,11 +12,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from deploy.local import LocalFederation
-from metadata_log.access import write_secret
+from metadata_client.access import write_secret
+from tests.gateway.conftest import Gateways
 from tests.integration.test_security import _certificates
 from tests.waiting import wait_until
-
-from .conftest import Gateways
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from deploy.local import DEMO_TOPIC, BrokerKind, BrokerSource, LocalFederation, LocalQuorum, ready_demo_topic
-from metadata_log.client import ControllerClient
+from metadata_client.client import ControllerClient
 from sdk import FederatedConsumer
 
 TOPIC = DEMO_TOPIC

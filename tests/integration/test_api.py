@@ -12,15 +12,14 @@ import pytest
 
 from controller.http.app import LEADER_ROUTES
 from deploy.local import LocalQuorum
-from metadata_log.client import ControllerClient
+from metadata_client.client import ControllerClient
+from metadata_client.follower import LogFollower
 from metadata_log.errors import InvalidRequest
-from metadata_log.follower import LogFollower
 from metadata_log.records import LATEST_METADATA_VERSION
 from metadata_log.snapshot import read_rows, read_runs
 from metadata_log.views import metadata_view
+from tests.integration.conftest import log_of
 from tests.waiting import wait_until
-
-from .conftest import log_of
 
 MSGPACK = {"Accept": "application/msgpack"}
 

@@ -16,14 +16,13 @@ from deploy.kafka_cluster import KafkaCluster
 from deploy.local import LocalFederation, LocalQuorum
 from deploy.processes import free_ports
 from deploy.tansu import TansuBroker
-from metadata_log.brokers import APACHE_KAFKA, TANSU
+from metadata_client.brokers import APACHE_KAFKA, TANSU
 from sdk import FederatedProducer
 from sdk.brokers import BrokerUnknown, broker_at
 from spark_pipeline.kafka_io import watermarks
+from tests.conftest import KafkaPool
+from tests.integration.conftest import controllers, physical_topics
 from tests.waiting import wait_until
-
-from ..conftest import KafkaPool
-from .conftest import controllers, physical_topics
 
 
 @pytest.fixture

@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 
 from deploy.local import LocalFederation, kfed_command
-from metadata_log.keyorder.routing import slot_of
+from metadata_log.keymap import slot_of
 from sdk import FederatedConsumer, FederatedProducer
+from tests.integration.conftest import KeyedReader, controllers
 from tests.waiting import wait_until
-
-from .conftest import KeyedReader, controllers
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,8 @@ from confluent_kafka import KafkaError
 
 from deploy.local import LocalFederation, kfed_command
 from sdk import FederatedConsumer, FederatedProducer
+from tests.integration.conftest import TOPIC, controllers
 from tests.waiting import wait_until
-
-from .conftest import TOPIC, controllers
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import pytest
 
 from controller.config import Voter, render_quorum
 from deploy.local import free_ports, stop_processes
-from metadata_log.access import write_secret
+from metadata_client.access import write_secret
 from tests.waiting import wait_until
 
 

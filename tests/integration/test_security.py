@@ -23,10 +23,10 @@ from cryptography.x509.oid import NameOID
 
 from deploy.local import LocalQuorum
 from kfed.cli import main as kfed
-from metadata_log.access import Access, write_secret
-from metadata_log.client import ControllerClient
+from metadata_client.access import Access, write_secret
+from metadata_client.client import ControllerClient
+from metadata_client.follower import FollowerError, LogFollower
 from metadata_log.errors import Forbidden, Unauthorized
-from metadata_log.follower import FollowerError, LogFollower
 from sdk import FederatedProducer
 
 CLUSTER = {"cluster_id": "c1", "region": "r1", "bootstrap_servers": "127.0.0.1:19092"}

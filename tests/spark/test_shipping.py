@@ -41,7 +41,7 @@ def test_the_source_imports_from_the_archive_alone(tmp_path: Path) -> None:
     zip_path = archive.build_archive(tmp_path / "cache")
     code = (
         "import sys; sys.path[:0] = [sys.argv[1]]; sys.path.append(sys.argv[2]); "
-        "import spark_pipeline.source as s, metadata_log.follower as f; print(s.__file__); print(f.__file__)"
+        "import spark_pipeline.source as s, metadata_client.follower as f; print(s.__file__); print(f.__file__)"
     )
     done = subprocess.run([sys.executable, "-S", "-c", code, str(zip_path), sysconfig.get_path("purelib")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip

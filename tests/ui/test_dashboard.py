@@ -12,8 +12,7 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from deploy.local import DEMO_TOPIC, LocalFederation
-
-from .conftest import ARTIFACTS, admin_token
+from tests.ui.conftest import ARTIFACTS, admin_token
 
 TIMEOUT_MS = 30_000  # fencing needs a lease to run out on a shared, slow machine; never a sleep
 

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from controller.problems import kfed_error_response
-from metadata_log.client import ControllerClient, reply_error
+from metadata_client.client import ControllerClient, reply_error
 from metadata_log.errors import (
     WIRE_ERRORS,
     InvalidRequest,

@@ -152,10 +152,10 @@ def test_each_rule_is_caught_with_the_import_that_breaks_it(tmp_path: Path) -> N
 
 
 def test_relative_imports_resolve_against_their_package() -> None:
-    source = "from .. import codec\nfrom .state import X\n"
-    assert list(imported_modules(source, "metadata_log.raft.node")) == [
+    source = "from .. import codec\nfrom .topics import X\n"
+    assert list(imported_modules(source, "metadata_log.image.delta")) == [
         ("metadata_log", 1),
-        ("metadata_log.raft.state", 2),
+        ("metadata_log.image.topics", 2),
     ]
     assert list(imported_modules("from . import ops\nfrom .ops import run\n", "kfed", is_package=True)) == [
         ("kfed", 1),

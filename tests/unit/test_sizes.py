@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from .test_errors import ROOT, product_packages
+from tests.unit.test_errors import ROOT, product_packages
 
 MAX_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 120

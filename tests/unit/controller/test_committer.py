@@ -21,7 +21,7 @@ from metadata_log.records import (
     TxnDecided,
     version_needed,
 )
-from metadata_log.state import Outcome, Proposal
+from metadata_quorum.state import Outcome, Proposal
 
 
 class FakeRaft:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from controller.groups import GroupCoordinator
 from metadata_log import commands
+from metadata_log import key_order_commands as key_order
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
-from metadata_log.keyorder import commands as key_order
-from metadata_log.keyorder.replay import strict_history
+from metadata_log.image.key_order_replay import strict_history
 from metadata_log.records import ClusterFenced, ClusterRegistered, KeyOrderSealed, KeyRangeReleased, Record
 
 NOW = 100.0

@@ -5,11 +5,10 @@ planned change starts in its own batch, the seals agents report, and ``GET /v1/m
 from __future__ import annotations
 
 from controller.http import build_app
-from metadata_log.keyorder.commands import change_key_order, plan_epochs
-from metadata_log.keyorder.replay import strict_history
+from metadata_log.image.key_order_replay import strict_history
+from metadata_log.key_order_commands import change_key_order, plan_epochs
 from metadata_log.records import KeyOrderEpochStarted, KeyOrderSealed, KeyRangeMoved, PhysicalPartitionsReported
-
-from .test_routes import FakePeers, FakeService, client, committed, routers_only
+from tests.unit.controller.test_routes import FakePeers, FakeService, client, committed, routers_only
 
 STRICT = {"name": "S", "region": "r1", "partitions_per_cluster": 2, "key_order": "strict"}
 

@@ -15,7 +15,7 @@ from controller.service import ControllerService
 from metadata_log import commands
 from metadata_log.errors import Unavailable
 from metadata_log.records import ClusterRegistered, ClusterStateChanged, NoOp, Record
-from metadata_log.state import LogState, Outcome, Proposal
+from metadata_quorum.state import LogState, Outcome, Proposal
 
 
 class ApplyingRaft:

@@ -4,7 +4,7 @@ time of -1 (no transaction started) is read as 0, and nothing else of the frame 
 from __future__ import annotations
 
 from controller.txn_kafka import DESCRIBE_TRANSACTIONS, _known_start_times
-from gateway import protocol as kp
+from kafka_wire import protocol as kp
 
 
 def _frame(start_ms: int, transactional_id: str = "tx@c1", state: str = "Empty") -> bytes:

@@ -9,8 +9,7 @@ from typing import Any
 import httpx
 
 from controller.http import build_app
-
-from .test_routes import FakePeers, FakeService, client, routers_only
+from tests.unit.controller.test_routes import FakePeers, FakeService, client, routers_only
 
 
 class FakeDriver:

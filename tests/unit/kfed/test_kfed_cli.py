@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from kfed.cli import SECURITY_FLAGS, build_parser, missing_secrets, raft_settings
-from metadata_log.raft import RaftSettings
+from metadata_quorum import RaftSettings
 
 NODE = ["controller", "--config", "q.toml", "--node-id", "1", "--data-dir", "d"]
 SECRETS = ["--raft-secret-file", "raft.secret", "--admin-token-file", "admin.token"]

@@ -14,9 +14,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from deploy.processes import free_ports
+from metadata_log import key_order_commands
 from metadata_log.image import EMPTY_IMAGE, apply
-from metadata_log.keyorder import commands as key_order_commands
-from metadata_log.keyorder.replay import EMPTY_KEY_ORDERS
+from metadata_log.image.key_order_replay import EMPTY_KEY_ORDERS
 from metadata_log.records import ClusterFenced, ClusterRegistered, ClusterStateChanged, PhysicalPartitionsReported
 from sdk import FederatedConsumer, FederatedProducer
 from tests.waiting import wait_until

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metadata_log.keyorder.history import (
+from metadata_client.holdback import HoldBack, first_held
+from metadata_log.image.key_order_history import (
     MAX_EPOCHS_KEPT,
     KeyOrderError,
     KeyOrderTopic,
@@ -29,8 +30,7 @@ from metadata_log.keyorder.history import (
     with_release,
     with_seal,
 )
-from metadata_log.keyorder.holdback import HoldBack, first_held
-from metadata_log.keyorder.routing import (
+from metadata_log.keymap import (
     KEY_SLOTS,
     MAX_STRICT_PARTITIONS,
     NO_PARTITION,

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 import pytest
 
 from metadata_log import commands as core
+from metadata_log import key_order_commands as commands
 from metadata_log.errors import Conflict, InvalidRequest, NotFound
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
-from metadata_log.keyorder import commands
-from metadata_log.keyorder.history import KeyOrderError, KeyOrderTopic, strict_topic
-from metadata_log.keyorder.replay import (
+from metadata_log.image.key_order_history import KeyOrderError, KeyOrderTopic, strict_topic
+from metadata_log.image.key_order_replay import (
     EMPTY_KEY_ORDERS,
     KeyOrderDelta,
     KeyOrders,
@@ -26,7 +26,7 @@ from metadata_log.keyorder.replay import (
     snapshot_records,
     strict_history,
 )
-from metadata_log.keyorder.routing import KEY_SLOTS, NO_PARTITION
+from metadata_log.keymap import KEY_SLOTS, NO_PARTITION
 from metadata_log.records import (
     KEY_ORDER_RECORD_TYPES,
     ClusterFenced,

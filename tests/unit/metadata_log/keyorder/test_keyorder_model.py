@@ -37,8 +37,10 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from metadata_log.keyorder import history, holdback
-from metadata_log.keyorder.history import (
+from metadata_client import holdback
+from metadata_client.holdback import Delivery, HoldBack
+from metadata_log.image import key_order_history as history
+from metadata_log.image.key_order_history import (
     KeyOrderTopic,
     Parent,
     Release,
@@ -51,8 +53,7 @@ from metadata_log.keyorder.history import (
     with_release,
     with_seal,
 )
-from metadata_log.keyorder.holdback import Delivery, HoldBack
-from metadata_log.keyorder.routing import KeyMap, slot_of
+from metadata_log.keymap import KeyMap, slot_of
 
 MAX_SEQ = 16  # records per key
 GROUP = "g"

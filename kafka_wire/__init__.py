@@ -1,0 +1,12 @@
+"""The Kafka wire layer: what kfed needs to speak Kafka's protocol, to clients and to brokers alike.
+
+- ``protocol``: request and response envelopes from ``kio`` (generated from Kafka's own JSON schemas), framing,
+  and ``build`` (a message of any version from plain values); the one module of kfed that imports ``kio``;
+- ``writer``: compiled kio writers, the fast path of ``protocol``;
+- ``batches``: record batches (v2): the walk over a request's or a fetch's batches, and a strict topic's
+  regrouping of records by key (in C in ``_records.c``);
+- ``upstream``: connections to a sub-cluster's brokers (``BrokerConnection``, ``ClusterClient``), as a client.
+
+The gateway serves Kafka clients with it and the controller's transaction driver talks to brokers with it; it
+imports nothing of theirs.
+"""

@@ -1,0 +1,10 @@
+"""The client library of the metadata log: what every process outside the quorum uses to follow it.
+
+- ``client``: ``ControllerClient``, the HTTP client of the controllers (bootstrap list, leader hints, retries);
+- ``follower``: ``LogFollower``, which tails the log by offset and keeps a local image;
+- ``access``: the credentials a client presents;
+- ``brokers``: facts about a sub-cluster's broker kind (Apache Kafka, Tansu), read from its ApiVersions;
+- ``holdback``: a consumer's rule of strict key order, which records a group member may hand out now.
+
+The SDK, the agents, Spark jobs and the gateway build on it; it imports only the pure core, ``metadata_log``.
+"""

@@ -1,0 +1,250 @@
+"""``LogFollower``: tail a controller's log by offset over HTTP and keep a local image with the same apply.
+
+Used by broker agents, the SDK and Spark jobs. It long-polls ``GET /v1/log`` from its next offset, loads
+``GET /v1/snapshot`` when it starts from nothing or gets ``410 Gone`` (it fell below a node's retention
+window), checks that offsets are contiguous, and fails over between controller URLs. It never moves its
+image backwards: a snapshot older than what it already has (a lagging node) is ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import httpx
+
+from metadata_log.codec import MAX_DECODE_BYTES, CodecError, record_from_dict, unpack
+from metadata_log.errors import NotAController, Unavailable
+from metadata_log.heap import gc_paused
+from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply
+from metadata_log.publisher import LogDelta, MetadataPublisher, Publishers
+from metadata_log.records import Record
+from metadata_log.snapshot import read_body
+
+from .access import NO_ACCESS, Access
+from .client import controller_urls, reply_error
+
+log = logging.getLogger(__name__)
+
+MSGPACK: Final = "application/msgpack"
+DEFAULT_WAIT_MS: Final = 10_000
+DEFAULT_LIMIT: Final = 5_000
+BACKOFF_MIN_S: Final = 0.05
+BACKOFF_MAX_S: Final = 2.0
+
+
+class FollowerError(Unavailable):
+    """No controller could be reached, or they answered something that is not the kfed log."""
+
+
+class LogFollower:
+    """Follows the metadata log of a quorum given as a bootstrap list of controller URLs.
+
+    ``publisher`` (and any ``subscribe``d later) gets ``on_update`` after every advance, on the thread that
+    polled: the records applied, or a snapshot delta after a snapshot was loaded."""
+
+    def __init__(
+        self,
+        controllers: Sequence[str] | str,
+        *,
+        wait_ms: int = DEFAULT_WAIT_MS,
+        limit: int = DEFAULT_LIMIT,
+        publisher: MetadataPublisher | None = None,
+        client: httpx.Client | None = None,
+        timeout_s: float = 5.0,
+        access: Access = NO_ACCESS,
+    ) -> None:
+        self.urls = controller_urls(controllers)
+        self.wait_ms = wait_ms
+        self.limit = limit
+        self.image: MetadataImage = EMPTY_IMAGE
+        self._publishers = Publishers()
+        if publisher is not None:
+            self._publishers.subscribe(publisher)
+        self._client = client or access.http_client(httpx.Timeout(timeout_s + wait_ms / 1000, connect=timeout_s))
+        self._owns_client = client is None
+        self._current = 0
+        self._advanced = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self.snapshots_loaded = 0
+        self.last_error: str | None = None
+        self.confirmed_at = float("-inf")
+        """When (``time.monotonic()``) the last answered ``GET /v1/log`` was sent: the image held everything
+        committed up to then. A producer's key-order lease is measured from it."""
+
+    # -- state -------------------------------------------------------------------------------------
+    @property
+    def next_offset(self) -> int:
+        return self.image.offset + 1
+
+    @property
+    def url(self) -> str:
+        return self.urls[self._current]
+
+    # -- one step ----------------------------------------------------------------------------------
+    def poll(self, wait_ms: int | None = None) -> int:
+        """Fetch and apply what follows ``next_offset`` (waiting up to ``wait_ms``); returns records applied.
+
+        Network errors and 5xx move on to the next controller URL and are re-raised as ``FollowerError``
+        only when every URL failed in a row.
+        """
+        wait = self.wait_ms if wait_ms is None else wait_ms
+        failures = 0
+        while True:
+            try:
+                return self._poll_once(wait)
+            except (httpx.HTTPError, FollowerError) as e:
+                failures += 1
+                self.last_error = f"{self.url}: {type(e).__name__}: {e}"
+                log.debug("log follower: %s", self.last_error)
+                self._current = (self._current + 1) % len(self.urls)
+                if failures >= len(self.urls):
+                    raise FollowerError(f"no controller reachable ({self.last_error})") from e
+
+    def _poll_once(self, wait_ms: int) -> int:
+        if self.image.offset < 0 and self.snapshots_loaded == 0:
+            self.load_snapshot()
+        sent = time.monotonic()
+        r = self._get("/v1/log", {"offset": self.next_offset, "limit": self.limit, "wait_ms": wait_ms})
+        if r.status_code == 410:
+            log.info("offset %d is below %s's window; loading its snapshot", self.next_offset, self.url)
+            self.load_snapshot()
+            return 0
+        if r.status_code != 200:
+            raise FollowerError(f"GET /v1/log answered {r.status_code}: {reply_error(self.url, r)}")
+        body = _unpack(r)
+        records: list[Record] = []
+        expected = self.next_offset
+        try:
+            for item in body["records"]:
+                offset = int(item["offset"])
+                if offset != expected:
+                    raise FollowerError(f"{self.url} sent offset {offset} where {expected} was expected")
+                records.append(record_from_dict(item["type"], item["data"]))
+                expected += 1
+        except (CodecError, KeyError, TypeError, ValueError) as e:  # what a broken or hostile node may send
+            raise FollowerError(f"records from {self.url} do not decode: {type(e).__name__}: {e}") from e
+        if records:
+            self._advance(records)
+        if len(records) < self.limit:  # a full page may have left records behind it
+            self.confirmed_at = sent
+        return len(records)
+
+    def load_snapshot(self) -> None:
+        """Replace the image by the controller's snapshot, unless that would move it backwards."""
+        r = self._get("/v1/snapshot", {"layout": "runs"})
+        if r.status_code != 200:
+            raise FollowerError(f"GET /v1/snapshot answered {r.status_code}: {reply_error(self.url, r)}")
+        with gc_paused():
+            body = _unpack(r)
+            try:
+                offset = int(body["offset"])
+            except (KeyError, TypeError, ValueError) as e:
+                raise FollowerError(f"snapshot from {self.url} has no offset: {type(e).__name__}: {e}") from e
+            if offset < self.image.offset:
+                raise FollowerError(f"{self.url} is behind this follower (snapshot {offset} < {self.image.offset})")
+            try:
+                # runs; rows from a controller older than them (it ignores the parameter)
+                image = read_body(body, offset)
+            except (CodecError, InvalidRecord, KeyError, TypeError, ValueError) as e:
+                raise FollowerError(f"snapshot from {self.url} does not decode: {e}") from e
+        self.snapshots_loaded += 1
+        self._set_image(image, LogDelta.replaced, self.image)
+
+    def _get(self, path: str, params: dict[str, int | str] | None = None) -> httpx.Response:
+        """GET a msgpack body, read at most MAX_DECODE_BYTES of it: a broken or hostile server cannot
+        make the follower hold more than that in memory."""
+        with self._client.stream("GET", self.url + path, params=params, headers={"Accept": MSGPACK}) as r:
+            media_type = r.headers.get("content-type", "").split(";")[0].strip()
+            if r.status_code == 200 and media_type != MSGPACK:  # not kfed's answer: do not read it
+                raise FollowerError(str(NotAController(self.url, r.status_code, media_type)))
+            declared = r.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > MAX_DECODE_BYTES:
+                raise FollowerError(f"{self.url}{path} answered {declared} bytes, above {MAX_DECODE_BYTES}")
+            chunks, size = [], 0
+            for chunk in r.iter_bytes():
+                size += len(chunk)
+                if size > MAX_DECODE_BYTES:
+                    raise FollowerError(f"{self.url}{path} sent more than {MAX_DECODE_BYTES} bytes")
+                chunks.append(chunk)
+        headers = [(k, v) for k, v in r.headers.items() if k.lower() not in ("content-encoding", "content-length")]
+        return httpx.Response(r.status_code, headers=headers, content=b"".join(chunks), request=r.request)
+
+    def _advance(self, records: list[Record]) -> None:
+        try:
+            image = apply(self.image, records)
+        except InvalidRecord as e:  # the log never holds such records; a node serving them is broken
+            raise FollowerError(f"record from {self.url} does not apply: {e}") from e
+        self._set_image(image, LogDelta, self.image, records)
+
+    def _set_image(self, image: MetadataImage, delta: Callable[..., LogDelta], *args: Any) -> None:
+        """Advance to ``image``; publish it with ``delta(*args)``, what made it."""
+        with self._advanced:
+            self.image = image
+            self._advanced.notify_all()
+        self._publishers.publish(image, delta, *args)
+
+    def subscribe(self, publisher: MetadataPublisher) -> None:
+        """Publish to ``publisher`` too: a catch-up to the current image first, then every advance."""
+        self._publishers.subscribe(publisher)
+
+    # -- continuous --------------------------------------------------------------------------------
+    def start(self) -> LogFollower:
+        """Follow in a daemon thread until ``stop()``; errors back off and retry forever."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="kfed-log-follower", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        backoff_s = BACKOFF_MIN_S
+        while not self._stopping.is_set():
+            try:
+                self.poll()
+                backoff_s = BACKOFF_MIN_S
+            except Exception as e:  # never let the thread die: its users would silently stop following
+                if isinstance(e, FollowerError):
+                    log.warning("log follower: %s; retrying in %.2f s", e, backoff_s)
+                else:
+                    log.exception("log follower: unexpected error; retrying in %.2f s", backoff_s)
+                self._stopping.wait(backoff_s)
+                backoff_s = min(BACKOFF_MAX_S, backoff_s * 2)
+
+    def wait_for(self, offset: int, timeout_s: float) -> bool:
+        """Block until the image reflects ``offset`` (True) or ``timeout_s`` passes (False)."""
+        deadline = time.monotonic() + timeout_s
+        with self._advanced:
+            while self.image.offset < offset:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._advanced.wait(remaining)
+        return True
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.wait_ms / 1000 + 6)
+            self._thread = None
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> LogFollower:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _unpack(response: httpx.Response) -> Any:
+    try:
+        body = unpack(response.content)
+    except CodecError as e:
+        raise FollowerError(f"undecodable body from {response.url}: {e}") from e
+    if not isinstance(body, dict):
+        raise FollowerError(f"unexpected body from {response.url}")
+    return body
