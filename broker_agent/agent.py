@@ -23,10 +23,9 @@ from typing import Any
 from metadata_client.access import NO_ACCESS, Access
 from metadata_client.client import ControllerClient
 from metadata_client.follower import LogFollower
-from metadata_log.commands import PhysicalPartition
+from metadata_log.commands import PhysicalPartition, seals_to_measure
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
 from metadata_log.image import MetadataImage
-from metadata_log.key_order_commands import seals_to_measure
 from metadata_log.publisher import LogDelta
 from metadata_log.records import TopicDeleted
 
@@ -296,7 +295,7 @@ class Agent:
     def _report_key_seals(self, image: MetadataImage) -> None:
         """Measure the seals of strict topics' latest epochs on this cluster, once their grace has passed
         since this agent first saw them pending, and report them (the leader records ``KeyOrderSealed``)."""
-        pending = seals_to_measure(image, image.key_orders, self.cluster_id)
+        pending = seals_to_measure(image, self.cluster_id)
         now = time.monotonic()
         live = {(topic, epoch) for topic, epoch, _ in pending}
         self._epochs_seen = {key: since for key, since in self._epochs_seen.items() if key in live}

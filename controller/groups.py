@@ -18,11 +18,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from metadata_log import key_order_commands as key_order
+from metadata_log import commands
 from metadata_log.errors import Conflict, NotFound
 from metadata_log.image import MetadataImage
 from metadata_log.image.key_order_history import acted_on, open_parents
-from metadata_log.image.key_order_replay import strict_history
+from metadata_log.image.key_orders import strict_history
 from metadata_log.records import GroupCoordinatorAssigned, GroupGenerationStarted, GroupMember, KeyRangeReleased, Record
 
 SESSION_TIMEOUT_MS_DEFAULT: Final = 10_000
@@ -178,14 +178,14 @@ class GroupCoordinator:
             history = strict_history(image.key_orders, name)
             if history is not None and open_parents(history, group):
                 offsets = by_topic.get(name, {})
-                records += key_order.release_parents(image, image.key_orders, group, name, offsets).records
+                records += commands.release_parents(image, group, name, offsets).records
         released = {(r.topic, r.epoch, r.partition) for r in records if isinstance(r, KeyRangeReleased)}
         for name, epoch, partition in give_up:
             if (name, epoch, partition) in released or strict_history(image.key_orders, name) is None:
                 continue
             try:
                 reason = f"group {group} waited its kfed.key.order.max.wait.ms"
-                records += key_order.give_up(image, image.key_orders, group, name, epoch, partition, reason).records
+                records += commands.give_up(image, group, name, epoch, partition, reason).records
             except (Conflict, NotFound):
                 continue  # readable (the group is to read it) or not an open parent: nothing to record
         return records

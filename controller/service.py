@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from metadata_log import commands
 from metadata_log.commands import Result
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound, OutcomeUnknown, Unavailable
 from metadata_log.image import MetadataImage
-from metadata_log.key_order_commands import plan_epochs
 from metadata_log.records import (
     LATEST_METADATA_VERSION,
     MetadataVersionChanged,
@@ -492,7 +492,7 @@ class ControllerService:
         image = self.state.image
         if not image.key_orders or not self.sync_term():
             return
-        records = plan_epochs(image, image.key_orders, "writable partitions changed")
+        records = commands.plan_epochs(image, "writable partitions changed")
         if records and await self._commit_own(records, "key-order epochs"):
             log.warning("key order: %s", ", ".join(_describe(r) for r in records if r.TYPE == "KeyOrderEpochStarted"))
 

@@ -2,10 +2,10 @@
 
 Every ``TXN_CHECK_MS`` the leader
 
-- commits ``txn.expire``: an undecided transaction past its ``transaction.timeout.ms`` is aborted (its
+- commits ``commands.expire_transactions``: an undecided transaction past its ``transaction.timeout.ms`` is aborted (its
   owner fenced), and the owner of a decided one left incomplete past the completion grace is fenced. A
   leader that died before a decision thus leaves an abort, decided by whichever leader sees the timeout;
-- completes ``txn.completion_tasks``, the pending participants of decided transactions whose owner is
+- completes ``completion_tasks``, the pending participants of decided transactions whose owner is
   fenced: a decision a dead leader (or a dead producer) committed is carried out by the next leader.
 
 One participant is completed by ``complete``: describe the participant's Kafka transaction; make sure, by a
@@ -23,9 +23,15 @@ from typing import Any, Final
 
 from kafka_wire.protocol import ErrorCode
 from kafka_wire.upstream import UpstreamError
-from metadata_log import commands, txn
+from metadata_log import commands
 from metadata_log.errors import KfedError
 from metadata_log.image import MetadataImage
+from metadata_log.image.transactions import (
+    PARTICIPANT_TRANSACTION_TIMEOUT_MS,
+    CompletionTask,
+    completion_tasks,
+    participant_transactional_id,
+)
 from metadata_log.records import NoOp
 
 from .txn_kafka import DESCRIBE_TRANSACTIONS, END_TXN, Described, Participant
@@ -55,11 +61,11 @@ class CompletionFailed(KfedError):
 class TransactionDriver:
     """The leader's side of the coordinator, bound to one controller service."""
 
-    def __init__(self, service: Any, completion_grace_ms: int = txn.DEFAULT_COMPLETION_GRACE_MS) -> None:
+    def __init__(self, service: Any, completion_grace_ms: int = commands.DEFAULT_COMPLETION_GRACE_MS) -> None:
         self._service = service  # the ControllerService (not imported: it imports this module)
         self.completion_grace_ms = completion_grace_ms
-        self._running: dict[txn.CompletionTask, asyncio.Task[None]] = {}
-        self._retry_at: dict[txn.CompletionTask, float] = {}
+        self._running: dict[CompletionTask, asyncio.Task[None]] = {}
+        self._retry_at: dict[CompletionTask, float] = {}
         self._participants: dict[str, Participant] = {}
         self._refusals: dict[tuple[str, str], str | None] = {}  # (cluster, bootstrap) -> why it cannot take part
         self.completed = 0
@@ -74,24 +80,24 @@ class TransactionDriver:
             return
         now_ms = _now_ms()
         grace = self.completion_grace_ms
-        if txn.expire(service.state.image.transactions, now_ms, grace):
+        if commands.expire_transactions(service.state.image, now_ms, grace).records:
 
             def expire(image: MetadataImage) -> commands.Result:
-                return commands.Result(txn.expire(image.transactions, now_ms, grace), {})
+                return commands.expire_transactions(image, now_ms, grace)
 
             try:
                 await service.write(expire, lambda image: {}, None, "")
             except (KfedError, TimeoutError) as e:
                 log.info("transaction expiry not committed (%s); the next check retries", e)
         now_s = time.monotonic()
-        for task in txn.completion_tasks(service.state.image.transactions):
+        for task in completion_tasks(service.state.image.transactions):
             if task in self._running or self._retry_at.get(task, 0) > now_s:
                 continue
             if len(self._running) >= MAX_COMPLETIONS_IN_FLIGHT:
                 break
             self._running[task] = asyncio.get_running_loop().create_task(self._complete(task))
 
-    async def _complete(self, task: txn.CompletionTask) -> None:
+    async def _complete(self, task: CompletionTask) -> None:
         try:
             await self.complete(task)
             self._retry_at.pop(task, None)
@@ -106,14 +112,14 @@ class TransactionDriver:
         finally:
             self._running.pop(task, None)
 
-    async def complete(self, task: txn.CompletionTask) -> None:
+    async def complete(self, task: CompletionTask) -> None:
         """End ``task``'s participant as decided and log it (see the module)."""
         service = self._service
         cluster = service.state.image.clusters.get(task.cluster_id)
         if cluster is None:
             raise CompletionFailed(f"cluster {task.cluster_id!r} is not registered")
         participant = self._participant(task.cluster_id, cluster.bootstrap_servers)
-        ktid = txn.participant_transactional_id(task.transactional_id, task.cluster_id)
+        ktid = participant_transactional_id(task.transactional_id, task.cluster_id)
         try:
             seen = await participant.describe(ktid)
             if seen is not None and seen.state in _ENDING:
@@ -133,16 +139,16 @@ class TransactionDriver:
                     task.producer_id, task.epoch, task.sequence, "committed" if task.commit else "aborted",
                     task.cluster_id)  # fmt: skip
 
-    async def _check_still_pending(self, task: txn.CompletionTask) -> None:
+    async def _check_still_pending(self, task: CompletionTask) -> None:
         """A linearizable read: a record committed now, then the participant still pending in the image.
         What was described can then only be this transaction's part (a newer owner's would need this one
         complete first), and a deposed leader fails here instead of acting."""
         service = self._service
         await service.write(lambda image: commands.Result((NoOp(),), {}), lambda image: {}, None, "")
-        if task not in txn.completion_tasks(service.state.image.transactions):
+        if task not in completion_tasks(service.state.image.transactions):
             raise CompletionFailed("no longer pending")
 
-    async def _end(self, participant: Participant, ktid: str, seen: Described, task: txn.CompletionTask) -> None:
+    async def _end(self, participant: Participant, ktid: str, seen: Described, task: CompletionTask) -> None:
         if seen.state == "Ongoing":
             code = await participant.end(ktid, seen.producer_id, seen.epoch, task.commit)
             if code != ErrorCode.none:
@@ -153,7 +159,7 @@ class TransactionDriver:
             log.error("transaction %s/%d: committed in the log but its part on %s was aborted by Kafka",
                       task.transactional_id, task.sequence, task.cluster_id)  # fmt: skip
         for _ in range(FENCE_ATTEMPTS):
-            code = await participant.fence(ktid, seen.producer_id, seen.epoch, txn.PARTICIPANT_TRANSACTION_TIMEOUT_MS)
+            code = await participant.fence(ktid, seen.producer_id, seen.epoch, PARTICIPANT_TRANSACTION_TIMEOUT_MS)
             if code != ErrorCode.concurrent_transactions:
                 break
             await asyncio.sleep(FENCE_BACKOFF_S)

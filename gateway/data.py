@@ -27,7 +27,7 @@ from kafka_wire import protocol as kp
 from kafka_wire.protocol import ErrorCode
 from kafka_wire.upstream import PRODUCE_CONNECTIONS, ClusterClient, UpstreamError
 from metadata_client.brokers import from_api_keys
-from metadata_log.image.key_order_replay import strict_history
+from metadata_log.image.key_orders import strict_history
 from metadata_log.keymap import KEY_SLOTS
 
 from .producers import STATE_LOST, PhysicalKey, ProducerIds, StrictSequence

@@ -40,7 +40,7 @@ from kafka_wire import batches
 from metadata_client.holdback import DEFAULT_MAX_WAIT_MS, first_held
 from metadata_log.image import MetadataImage
 from metadata_log.image.key_order_history import KeyOrderTopic, Parent, open_parents
-from metadata_log.image.key_order_replay import strict_history
+from metadata_log.image.key_orders import strict_history
 
 if TYPE_CHECKING:
     from .groups import Member

@@ -37,7 +37,7 @@ from kafka_wire.batches import encoded_header
 from metadata_log.image import MetadataImage, PartitionImage, TopicImage, is_writable
 from metadata_log.image.gateways import live_gateways
 from metadata_log.image.key_order_history import first_moves
-from metadata_log.image.key_order_replay import strict_history
+from metadata_log.image.key_orders import strict_history
 from metadata_log.keymap import EPOCH_HEADER, epoch_header
 
 TOPIC_ID_NAMESPACE: Final = uuid.UUID("5d1c0e0e-6b2f-4f7b-9d56-6b6664e0a126")

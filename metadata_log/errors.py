@@ -3,7 +3,7 @@
 Each class carries what the HTTP edge needs, as class attributes: ``status`` (the HTTP status of its
 problem+json answer), ``title`` and ``retryable`` (whether a client may send the same request again,
 with the same Idempotency-Key). ``controller/problems.py`` answers an error with its class's status, and
-``metadata_log/client.py`` turns a problem+json reply back into the class of its status
+``metadata_client/client.py`` turns a problem+json reply back into the class of its status
 (``class_for_status``): one table, read in both directions. An error about the process's own set-up
 (a config file, a damaged dump) keeps the root's 500: if it ever reached a request, the caller did
 nothing wrong.
@@ -41,7 +41,7 @@ into this tree by the one module that calls the library; nobody tells errors apa
     ├── CorruptData                   500  bytes or state that break the log's invariants
     │   ├── metadata_log.CodecError        not a valid encoding of records (also ValueError)
     │   ├── metadata_log.InvalidRecord     a record that does not apply   (also ValueError)
-    │   ├── metadata_log.keyorder.KeyOrderError, txn.TxnRecordRejected  why one does not (ValueError)
+    │   ├── metadata_log.KeyOrderError     why a key-order change does not fit its history (ValueError)
     │   ├── metadata_log.CorruptState      a damaged dump or snapshot file
     │   └── gateway.ProtocolError          a Kafka frame that does not decode (also ValueError)
     │       └── gateway.BadBatch               a record batch a strict topic's records cannot be read from

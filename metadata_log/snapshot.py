@@ -36,7 +36,8 @@ from .codec import (
 )
 from .heap import gc_paused
 from .image import EMPTY_IMAGE, MetadataDelta, MetadataImage, apply
-from .image.key_order_replay import snapshot_records as key_order_records
+from .image.key_orders import snapshot_records as key_order_records
+from .image.transactions import snapshot_records
 from .records import (
     ClusterFenced,
     ClusterRegistered,
@@ -55,7 +56,6 @@ from .records import (
     Record,
     TopicCreated,
 )
-from .txn import snapshot_records
 
 __all__ = [
     "Layout",

@@ -1,4 +1,5 @@
-"""JSON-ready views of an image: the merged metadata of ``GET /v1/metadata`` and the admin replies."""
+"""JSON-ready views of an image: the merged metadata of ``GET /v1/metadata``, a topic's key order, a
+transactional id's state, and the replies of the commands."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from .image import ClusterImage, MetadataImage, PartitionImage, TopicImage, is_writable
-from .image.key_order_replay import key_order_view
+from .image.key_order_history import pending_seals
+from .image.key_orders import KeyOrders, strict_history
+from .image.transactions import TxnProducer
+from .keymap import KEY_SLOTS
 
 
 def cluster_view(cluster: ClusterImage) -> dict[str, Any]:
@@ -77,3 +81,52 @@ def metadata_view(image: MetadataImage, topic: str | None = None) -> dict[str, A
         "clusters": [cluster_view(c) for c in sorted(image.clusters.values(), key=lambda c: c.cluster_id)],
         "topics": [topic_view(image, t) for t in sorted(topics, key=lambda t: t.name)],
     }
+
+
+def key_order_view(key_orders: KeyOrders, topic: str) -> dict[str, Any]:
+    """The JSON of a topic's key order in ``GET /v1/metadata``: its mode, and when strict the epoch, the map as
+    ``[first_slot, end_slot, partition]`` ranges, the latest epoch's seals (recorded and pending) and the
+    releases still within the history."""
+    history = strict_history(key_orders, topic)
+    if history is None:
+        return {"key_order": "none"}
+    latest = history.changes[-1]
+    return {
+        "key_order": "strict",
+        "key_epoch": history.epoch,
+        "key_slots": KEY_SLOTS,
+        "key_ranges": [list(r) for r in history.map.ranges()],
+        "key_epoch_cause": latest.cause,
+        "seals": [{"epoch": e, "partition": p, "end_offset": o} for (e, p), o in sorted(history.seals.items())],
+        "pending_seals": list(pending_seals(history)),
+        "releases": [
+            {"group": g, "epoch": e, "partition": p, "broken": r.broken, "reason": r.reason}
+            for (g, e, p), r in sorted(history.releases.items())
+        ],
+    }
+
+
+def producer_view(producer: TxnProducer) -> dict[str, Any]:
+    """The JSON form of a transactional.id's state (replies, ``GET /v1/transactions/{id}``)."""
+    view: dict[str, Any] = {
+        "transactional_id": producer.transactional_id,
+        "producer_id": producer.producer_id,
+        "epoch": producer.epoch,
+        "timeout_ms": producer.timeout_ms,
+        "transaction": None,
+    }
+    txn = producer.txn
+    if txn is not None:
+        view["transaction"] = {
+            "producer_id": txn.producer_id,
+            "epoch": txn.epoch,
+            "sequence": txn.sequence,
+            "state": txn.state,
+            "started_at_ms": txn.started_at_ms,
+            "decided_at_ms": txn.decided_at_ms,
+            "reason": txn.reason,
+            "partitions": [[p.cluster_id, p.physical_topic, p.physical_partition] for p in sorted(txn.partitions)],
+            "groups": [list(g) for g in sorted(txn.groups)],
+            "pending": sorted(txn.pending),
+        }
+    return view

@@ -26,7 +26,7 @@ from confluent_kafka import Message
 from metadata_client.holdback import DEFAULT_MAX_HELD, DEFAULT_MAX_WAIT_MS, Delivery, HoldBack, OrderBreak
 from metadata_log.image import MetadataImage
 from metadata_log.image.key_order_history import Parent, Release, open_parents
-from metadata_log.image.key_order_replay import strict_history
+from metadata_log.image.key_orders import strict_history
 from metadata_log.keymap import slot_of, stamp_of
 
 log = logging.getLogger(__name__)

@@ -55,7 +55,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from metadata_client.follower import FollowerError, LogFollower
 from metadata_log.image import ClusterImage, MetadataImage, is_writable
 from metadata_log.image.key_order_history import first_moves
-from metadata_log.image.key_order_replay import strict_history
+from metadata_log.image.key_orders import strict_history
 from metadata_log.keymap import SLOT_MASK, epoch_header
 from metadata_log.publisher import LogDelta
 

@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any, Final
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from metadata_client.client import ControllerClient
+from metadata_log.commands import DEFAULT_TRANSACTION_TIMEOUT_MS
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
-from metadata_log.txn import (
-    DEFAULT_TRANSACTION_TIMEOUT_MS,
+from metadata_log.image.transactions import (
     PARTICIPANT_TRANSACTION_TIMEOUT_MS,
     TxnPartition,
     participant_transactional_id,

@@ -10,7 +10,6 @@ from starlette.responses import Response
 from metadata_log import commands
 from metadata_log.errors import NotFound
 from metadata_log.image import MetadataImage
-from metadata_log.key_order_commands import with_epochs
 from metadata_log.views import cluster_view
 
 from .bodies import ChangeState, RegisterCluster
@@ -56,11 +55,6 @@ def change_cluster_state(
     body: Annotated[ChangeState, Body(openapi_examples={"read_only": {"value": {"state": "read_only"}}})],
 ) -> WritePlan:
     return WritePlan(
-        lambda image: with_epochs(  # strict topics' next epochs in the same batch
-            image,
-            image.key_orders,
-            commands.change_cluster_state(image, cluster_id, body.state),
-            f"{cluster_id} {body.state}",
-        ),
+        lambda image: commands.change_cluster_state(image, cluster_id, body.state),
         lambda image: render_cluster(image, cluster_id),
     )

@@ -7,7 +7,7 @@ leader records them (``KeyOrderSealed``). The topic's next epoch can start once 
 
 from __future__ import annotations
 
-from metadata_log import key_order_commands as key_order
+from metadata_log import commands
 
 from .bodies import KeySeals
 from .routing import Router, WritePlan
@@ -19,6 +19,6 @@ router = Router(prefix="/v1/agents", tags=["agents"])
 @router.write("POST", "/{cluster_id}/key-seals", summary="Record the seal points an agent measured (strict topics)")
 def report_key_seals(cluster_id: str, body: KeySeals) -> WritePlan:
     return WritePlan(
-        lambda image: key_order.record_seals(image, image.key_orders, body.topic, body.epoch, body.end_offsets),
+        lambda image: commands.record_seals(image, body.topic, body.epoch, body.end_offsets),
         lambda image: render_topic(image, body.topic),
     )

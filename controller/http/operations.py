@@ -7,7 +7,6 @@ from fastapi import Request
 from starlette.responses import Response
 
 from metadata_log import commands
-from metadata_log.key_order_commands import with_epochs
 
 from .bodies import ShrinkPartitions
 from .clusters import render_cluster
@@ -26,9 +25,7 @@ router = Router(prefix="/v1", tags=["operations"])
 )
 def decommission_cluster(cluster_id: str) -> WritePlan:
     return WritePlan(
-        lambda image: with_epochs(  # strict topics' next epochs in the same batch
-            image, image.key_orders, commands.decommission_cluster(image, cluster_id), f"{cluster_id} decommissioned"
-        ),
+        lambda image: commands.decommission_cluster(image, cluster_id),
         lambda image: render_cluster(image, cluster_id),
     )
 
@@ -40,9 +37,7 @@ def decommission_cluster(cluster_id: str) -> WritePlan:
 )
 def shrink_partitions(name: str, body: ShrinkPartitions) -> WritePlan:
     return WritePlan(
-        lambda image: with_epochs(  # strict topics' next epochs in the same batch
-            image, image.key_orders, commands.shrink_partitions(image, name, body.partitions), f"{name} shrunk"
-        ),
+        lambda image: commands.shrink_partitions(image, name, body.partitions),
         lambda image: render_topic(image, name),
     )
 

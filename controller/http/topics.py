@@ -1,7 +1,7 @@
 """Logical topics: create one over its region's clusters, add partitions (scale up), change a partition's
 state, switch its key order, delete, read. Scaling down is an operation (``operations.py``).
 
-A change of a strict topic's writable set starts its next routing epoch in the same batch (``with_epochs``,
+A change of a strict topic's writable set starts its next routing epoch in the same batch (the command does,
 docs/KEY_ORDER.md); an expand's epoch starts from the leader's loop once the new partitions have leaders."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from fastapi import Request
 from starlette.responses import Response
 
 from metadata_log import commands
-from metadata_log import key_order_commands as key_order
 from metadata_log.errors import NotFound
 from metadata_log.image import MetadataImage
 from metadata_log.views import topic_view
@@ -44,9 +43,8 @@ async def get_topic(request: Request, service: Service, name: str) -> Response:
 def create_topic(body: CreateTopic) -> WritePlan:
     topic_id = str(uuid.uuid4())  # chosen by the proposer: apply has no randomness
     return WritePlan(
-        lambda image: key_order.create_topic(
+        lambda image: commands.create_topic(
             image,
-            image.key_orders,
             body.name,
             body.region,
             body.partitions_per_cluster,
@@ -70,12 +68,7 @@ def add_partitions(name: str, body: AddPartitions) -> WritePlan:
 @router.write("PUT", "/{name}/partitions/{partition}/state", summary="Change one logical partition's state")
 def change_partition_state(name: str, partition: int, body: ChangeState) -> WritePlan:
     return WritePlan(
-        lambda image: key_order.with_epochs(
-            image,
-            image.key_orders,
-            commands.change_partition_state(image, name, partition, body.state),
-            f"partition {partition} {body.state}",
-        ),
+        lambda image: commands.change_partition_state(image, name, partition, body.state),
         lambda image: render_topic(image, name),
     )
 
@@ -83,7 +76,7 @@ def change_partition_state(name: str, partition: int, body: ChangeState) -> Writ
 @router.write("PUT", "/{name}/key_order", summary="Switch a topic's key order: 'strict' or 'none' (docs/KEY_ORDER.md)")
 def change_key_order(name: str, body: ChangeKeyOrder) -> WritePlan:
     return WritePlan(
-        lambda image: key_order.change_key_order(image, image.key_orders, name, body.key_order),
+        lambda image: commands.change_key_order(image, name, body.key_order),
         lambda image: render_topic(image, name),
     )
 

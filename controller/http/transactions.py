@@ -21,16 +21,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from metadata_log import commands
-from metadata_log.errors import NotFound
-from metadata_log.image import MetadataImage
-from metadata_log.txn import (
+from metadata_log.commands import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
-    MAX_EPOCH,
     MAX_PARTITIONS_PER_TRANSACTION,
     MAX_TRANSACTION_TIMEOUT_MS,
-    TxnPartition,
-    producer_view,
 )
+from metadata_log.errors import NotFound
+from metadata_log.image import MetadataImage
+from metadata_log.image.transactions import MAX_EPOCH, TxnPartition
+from metadata_log.views import producer_view
 
 from .bodies import INT32_MAX, INT64_MAX
 from .deps import IdempotencyKey, Service

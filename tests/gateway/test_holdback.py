@@ -12,10 +12,10 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from gateway.groups import Member
 from gateway.holdback import GroupKeyOrder
 from metadata_log import commands
-from metadata_log import key_order_commands as key_order
+from metadata_log import commands as key_order
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
 from metadata_log.image.key_order_history import KeyOrderTopic
-from metadata_log.image.key_order_replay import strict_history
+from metadata_log.image.key_orders import strict_history
 from metadata_log.keymap import slot_of
 from metadata_log.records import ClusterRegistered, GroupGenerationStarted, GroupMember, KeyRangeReleased
 
@@ -25,10 +25,8 @@ MAX_BYTES = 1 << 20
 def shrunk() -> MetadataImage:
     """S strict over P0-P3, then P3 shrunk: epoch 2 moved P3's slots to P0-P2."""
     image = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1"), ClusterRegistered("c2", "r1", "h:2")])
-    image = apply(
-        image, key_order.create_topic(image, image.key_orders, "S", "r1", 2, "id", key_order="strict").records
-    )
-    return apply(image, key_order.with_epochs(image, image.key_orders, commands.shrink_partitions(image, "S", [3]),
+    image = apply(image, key_order.create_topic(image, "S", "r1", 2, "id", key_order="strict").records)
+    return apply(image, key_order.with_epochs(image, commands.shrink_partitions(image, "S", [3]),
                                               "shrink").records)  # fmt: skip
 
 

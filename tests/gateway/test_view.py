@@ -8,7 +8,7 @@ from array import array
 from gateway.view import NO_LEADER, Broker, ClusterView, topic_uuid
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
 from metadata_log.image.key_order_history import next_change, strict_topic
-from metadata_log.image.key_order_replay import epoch_records
+from metadata_log.image.key_orders import epoch_records
 from metadata_log.keymap import KEY_SLOTS
 from metadata_log.records import (
     ClusterFenced,

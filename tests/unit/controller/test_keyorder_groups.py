@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from controller.groups import GroupCoordinator
 from metadata_log import commands
-from metadata_log import key_order_commands as key_order
+from metadata_log import commands as key_order
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
-from metadata_log.image.key_order_replay import strict_history
+from metadata_log.image.key_orders import strict_history
 from metadata_log.records import ClusterFenced, ClusterRegistered, KeyOrderSealed, KeyRangeReleased, Record
 
 NOW = 100.0
@@ -17,10 +17,8 @@ NOW = 100.0
 def strict_topic_after_shrink() -> MetadataImage:
     """S strict over P0-P3 (P0, P1 on c1; P2, P3 on c2), then P3 shrunk: epoch 2 moved P3's keys away."""
     image = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1"), ClusterRegistered("c2", "r1", "h:2")])
-    image = apply(
-        image, key_order.create_topic(image, image.key_orders, "S", "r1", 2, "id", key_order="strict").records
-    )
-    shrunk = key_order.with_epochs(image, image.key_orders, commands.shrink_partitions(image, "S", [3]), "shrink")
+    image = apply(image, key_order.create_topic(image, "S", "r1", 2, "id", key_order="strict").records)
+    shrunk = key_order.with_epochs(image, commands.shrink_partitions(image, "S", [3]), "shrink")
     return apply(image, shrunk.records)
 
 

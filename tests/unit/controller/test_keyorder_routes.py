@@ -5,8 +5,8 @@ planned change starts in its own batch, the seals agents report, and ``GET /v1/m
 from __future__ import annotations
 
 from controller.http import build_app
-from metadata_log.image.key_order_replay import strict_history
-from metadata_log.key_order_commands import change_key_order, plan_epochs
+from metadata_log.commands import change_key_order, plan_epochs
+from metadata_log.image.key_orders import strict_history
 from metadata_log.records import KeyOrderEpochStarted, KeyOrderSealed, KeyRangeMoved, PhysicalPartitionsReported
 from tests.unit.controller.test_routes import FakePeers, FakeService, client, committed, routers_only
 
@@ -105,15 +105,15 @@ def test_the_leaders_loop_starts_an_expands_epoch_once_the_new_partitions_have_l
     service = FakeService()
     rm = service.read_model
     committed(rm, [PhysicalPartitionsReported("c1", "U_TopicA", 0, "127.0.0.1:19092")])
-    committed(rm, change_key_order(rm.image, rm.image.key_orders, "U_TopicA", "strict").records)
-    assert plan_epochs(rm.image, rm.image.key_orders, "loop") == [], "P1 and P2 have no leader: nothing to do"
+    committed(rm, change_key_order(rm.image, "U_TopicA", "strict").records)
+    assert plan_epochs(rm.image, "loop") == [], "P1 and P2 have no leader: nothing to do"
     committed(rm, [PhysicalPartitionsReported("c2", "U_TopicA", 0, "127.0.0.1:29092")])
-    records = plan_epochs(rm.image, rm.image.key_orders, "loop")
+    records = plan_epochs(rm.image, "loop")
     assert isinstance(records[0], KeyOrderEpochStarted) and records[0].epoch == 2
     assert {(m.from_partition, m.to_partition) for m in records[1:] if isinstance(m, KeyRangeMoved)} == {(0, 1)}
     committed(rm, records)
     committed(rm, [PhysicalPartitionsReported("c2", "U_TopicA", 1, "127.0.0.1:29092")])
-    assert plan_epochs(rm.image, rm.image.key_orders, "loop") == [], "P0's seal of epoch 2 is not measured yet"
+    assert plan_epochs(rm.image, "loop") == [], "P0's seal of epoch 2 is not measured yet"
     committed(rm, [KeyOrderSealed("U_TopicA", 2, 0, 5)])
-    records = plan_epochs(rm.image, rm.image.key_orders, "loop")
+    records = plan_epochs(rm.image, "loop")
     assert isinstance(records[0], KeyOrderEpochStarted) and records[0].epoch == 3

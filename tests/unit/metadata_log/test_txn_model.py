@@ -19,15 +19,18 @@ entirely visible or entirely invisible, and the state equals its own replay from
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from metadata_log import txn as T
+from metadata_log import commands
 from metadata_log.errors import KfedError
-from metadata_log.records import TxnDecided, TxnProducerInitialized, TxnRecord
+from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply
+from metadata_log.image import transactions as T
+from metadata_log.records import ClusterRegistered, TxnDecided, TxnProducerInitialized, TxnRecord
 
 CLUSTERS = ("c1", "c2")
 TIDS = ("a", "b")
@@ -150,6 +153,20 @@ class Instance:
         return {c for c, _ in self.registered}
 
 
+CLUSTERS_REGISTERED: MetadataImage = apply(
+    EMPTY_IMAGE, [ClusterRegistered(c, "r1", "127.0.0.1:9092") for c in CLUSTERS]
+)
+
+
+def holding(txns: T.Transactions) -> MetadataImage:
+    """An image of the model's clusters whose transactions are ``txns``: what the commands read."""
+    return dataclasses.replace(CLUSTERS_REGISTERED, transactions=txns)
+
+
+def expire(txns: T.Transactions, now_ms: int) -> tuple[TxnRecord, ...]:
+    return commands.expire_transactions(holding(txns), now_ms, GRACE_MS).records  # type: ignore[return-value]
+
+
 @dataclass(eq=False)
 class Job:
     """One task of the participant driver, and what DescribeTransactions showed: (pid, epoch, open)."""
@@ -178,7 +195,7 @@ class TxnMachine(RuleBasedStateMachine):
         """Commit a batch; False when replay refuses it (it lost a race to an earlier batch)."""
         try:
             after = T.replay(self.txns, records)
-        except T.TxnRecordRejected:
+        except InvalidRecord:
             return False
         for r in records:
             if isinstance(r, TxnProducerInitialized):
@@ -194,10 +211,10 @@ class TxnMachine(RuleBasedStateMachine):
         self.log.extend(records)
         return True
 
-    def command(self, fn: object, *args: object, stale: bool = False, **kwargs: object) -> T.Result | None:
+    def command(self, fn: object, *args: object, stale: bool = False, **kwargs: object) -> commands.Result | None:
         """Validate against the state (or a stale one), then commit; None when refused either way."""
         try:
-            result = fn(self.previous if stale else self.txns, *args, **kwargs)  # type: ignore[operator]
+            result = fn(holding(self.previous if stale else self.txns), *args, **kwargs)  # type: ignore[operator]
         except KfedError:
             return None
         return result if self.append(result.records) else None
@@ -211,7 +228,7 @@ class TxnMachine(RuleBasedStateMachine):
 
     @rule(tid=st.sampled_from(TIDS), reply_lost=st.booleans())
     def init(self, tid: str, reply_lost: bool) -> None:
-        result = self.command(T.init_producer, tid, TIMEOUT_MS, self.now_ms)
+        result = self.command(commands.init_transactions, tid, TIMEOUT_MS, self.now_ms)
         if result is not None and not reply_lost:
             self.instances.append(Instance(tid, result.reply["producer_id"], result.reply["epoch"]))
 
@@ -232,7 +249,7 @@ class TxnMachine(RuleBasedStateMachine):
             return
         if (cluster, partition) not in inst.registered:
             result = self.command(
-                T.add_to_transaction, inst.tid, inst.pid, inst.epoch, inst.sequence, self.now_ms,
+                commands.add_to_transaction, inst.tid, inst.pid, inst.epoch, inst.sequence, self.now_ms,
                 partitions=[T.TxnPartition(cluster, "t", partition)], completed=inst.completed,
             )  # fmt: skip
             if result is None:
@@ -263,7 +280,7 @@ class TxnMachine(RuleBasedStateMachine):
             return
         commit = commit and not inst.failed and all(self.clusters[c].up for c in inst.clusters)  # the flush
         result = self.command(
-            T.end_transaction, inst.tid, inst.pid, inst.epoch, inst.sequence, commit, self.now_ms, stale=stale
+            commands.end_transaction, inst.tid, inst.pid, inst.epoch, inst.sequence, commit, self.now_ms, stale=stale
         )
         if result is None:
             producer = self.txns.producers[inst.tid]
@@ -304,7 +321,7 @@ class TxnMachine(RuleBasedStateMachine):
     @rule(ms=st.sampled_from([10, 100, 300, 1500]))
     def tick(self, ms: int) -> None:
         self.now_ms += ms
-        self.append(T.expire(self.txns, self.now_ms, GRACE_MS))
+        self.append(expire(self.txns, self.now_ms))
 
     @precondition(lambda self: bool(T.completion_tasks(self.txns)))
     @rule(pick=st.integers(0, 7))
@@ -365,8 +382,8 @@ class TxnMachine(RuleBasedStateMachine):
             pass  # somebody moved the participant on since the check: this job is stale
         self.jobs.remove(job)
         self.command(
-            T.complete_participant, task.transactional_id, task.producer_id, task.epoch, task.sequence,
-            task.cluster_id,
+            commands.complete_participants, task.transactional_id, task.producer_id, task.epoch, task.sequence,
+            [task.cluster_id],
         )  # fmt: skip
 
     def _drive_dry(self) -> bool:
@@ -417,9 +434,9 @@ class TxnMachine(RuleBasedStateMachine):
             inst.dead = True
         for _ in range(20):
             self.now_ms += TIMEOUT_MS + GRACE_MS
-            self.append(T.expire(self.txns, self.now_ms, GRACE_MS))
+            self.append(expire(self.txns, self.now_ms))
             busy = self._drive_dry()
-            if not busy and not T.expire(self.txns, self.now_ms + TIMEOUT_MS + GRACE_MS, GRACE_MS):
+            if not busy and not expire(self.txns, self.now_ms + TIMEOUT_MS + GRACE_MS):
                 break
         assert all(p.txn is None or p.txn.complete for p in self.txns.producers.values()), self.txns
         visible = set().union(*(c.visible for c in self.clusters.values()))

@@ -14,9 +14,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from deploy.processes import free_ports
-from metadata_log import key_order_commands
+from metadata_log import commands
 from metadata_log.image import EMPTY_IMAGE, apply
-from metadata_log.image.key_order_replay import EMPTY_KEY_ORDERS
 from metadata_log.records import ClusterFenced, ClusterRegistered, ClusterStateChanged, PhysicalPartitionsReported
 from sdk import FederatedConsumer, FederatedProducer
 from tests.waiting import wait_until
@@ -121,7 +120,7 @@ def following(producer: FederatedProducer, broker: str, topic: str, key_order: s
     """Stands in for the controllers' answers (private: the follower is stopped and given the metadata by
     hand): cluster c1 at ``broker`` with ``topic``'s two partitions on it."""
     image = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", broker)])
-    created = key_order_commands.create_topic(image, EMPTY_KEY_ORDERS, topic, "r1", 2, f"id-{topic}",
+    created = commands.create_topic(image, topic, "r1", 2, f"id-{topic}",
                                               key_order=key_order)  # fmt: skip
     image = apply(image, created.records)
     image = apply(image, [PhysicalPartitionsReported("c1", topic, p, broker) for p in (0, 1)])

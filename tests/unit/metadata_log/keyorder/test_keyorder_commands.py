@@ -1,28 +1,25 @@
 """Key order in the log: the commands validate and return records, the replay rebuilds the history from them,
 and a snapshot's records replay to an equal map.
 
-The image does not apply key-order records yet (``docs/KEY_ORDER.md``, wiring): ``run`` below replays them
-next to it, as ``apply`` will once wired.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from collections.abc import Sequence
 
 import pytest
 
+from metadata_log import commands
 from metadata_log import commands as core
-from metadata_log import key_order_commands as commands
 from metadata_log.errors import Conflict, InvalidRequest, NotFound
-from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
-from metadata_log.image.key_order_history import KeyOrderError, KeyOrderTopic, strict_topic
-from metadata_log.image.key_order_replay import (
+from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply
+from metadata_log.image.key_order_history import KeyOrderTopic, strict_topic
+from metadata_log.image.key_orders import (
     EMPTY_KEY_ORDERS,
-    KeyOrderDelta,
     KeyOrders,
     TopicKeyOrder,
-    key_order_view,
     snapshot_records,
     strict_history,
 )
@@ -42,22 +39,16 @@ from metadata_log.records import (
     TopicDeleted,
     TopicKeyOrderChanged,
 )
+from metadata_log.views import key_order_view
 
 Records = Sequence[Record | KeyOrderRecord]
 
 
 def run(image: MetadataImage, key_orders: KeyOrders, records: Records) -> tuple[MetadataImage, KeyOrders]:
-    """``apply`` for the image's records and ``KeyOrderDelta`` for the key-order ones, in order, as one batch."""
-    delta = KeyOrderDelta(key_orders)
-    for record in records:
-        if isinstance(record, KEY_ORDER_RECORD_TYPES):
-            topic = image.topics.get(record.topic)
-            delta.replay(record, image.offset + 1, len(topic.partitions) if topic is not None else None)
-        else:
-            if isinstance(record, TopicDeleted):
-                delta.forget(record.name)
-            image = apply(image, [record])
-    return image, delta.apply()
+    """``records`` applied as one batch: the image after them, and its key-order map."""
+    assert key_orders is image.key_orders or key_orders == image.key_orders, "the map is the image's own"
+    after = apply(image, records)
+    return after, after.key_orders
 
 
 def with_leaders(image: MetadataImage, topic: str) -> MetadataImage:
@@ -86,7 +77,7 @@ def region() -> MetadataImage:
 @pytest.fixture
 def strict(region: MetadataImage) -> tuple[MetadataImage, KeyOrders]:
     """U_TopicA, strict: 2 partitions on each of c1, c2, c3, leaders known."""
-    result = commands.create_topic(region, EMPTY_KEY_ORDERS, "U_TopicA", "r1", 2, "id-a", key_order="strict")
+    result = commands.create_topic(region, "U_TopicA", "r1", 2, "id-a", key_order="strict")
     image, key_orders = run(region, EMPTY_KEY_ORDERS, result.records)
     return with_leaders(image, "U_TopicA"), key_orders
 
@@ -105,7 +96,7 @@ def test_key_order_records_have_only_plain_fields_the_codec_encodes() -> None:
 
 
 def test_a_strict_topic_is_created_with_its_first_epoch_in_the_same_batch(region: MetadataImage) -> None:
-    result = commands.create_topic(region, EMPTY_KEY_ORDERS, "U_TopicA", "r1", 2, "id-a", key_order="strict")
+    result = commands.create_topic(region, "U_TopicA", "r1", 2, "id-a", key_order="strict")
     types = [type(r).__name__ for r in result.records]
     assert types[:7] == ["TopicCreated"] + ["PartitionsAdded"] * 6
     assert types[7:9] == ["TopicKeyOrderChanged", "KeyOrderEpochStarted"] and set(types[9:]) == {"KeyRangeMoved"}
@@ -115,7 +106,7 @@ def test_a_strict_topic_is_created_with_its_first_epoch_in_the_same_batch(region
     _, key_orders = run(region, EMPTY_KEY_ORDERS, result.records)
     history = strict_history(key_orders, "U_TopicA")
     assert history is not None and history == strict_topic(range(6), "created strict")
-    plain = commands.create_topic(region, EMPTY_KEY_ORDERS, "B", "r1", 1, "id-b")
+    plain = commands.create_topic(region, "B", "r1", 1, "id-b")
     assert plain.records == core.create_topic(region, "B", "r1", 1, "id-b").records
     assert plain.reply["key_order"] == "none"
 
@@ -123,55 +114,55 @@ def test_a_strict_topic_is_created_with_its_first_epoch_in_the_same_batch(region
 def test_a_bad_key_order_names_its_field(region: MetadataImage) -> None:
     for bad in ("STRICT", "", None, 1):
         with pytest.raises(InvalidRequest) as e:
-            commands.create_topic(region, EMPTY_KEY_ORDERS, "t", "r1", 1, "i", key_order=bad)
+            commands.create_topic(region, "t", "r1", 1, "i", key_order=bad)
         assert e.value.field == "key_order"
 
 
 def test_an_operator_switches_a_topic_to_strict_and_back(region: MetadataImage) -> None:
     image, key_orders = run(region, EMPTY_KEY_ORDERS, core.create_topic(region, "t", "r1", 1, "i").records)
     with pytest.raises(Conflict, match="no writable partition with a leader"):
-        commands.change_key_order(image, key_orders, "t", "strict")
+        commands.change_key_order(image, "t", "strict")
     image = with_leaders(image, "t")
-    on = commands.change_key_order(image, key_orders, "t", "strict")
+    on = commands.change_key_order(image, "t", "strict")
     assert on.reply["key_order"] == "strict" and on.reply["key_epoch"] == 1
     image, key_orders = run(image, key_orders, on.records)
-    assert commands.change_key_order(image, key_orders, "t", "strict").records == ()
-    off = commands.change_key_order(image, key_orders, "t", "none")
+    assert commands.change_key_order(image, "t", "strict").records == ()
+    off = commands.change_key_order(image, "t", "none")
     assert off.records == (TopicKeyOrderChanged("t", "none"),) and off.reply == {"name": "t", "key_order": "none"}
     image, key_orders = run(image, key_orders, off.records)
-    again = commands.change_key_order(image, key_orders, "t", "strict")
+    again = commands.change_key_order(image, "t", "strict")
     assert again.reply["key_epoch"] == 2, "a new strict period continues the epochs of the last one"
     with pytest.raises(NotFound):
-        commands.change_key_order(image, key_orders, "nope", "strict")
+        commands.change_key_order(image, "nope", "strict")
     with pytest.raises(InvalidRequest):
-        commands.change_key_order(image, key_orders, "t", "sometimes")
+        commands.change_key_order(image, "t", "sometimes")
 
 
 def test_a_shrink_starts_the_next_epoch_in_its_own_batch(strict: tuple[MetadataImage, KeyOrders]) -> None:
     image, key_orders = strict
     shrink = core.shrink_partitions(image, "U_TopicA", [4, 5])
-    result = commands.with_epochs(image, key_orders, shrink, "shrink 4, 5")
+    result = commands.with_epochs(image, shrink, "U_TopicA shrunk")
     image, key_orders = run(image, key_orders, result.records)
     history = strict_history(key_orders, "U_TopicA")
     assert history is not None and history.epoch == 2 and history.map.partitions() == {0, 1, 2, 3}
     assert {m.from_partition for m in history.changes[-1].moves} == {4, 5}
-    assert history.changes[-1].cause == "shrink 4, 5"
+    assert history.changes[-1].cause == "U_TopicA shrunk"
 
 
 def test_an_expand_joins_the_map_once_its_partitions_have_leaders(strict: tuple[MetadataImage, KeyOrders]) -> None:
     image, key_orders = strict
     image = apply(image, [ClusterRegistered("c4", "r1", "127.0.0.1:49092")])
     added = core.add_partitions(image, "U_TopicA", "c4", 2)
-    result = commands.with_epochs(image, key_orders, added, "expand onto c4")
+    result = commands.with_epochs(image, added, "expand onto c4")
     assert result.records == added.records, "no leaders yet: producers keep routing to the map they have"
     image, key_orders = run(image, key_orders, result.records)
     image = with_leaders(image, "U_TopicA")
-    planned = commands.plan_epoch(image, key_orders, "U_TopicA", "expand onto c4")
+    planned = commands.plan_epoch(image, "U_TopicA", "expand onto c4")
     image, key_orders = run(image, key_orders, planned.records)
     history = strict_history(key_orders, "U_TopicA")
     assert history is not None and history.map.partitions() == set(range(8))
     assert {m.to_partition for m in history.changes[-1].moves} == {6, 7}
-    assert commands.plan_epoch(image, key_orders, "U_TopicA", "again").records == ()
+    assert commands.plan_epoch(image, "U_TopicA", "again").records == ()
 
 
 def test_the_next_epoch_waits_for_measurable_seals_and_not_for_a_fenced_cluster(
@@ -181,20 +172,20 @@ def test_the_next_epoch_waits_for_measurable_seals_and_not_for_a_fenced_cluster(
     image, key_orders = run(
         image,
         key_orders,
-        commands.with_epochs(image, key_orders, core.shrink_partitions(image, "U_TopicA", [5]), "shrink").records,
+        core.shrink_partitions(image, "U_TopicA", [5]).records,
     )
-    assert commands.seals_to_measure(image, key_orders, "c3") == [("U_TopicA", 2, 5)]
-    assert commands.seals_to_measure(image, key_orders, "c1") == []
+    assert commands.seals_to_measure(image, "c3") == [("U_TopicA", 2, 5)]
+    assert commands.seals_to_measure(image, "c1") == []
     image = apply(image, [PartitionStateChanged("U_TopicA", 4, "read_only")])
-    waiting = commands.plan_epoch(image, key_orders, "U_TopicA", "shrink 4")
+    waiting = commands.plan_epoch(image, "U_TopicA", "shrink 4")
     assert waiting.records == () and "partition(s) 5" in waiting.reply["waiting_for_seals"]
     fenced = apply(image, [ClusterFenced("c3", "lease expired", 1)])
-    assert commands.plan_epoch(fenced, key_orders, "U_TopicA", "c3 fenced").records != (), "a fenced seal is abandoned"
-    sealed = commands.record_seals(image, key_orders, "U_TopicA", 2, {5: 40})
+    assert commands.plan_epoch(fenced, "U_TopicA", "c3 fenced").records != (), "a fenced seal is abandoned"
+    sealed = commands.record_seals(image, "U_TopicA", 2, {5: 40})
     assert sealed.records == (KeyOrderSealed("U_TopicA", 2, 5, 40),) and sealed.reply["pending_seals"] == []
     image, key_orders = run(image, key_orders, sealed.records)
-    assert commands.record_seals(image, key_orders, "U_TopicA", 2, {5: 41}).records == (), "a retried report"
-    assert commands.plan_epoch(image, key_orders, "U_TopicA", "shrink 4").records != ()
+    assert commands.record_seals(image, "U_TopicA", 2, {5: 41}).records == (), "a retried report"
+    assert commands.plan_epoch(image, "U_TopicA", "shrink 4").records != ()
 
 
 @pytest.mark.parametrize(
@@ -213,10 +204,10 @@ def test_a_bad_seal_report_names_its_field(
     image, key_orders = run(
         image,
         key_orders,
-        commands.with_epochs(image, key_orders, core.shrink_partitions(image, "U_TopicA", [5]), "shrink").records,
+        core.shrink_partitions(image, "U_TopicA", [5]).records,
     )
     with pytest.raises(error) as e:
-        commands.record_seals(image, key_orders, "U_TopicA", epoch, seals)
+        commands.record_seals(image, "U_TopicA", epoch, seals)
     assert e.value.extra["field"] == field  # type: ignore[attr-defined]
 
 
@@ -227,36 +218,36 @@ def test_the_coordinator_releases_what_a_group_read_and_gives_up_only_on_what_it
     image, key_orders = run(
         image,
         key_orders,
-        commands.with_epochs(image, key_orders, core.shrink_partitions(image, "U_TopicA", [4, 5]), "shrink").records,
+        core.shrink_partitions(image, "U_TopicA", [4, 5]).records,
     )
-    image, key_orders = run(image, key_orders, commands.record_seals(image, key_orders, "U_TopicA", 2, {4: 10}).records)
-    assert commands.release_parents(image, key_orders, "g", "U_TopicA", {4: 9}).records == ()
-    released = commands.release_parents(image, key_orders, "g", "U_TopicA", {4: 10})
+    image, key_orders = run(image, key_orders, commands.record_seals(image, "U_TopicA", 2, {4: 10}).records)
+    assert commands.release_parents(image, "g", "U_TopicA", {4: 9}).records == ()
+    released = commands.release_parents(image, "g", "U_TopicA", {4: 10})
     assert released.records == (KeyRangeReleased("g", "U_TopicA", 2, 4, False, ""),) and released.reply["released"] == [
         [2, 4]
     ]
     with pytest.raises(Conflict, match="can be read to its seal") as e:
-        commands.give_up(image, key_orders, "g", "U_TopicA", 2, 5, "waited 60 s")
+        commands.give_up(image, "g", "U_TopicA", 2, 5, "waited 60 s")
     assert e.value.extra["field"] == "partition"
     fenced = apply(image, [ClusterFenced("c3", "lease expired", 1)])
-    broken = commands.give_up(fenced, key_orders, "g", "U_TopicA", 2, 5, "waited 60 s; c3 fenced")
+    broken = commands.give_up(fenced, "g", "U_TopicA", 2, 5, "waited 60 s; c3 fenced")
     assert broken.records == (KeyRangeReleased("g", "U_TopicA", 2, 5, True, "waited 60 s; c3 fenced"),)
     image, key_orders = run(fenced, key_orders, broken.records)
-    assert commands.give_up(image, key_orders, "g", "U_TopicA", 2, 5, "again").records == ()
+    assert commands.give_up(image, "g", "U_TopicA", 2, 5, "again").records == ()
     with pytest.raises(NotFound):
-        commands.give_up(image, key_orders, "g", "U_TopicA", 2, 1, "not a parent")
+        commands.give_up(image, "g", "U_TopicA", 2, 1, "not a parent")
     with pytest.raises(InvalidRequest):
-        commands.release_parents(image, key_orders, "bad group!", "U_TopicA", {})
+        commands.release_parents(image, "bad group!", "U_TopicA", {})
     removed = apply(image, [PartitionStateChanged("U_TopicA", 4, "removed")])
-    assert commands.release_parents(removed, key_orders, "h", "U_TopicA", {}).reply["released"] == [[2, 4]]
+    assert commands.release_parents(removed, "h", "U_TopicA", {}).reply["released"] == [[2, 4]]
 
 
 def test_commands_on_a_topic_that_is_not_strict_are_refused(region: MetadataImage) -> None:
-    image, key_orders = run(region, EMPTY_KEY_ORDERS, core.create_topic(region, "t", "r1", 1, "i").records)
+    image, _ = run(region, EMPTY_KEY_ORDERS, core.create_topic(region, "t", "r1", 1, "i").records)
     with pytest.raises(Conflict, match="not strict"):
-        commands.plan_epoch(image, key_orders, "t", "x")
+        commands.plan_epoch(image, "t", "x")
     with pytest.raises(NotFound):
-        commands.record_seals(image, key_orders, "nope", 1, {})
+        commands.record_seals(image, "nope", 1, {})
 
 
 # -- replay ----------------------------------------------------------------------------------------
@@ -281,7 +272,7 @@ def test_records_that_do_not_fit_the_history_are_refused(
     strict: tuple[MetadataImage, KeyOrders], records: list[KeyOrderRecord], error: str
 ) -> None:
     image, key_orders = strict
-    with pytest.raises(KeyOrderError, match=error):
+    with pytest.raises(InvalidRecord, match=error):
         run(image, key_orders, records)
 
 
@@ -296,22 +287,23 @@ def test_a_deleted_topic_forgets_its_key_order(strict: tuple[MetadataImage, KeyO
 def test_a_snapshot_replays_to_an_equal_key_order_map(strict: tuple[MetadataImage, KeyOrders]) -> None:
     image, key_orders = strict
     steps = [
-        lambda i, k: commands.with_epochs(i, k, core.shrink_partitions(i, "U_TopicA", [5]), "shrink 5").records,
-        lambda i, k: commands.record_seals(i, k, "U_TopicA", 2, {5: 17}).records,
-        lambda i, k: commands.release_parents(i, k, "g1", "U_TopicA", {5: 17}).records,
-        lambda i, k: commands.with_epochs(i, k, core.shrink_partitions(i, "U_TopicA", [4]), "shrink 4").records,
-        lambda i, k: commands.give_up(apply(i, [ClusterFenced("c3", "x", 1)]), k, "g2", "U_TopicA", 3, 4, "c3").records,
+        lambda i: core.shrink_partitions(i, "U_TopicA", [5]).records,
+        lambda i: commands.record_seals(i, "U_TopicA", 2, {5: 17}).records,
+        lambda i: commands.release_parents(i, "g1", "U_TopicA", {5: 17}).records,
+        lambda i: core.shrink_partitions(i, "U_TopicA", [4]).records,
+        lambda i: commands.give_up(apply(i, [ClusterFenced("c3", "x", 1)]), "g2", "U_TopicA", 3, 4, "c3").records,
     ]
     for step in steps:
-        image, key_orders = run(image, key_orders, step(image, key_orders))
+        image, key_orders = run(image, key_orders, step(image))
     image, key_orders = run(image, key_orders, core.create_topic(image, "B", "r1", 1, "id-b").records)
     image = with_leaders(image, "B")
     for switch in ("strict", "none"):
-        image, key_orders = run(image, key_orders, commands.change_key_order(image, key_orders, "B", switch).records)
+        image, key_orders = run(image, key_orders, commands.change_key_order(image, "B", switch).records)
     history = strict_history(key_orders, "U_TopicA")
     assert history is not None and history.epoch == 3 and len(history.releases) == 2
     assert key_orders["B"].key_order == "none" and key_orders["B"].last_epoch == 1
-    _, replayed = run(image, EMPTY_KEY_ORDERS, list(snapshot_records(key_orders)))
+    without = dataclasses.replace(image, key_orders=EMPTY_KEY_ORDERS)
+    _, replayed = run(without, EMPTY_KEY_ORDERS, list(snapshot_records(key_orders)))
     assert replayed == key_orders
 
 
@@ -320,10 +312,10 @@ def test_the_metadata_view_shows_the_map_the_seals_and_the_releases(strict: tupl
     image, key_orders = run(
         image,
         key_orders,
-        commands.with_epochs(image, key_orders, core.shrink_partitions(image, "U_TopicA", [5]), "shrink 5").records,
+        core.shrink_partitions(image, "U_TopicA", [5]).records,
     )
     view = key_order_view(key_orders, "U_TopicA")
-    assert view["key_order"] == "strict" and view["key_epoch"] == 2 and view["key_epoch_cause"] == "shrink 5"
+    assert view["key_order"] == "strict" and view["key_epoch"] == 2 and view["key_epoch_cause"] == "U_TopicA shrunk"
     assert view["pending_seals"] == [5] and view["seals"] == [] and view["releases"] == []
     assert sum(end - first for first, end, _ in view["key_ranges"]) == KEY_SLOTS
     assert {p for _, _, p in view["key_ranges"]} == {0, 1, 2, 3, 4}
@@ -348,7 +340,7 @@ def test_every_planned_change_and_a_fence_start_an_epoch_in_their_batch(
     strict: tuple[MetadataImage, KeyOrders], change: typing.Any, gone: set[int]
 ) -> None:
     image, key_orders = strict
-    result = commands.with_epochs(image, key_orders, change(image), "change")
+    result = commands.with_epochs(image, change(image), "change")
     image, key_orders = run(image, key_orders, result.records)
     history = strict_history(key_orders, "U_TopicA")
     assert history is not None and history.epoch == 2

@@ -1,14 +1,10 @@
-"""Pure commands of strict key order: validate against the image and its key-order map, return records plus
-a reply (``metadata_log/commands.py``'s contract; the controller proposes the records, replies once they are
-committed, and ``apply`` re-checks every record).
+"""Pure commands of strict key order (docs/KEY_ORDER.md): validate against the image's key-order map, return
+records plus a reply. Where an epoch starts (decision 2):
 
-Each command takes the key-order map as ``key_orders`` (the routes pass ``image.key_orders``; tests pass maps
-of their own). Where an epoch starts (docs/KEY_ORDER.md, decision 2):
-
-- ``create_topic(..., key_order="strict")`` and ``change_key_order``: the first epoch, in the same batch;
-- ``plan_epochs`` after a planned change (shrink, decommission, cluster read-only) or a fence, appended to
-  that command's batch; and from the leader's loop, which also starts the epoch of an expand once the new
-  partitions have leaders;
+- ``topics.create_topic(..., key_order="strict")`` and ``change_key_order``: the first epoch, in the same batch;
+- ``plan_epochs`` after a planned change (a partition's or a cluster's state, shrink, decommission), appended
+  by that command to its own batch; and from the leader's loop, after a fence, and to start the epoch of an
+  expand once the new partitions have leaders;
 - ``record_seals`` (the agents' measurements), ``release_parents`` (the group coordinator) and ``give_up``
   (a member that waited ``kfed.key.order.max.wait.ms``).
 """
@@ -18,11 +14,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any, Final
 
-from . import commands
-from .commands import check_name
-from .errors import Conflict, InvalidRequest, NotFound
-from .image import MetadataImage, TopicImage, apply, is_writable
-from .image.key_order_history import (
+from ..errors import Conflict, InvalidRequest, NotFound
+from ..image import MetadataImage, TopicImage, apply, is_writable
+from ..image.key_order_history import (
     KeyOrderError,
     KeyOrderTopic,
     check_may_advance,
@@ -33,9 +27,9 @@ from .image.key_order_history import (
     releasable,
     strict_topic,
 )
-from .image.key_order_replay import KeyOrderDelta, KeyOrders, epoch_records, key_order_view, strict_history
-from .keymap import MAX_STRICT_PARTITIONS
-from .records import (
+from ..image.key_orders import epoch_records, strict_history
+from ..keymap import MAX_STRICT_PARTITIONS
+from ..records import (
     KEY_ORDERS,
     KeyOrder,
     KeyOrderRecord,
@@ -44,15 +38,13 @@ from .records import (
     Record,
     TopicKeyOrderChanged,
 )
+from ..views import key_order_view
+from .common import Result, check_name, existing_topic
 
 MAX_SEALS_PER_REPORT: Final = MAX_STRICT_PARTITIONS
 """Seals one report may carry: a change has at most one giver per partition of the map."""
 
 MAX_REASON_CHARS: Final = 500
-
-
-Result = commands.Result
-"""The contract of ``metadata_log/commands.py``: records to propose and the reply."""
 
 
 def check_key_order(value: Any, field_name: str = "key_order") -> KeyOrder:
@@ -62,16 +54,9 @@ def check_key_order(value: Any, field_name: str = "key_order") -> KeyOrder:
     return key_order
 
 
-def _topic(image: MetadataImage, name: str) -> TopicImage:
-    topic = image.topics.get(name)
-    if topic is None:
-        raise NotFound(f"topic {name!r} does not exist")
-    return topic
-
-
-def _strict(image: MetadataImage, key_orders: KeyOrders, name: str) -> tuple[TopicImage, KeyOrderTopic]:
-    topic = _topic(image, name)
-    history = strict_history(key_orders, name)
+def _strict(image: MetadataImage, name: str) -> tuple[TopicImage, KeyOrderTopic]:
+    topic = existing_topic(image, name)
+    history = strict_history(image.key_orders, name)
     if history is None:
         raise Conflict(f"topic {name!r} is not strict (key_order none)", field="topic")
     return topic, history
@@ -107,16 +92,12 @@ def routable_partitions(image: MetadataImage, topic: TopicImage, mapped: Collect
     return out
 
 
-def _reply(image: MetadataImage, key_orders: KeyOrders, name: str, records: list[KeyOrderRecord]) -> dict[str, Any]:
-    """The topic's key order as it will be once its key-order ``records`` are applied (replayed on a copy,
-    exactly as apply will)."""
-    delta = KeyOrderDelta(key_orders)
-    for record in records:
-        delta.replay(record, image.offset + 1, len(image.topics[name].partitions))
-    return {"name": name, **key_order_view(delta.apply(), name)}
+def _reply(image: MetadataImage, name: str, records: list[KeyOrderRecord]) -> dict[str, Any]:
+    """The topic's key order as it will be once its key-order ``records`` are applied."""
+    return {"name": name, **key_order_view(apply(image, records).key_orders, name)}
 
 
-def _first_epoch(name: str, partitions: Collection[int], last_epoch: int, cause: str) -> list[KeyOrderRecord]:
+def first_epoch(name: str, partitions: Collection[int], last_epoch: int, cause: str) -> list[KeyOrderRecord]:
     if len(partitions) > MAX_STRICT_PARTITIONS:
         raise Conflict(
             f"a strict topic routes keys to at most {MAX_STRICT_PARTITIONS} partitions; {name!r} has "
@@ -127,37 +108,15 @@ def _first_epoch(name: str, partitions: Collection[int], last_epoch: int, cause:
     return [TopicKeyOrderChanged(name, "strict"), *epoch_records(name, history.changes[0])]
 
 
-def create_topic(
-    image: MetadataImage,
-    key_orders: KeyOrders,
-    name: str,
-    region: str,
-    partitions_per_cluster: int,
-    topic_id: str,
-    physical_topic: str | None = None,
-    retention_ms: int | None = None,
-    key_order: Any = "none",
-) -> Result:
-    """``commands.create_topic``, and for ``key_order: strict`` the first epoch over all its partitions in the
-    same batch (their leaders are not known yet: producers queue keyed messages until they are)."""
-    order = check_key_order(key_order)
-    created = commands.create_topic(image, name, region, partitions_per_cluster, topic_id, physical_topic, retention_ms)
-    if order == "none":
-        return Result(created.records, {**created.reply, "key_order": "none"})
-    first = _first_epoch(name, range(len(created.reply["partitions"])), 0, "created strict")
-    after = apply(image, created.records)
-    return Result((*created.records, *first), {**created.reply, **_reply(after, key_orders, name, first)})
-
-
-def change_key_order(image: MetadataImage, key_orders: KeyOrders, name: str, key_order: Any) -> Result:
+def change_key_order(image: MetadataImage, name: str, key_order: Any) -> Result:
     """The operator's switch. To strict: the first epoch of a new strict period over the partitions keys can
     be routed to now (its epochs continue after an earlier period's). To none: producers stop stamping and
     consumers stop holding back. The same mode again changes nothing."""
-    topic = _topic(image, name)
+    topic = existing_topic(image, name)
     order = check_key_order(key_order)
-    current = key_orders.get(name)
+    current = image.key_orders.get(name)
     if (current.key_order if current is not None else "none") == order:
-        return Result((), {"name": name, **key_order_view(key_orders, name)})
+        return Result((), {"name": name, **key_order_view(image.key_orders, name)})
     if order == "none":
         records: list[KeyOrderRecord] = [TopicKeyOrderChanged(name, "none")]
     else:
@@ -167,15 +126,15 @@ def change_key_order(image: MetadataImage, key_orders: KeyOrders, name: str, key
                 f"topic {name!r} has no writable partition with a leader to route keys to", field="key_order"
             )
         last = current.last_epoch if current is not None else 0
-        records = _first_epoch(name, partitions, last, "switched to strict")
-    return Result(tuple(records), _reply(image, key_orders, name, records))
+        records = first_epoch(name, partitions, last, "switched to strict")
+    return Result(tuple(records), _reply(image, name, records))
 
 
-def plan_epoch(image: MetadataImage, key_orders: KeyOrders, name: str, cause: str) -> Result:
+def plan_epoch(image: MetadataImage, name: str, cause: str) -> Result:
     """The next epoch of a strict topic when the partitions keys should go to (``routable_partitions``) differ
     from its map; no records when they do not, when there is none to route to (producers queue), or while a
     seal of the latest epoch can still be measured (reply ``waiting_for_seals``: the leader's loop retries)."""
-    topic, history = _strict(image, key_orders, name)
+    topic, history = _strict(image, name)
     desired = routable_partitions(image, topic, history.map.partitions())
     if not desired or desired == history.map.partitions():
         return Result((), {"name": name, "key_epoch": history.epoch})
@@ -189,32 +148,34 @@ def plan_epoch(image: MetadataImage, key_orders: KeyOrders, name: str, cause: st
     if change is None:  # pragma: no cover - desired differs from the map's partitions
         return Result((), {"name": name, "key_epoch": history.epoch})
     records = epoch_records(name, change)
-    return Result(tuple(records), _reply(image, key_orders, name, records))
+    return Result(tuple(records), _reply(image, name, records))
 
 
-def plan_epochs(image: MetadataImage, key_orders: KeyOrders, cause: str) -> list[Record]:
+def plan_epochs(image: MetadataImage, cause: str) -> list[Record]:
     """``plan_epoch`` of every strict topic, for the image after a change of clusters or partitions: the
     records to append to that change's batch (or to propose from the leader's loop)."""
     records: list[Record] = []
-    for name in sorted(key_orders):
-        if strict_history(key_orders, name) is not None and name in image.topics:
-            records += plan_epoch(image, key_orders, name, cause).records
+    for name in sorted(image.key_orders):
+        if strict_history(image.key_orders, name) is not None and name in image.topics:
+            records += plan_epoch(image, name, cause).records
     return records
 
 
-def with_epochs(image: MetadataImage, key_orders: KeyOrders, result: commands.Result, cause: str) -> Result:
-    """A planned command's result (shrink, decommission, cluster state, fence) with the epochs it starts
-    appended to its batch, so that no reader sees the change without its routing."""
+def with_epochs(image: MetadataImage, result: Result, cause: str) -> Result:
+    """A planned change's result (a partition's or a cluster's state, shrink, decommission) with the epochs it
+    starts appended to its batch, so that no reader sees the change without its routing."""
+    if not image.key_orders:  # no topic was ever strict: nothing to plan
+        return result
     after = apply(image, result.records)
-    return Result((*result.records, *plan_epochs(after, key_orders, cause)), result.reply)
+    return Result((*result.records, *plan_epochs(after, cause)), result.reply)
 
 
-def seals_to_measure(image: MetadataImage, key_orders: KeyOrders, cluster_id: str) -> list[tuple[str, int, int]]:
+def seals_to_measure(image: MetadataImage, cluster_id: str) -> list[tuple[str, int, int]]:
     """``(topic, epoch, partition)`` of each pending seal on ``cluster_id``: what its agent measures, once the
     grace has passed since it applied the epoch (docs/KEY_ORDER.md, decision 3)."""
     out = []
-    for name in sorted(key_orders):
-        history = strict_history(key_orders, name)
+    for name in sorted(image.key_orders):
+        history = strict_history(image.key_orders, name)
         topic = image.topics.get(name)
         if history is None or topic is None:
             continue
@@ -224,13 +185,11 @@ def seals_to_measure(image: MetadataImage, key_orders: KeyOrders, cluster_id: st
     return out
 
 
-def record_seals(
-    image: MetadataImage, key_orders: KeyOrders, name: str, epoch: int, end_offsets: Mapping[int, int]
-) -> Result:
+def record_seals(image: MetadataImage, name: str, epoch: int, end_offsets: Mapping[int, int]) -> Result:
     """An agent's measured end offsets (logical partition -> offset) of the pending seals of ``epoch``. Seals
     already recorded are skipped (a retried report); a report for an epoch that is no longer the latest is
     refused (its seals were abandoned when the next epoch started)."""
-    _, history = _strict(image, key_orders, name)
+    _, history = _strict(image, name)
     if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch != history.epoch:
         raise Conflict(
             f"topic {name!r} is at epoch {history.epoch}; seals of epoch {epoch} are no longer taken", field="epoch"
@@ -249,12 +208,11 @@ def record_seals(
                 f"partition {partition} of {name!r} gave no slots away in epoch {epoch}", field=f"seals.{partition}"
             )
         records.append(KeyOrderSealed(name, epoch, partition, end))
-    return Result(tuple(records), _reply(image, key_orders, name, records) if records else {"name": name})
+    return Result(tuple(records), _reply(image, name, records) if records else {"name": name})
 
 
 def release_parents(
     image: MetadataImage,
-    key_orders: KeyOrders,
     group: str,
     name: str,
     committed: Mapping[int, int],
@@ -263,20 +221,18 @@ def release_parents(
     """The group coordinator: a release for each parent ``group`` has committed up to its seal (``committed``:
     logical partition -> the group's committed offset there, as the agents measure it)."""
     check_name(group, "group")
-    topic, history = _strict(image, key_orders, name)
+    topic, history = _strict(image, name)
     parents = releasable(history, group, committed, log_start, drained_partitions(topic))
     records = tuple(KeyRangeReleased(group, name, epoch, partition, False, "") for epoch, partition in parents)
     return Result(records, {"name": name, "group": group, "released": [list(p) for p in parents]})
 
 
-def give_up(
-    image: MetadataImage, key_orders: KeyOrders, group: str, name: str, epoch: int, partition: int, reason: str
-) -> Result:
+def give_up(image: MetadataImage, group: str, name: str, epoch: int, partition: int, reason: str) -> Result:
     """A member waited too long for parent ``(epoch, partition)``: release it broken, if it cannot be read to
     its seal (``may_give_up``); a Conflict otherwise (the group is to read it). Again for a parent already
     released: no records."""
     check_name(group, "group")
-    topic, history = _strict(image, key_orders, name)
+    topic, history = _strict(image, name)
     if (group, epoch, partition) in history.releases:
         return Result((), {"name": name, "group": group, "released": []})
     if (epoch, partition) not in open_parents(history, group):
