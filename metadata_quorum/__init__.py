@@ -22,7 +22,8 @@ The modules, from pure to pysyncobj-facing:
 - ``rules``: the Raft rules as pure functions of values, each citing the paper;
 - ``wire``: the frame encoding (compression, the restricted unpickler);
 - ``journal``: the log on disk; ``dump``: the full dump;
-- ``node``: ``RaftNode``, ``RaftSettings``, ``RaftStatus``, and ``Mailboxes`` (results handed over to asyncio);
+- ``settings``: ``RaftSettings``, and every pysyncobj option kfed derives from them;
+- ``node``: ``RaftNode``, ``RaftStatus``, and ``Mailboxes`` (results handed over to asyncio);
 - ``bridge``: the only module that touches pysyncobj's internals, all listed in ``privates.PRIVATE_NAMES``.
 
 Importing this package changes nothing in pysyncobj: a ``RaftNode`` installs the bridge when it starts.
@@ -31,8 +32,9 @@ Importing this package changes nothing in pysyncobj: a ``RaftNode`` installs the
 from __future__ import annotations
 
 from .journal import JournalFull, read_journal
-from .node import Mailboxes, RaftNode, RaftSettings, RaftStatus
+from .node import Mailboxes, RaftNode, RaftStatus
 from .rules import STALL_GUARD_MS
+from .settings import RaftSettings
 
 __all__ = [
     "STALL_GUARD_MS",

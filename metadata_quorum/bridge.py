@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import pysyncobj.pickle as pso_pickle
 import pysyncobj.syncobj as _pso
@@ -45,14 +45,12 @@ from pysyncobj.serializer import Serializer
 from pysyncobj.transport import TCPTransport
 
 from . import rules, wire
-from .dump import DumpState, DumpWriter
+from .dump import DumpState, DumpWriter, RaftBookkeeping
 from .journal import CheckedJournal
 from .rules import Entry, TickMark
-from .state import Outcome
+from .settings import RaftSettings
+from .state import LogState, Outcome
 from .wire import ForbiddenPickle, FrameBuffer, FrameTooLarge, SafePickle, WireZlib, inflate, value_class
-
-if TYPE_CHECKING:
-    from .node import RaftNode, RaftSettings
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +277,20 @@ def _deserializer(restore: Callable[[str], tuple[list[Any], list[Any], list[str]
 _ROLES: Final = {0: "follower", 1: "candidate", 2: "leader"}  # pysyncobj's _RAFT_STATE values
 
 
-def sync_obj_conf(settings: RaftSettings, data_dir: Path, node: RaftNode) -> SyncObjConf:
+class NodeHooks(Protocol):
+    """What the bridge calls on its node (``node.RaftNode``), on the Raft thread."""
+
+    state: LogState
+    settings: RaftSettings
+
+    def capture(self, last: Sequence[Any], prev: Sequence[Any], cluster: list[str]) -> Callable[[], bytes]: ...
+
+    def restore(self, file_name: str) -> RaftBookkeeping: ...
+
+    def on_role(self, role: str) -> None: ...
+
+
+def sync_obj_conf(settings: RaftSettings, data_dir: Path, node: NodeHooks) -> SyncObjConf:
     """pysyncobj's options: every one kfed sets (``RaftSettings.options``), and ``node``'s hooks (None ones are
     left to pysyncobj). The node's capture only freezes the state on the Raft thread; ``DumpSerializer``
     (installed as pysyncobj's Serializer) encodes, fsyncs and renames it on a thread of its own."""
@@ -359,7 +370,7 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
     _SyncObj__pipeNotifier: Any
     _SyncObj__conf: Any
 
-    def __init__(self, self_raft: str, peers: list[str], conf: SyncObjConf, node: RaftNode) -> None:
+    def __init__(self, self_raft: str, peers: list[str], conf: SyncObjConf, node: NodeHooks) -> None:
         self._kfed_state = node.state
         self._kfed_settings = node.settings
         self._kfed_tick: TickMark | None = None  # how the last tick started

@@ -26,14 +26,15 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from metadata_client.client import ControllerClient
+from metadata_client.follower import LogFollower
 from metadata_log.commands import DEFAULT_TRANSACTION_TIMEOUT_MS
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
 from metadata_log.image.transactions import (
@@ -44,9 +45,24 @@ from metadata_log.image.transactions import (
 
 from .config import ClientConfig
 
-if TYPE_CHECKING:
-    from .consumer import FederatedConsumer
-    from .producer import FederatedProducer
+
+class _Producer(Protocol):
+    """What the transactional side uses of its ``FederatedProducer`` (a protocol: the producer imports this
+    module)."""
+
+    _follower: LogFollower
+    _producers: dict[str, Producer]
+
+    def _producer(self, cluster_id: str) -> Producer: ...
+
+    def flush(self, timeout: float | None = None) -> int: ...
+
+
+class _Consumer(Protocol):
+    """What ``send_offsets_to_transaction`` uses of a ``FederatedConsumer``."""
+
+    def physical_offsets(self, offsets: Sequence[TopicPartition]) -> dict[str, tuple[list[TopicPartition], Any]]: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +107,7 @@ class GroupMetadata:
     """``FederatedConsumer.consumer_group_metadata()``: the group and the consumer whose positions it maps
     from logical to physical partitions."""
 
-    def __init__(self, group: str, consumer: FederatedConsumer) -> None:
+    def __init__(self, group: str, consumer: _Consumer) -> None:
         self.group = group
         self.consumer = consumer
 
@@ -99,7 +115,7 @@ class GroupMetadata:
 class Transactions:
     """The transactional side of one ``FederatedProducer`` (see the module)."""
 
-    def __init__(self, producer: FederatedProducer, transactional_id: str, timeout_ms: int, client: ControllerClient):
+    def __init__(self, producer: _Producer, transactional_id: str, timeout_ms: int, client: ControllerClient):
         self._producer = producer
         self.transactional_id = transactional_id
         self.timeout_ms = timeout_ms
@@ -122,7 +138,7 @@ class Transactions:
         self._pool = ThreadPoolExecutor(MAX_PARALLEL_ENDS, thread_name_prefix="kfed-txn-end")
 
     @classmethod
-    def from_config(cls, producer: FederatedProducer, config: ClientConfig) -> Transactions | None:
+    def from_config(cls, producer: _Producer, config: ClientConfig) -> Transactions | None:
         """The transactional side when the config has ``transactional.id`` (its keys are taken out of the
         physical producers' config)."""
         cfg = config.kafka

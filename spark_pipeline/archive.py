@@ -29,10 +29,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-ARCHIVE_PACKAGES: Final = ("spark_pipeline", "metadata_log", "sdk")
-"""kfed's packages executors import: the source and jobs, the metadata log code the source plans with, and the
-SDK, whose ``sdk.brokers`` tells the source which broker a cluster runs (its C module is not shipped: the SDK's
-Python fallback is what an executor gets, and the source does not use it)."""
+ARCHIVE_PACKAGES: Final = ("spark_pipeline", "metadata_log", "metadata_client", "sdk")
+"""kfed's packages executors import: the source and jobs, the metadata log's core and client library the source
+plans with, and the SDK, whose ``sdk.brokers`` asks a broker which kind it is (its C module is not shipped: the
+SDK's Python fallback is what an executor gets, and the source does not use it)."""
 EXECUTOR_REQUIREMENTS: Final = ("pyspark", "pyarrow", "confluent-kafka", "httpx", "msgpack")
 """What the workers' Python must have installed (the source's imports outside kfed)."""
 ARCHIVE_PREFIX: Final = "kfed-spark-"

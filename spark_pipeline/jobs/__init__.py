@@ -5,4 +5,6 @@
 ``check`` says whether a cluster's executors can run the ``kfed`` source.
 """
 
-JOBS = ("ods_ingest", "dwd_clean", "dws_aggregate", "audit", "demo", "check")
+from .names import JOBS
+
+__all__ = ["JOBS"]

@@ -1,10 +1,15 @@
-"""The dependency rules between kfed's top-level packages, read from every product module's imports.
+"""The dependency rules between kfed's packages and modules, read from every product module's imports.
 
 - ``kfed`` (the command, the composition root) may import every package; no other package imports it;
-- ``controller`` (the server) imports neither ``spark_pipeline`` nor ``deploy``;
-- no import cycle between top-level packages.
+- a server imports no other server: ``controller`` imports neither ``gateway``, ``spark_pipeline`` nor
+  ``deploy``; the gateway imports neither ``controller`` nor the SDK;
+- the pure core (``metadata_log``) imports no other package of kfed;
+- no import cycle between top-level packages, nor between the modules of one package;
+- a package's ``__init__.py`` is its face: a docstring that says what belongs there, imports and ``__all__``;
+- the archive shipped to Spark executors holds every package the ``kfed`` source imports.
 
-Imports are read with ``ast`` (also those inside functions), so a lazy import counts like any other.
+Imports are read with ``ast`` (also those inside functions and under ``TYPE_CHECKING``), so a lazy or a
+type-only import counts like any other.
 """
 
 from __future__ import annotations
@@ -16,7 +21,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 NOT_PRODUCT = {"tests"}
-FORBIDDEN = {("controller", "spark_pipeline"), ("controller", "deploy")}
+FORBIDDEN = {
+    ("controller", "gateway"),
+    ("controller", "spark_pipeline"),
+    ("controller", "deploy"),
+    ("gateway", "controller"),
+    ("gateway", "sdk"),
+}
+CORE = "metadata_log"
 
 Edges = Mapping[tuple[str, str], list[str]]  # (importer, imported) -> "path:line" of each import
 
@@ -97,6 +109,7 @@ def violations(edges: Edges) -> list[str]:
     """Every broken rule, each naming the imports that break it."""
     out = [f"{a} imports kfed (the composition root): {where}" for (a, b), where in edges.items() if b == "kfed"]
     out += [f"{a} imports {b}: {edges[a, b]}" for a, b in sorted(FORBIDDEN) if (a, b) in edges]
+    out += [f"the core imports {b}: {where}" for (a, b), where in sorted(edges.items()) if a == CORE]
     for component in cycles(edges):
         inside = {pair: where for pair, where in edges.items() if pair[0] in component and pair[1] in component}
         out.append(f"import cycle between {component}: {inside}")
@@ -161,3 +174,114 @@ def test_relative_imports_resolve_against_their_package() -> None:
         ("kfed", 1),
         ("kfed.ops", 2),
     ]
+
+
+# -- modules ------------------------------------------------------------------------------------------------
+
+
+def product_modules(root: Path) -> dict[str, tuple[Path, bool]]:
+    """Every module of the product packages: name -> (file, is a package's ``__init__``). A C extension built
+    from ``<module>.c`` counts as a module (it imports nothing of kfed)."""
+    modules: dict[str, tuple[Path, bool]] = {}
+    for package in top_level_packages(root):
+        for path in sorted((root / package).rglob("*.py")):
+            is_package = path.name == "__init__.py"
+            relative = path.relative_to(root)
+            modules[".".join((relative.parent if is_package else relative.with_suffix("")).parts)] = (path, is_package)
+        for path in sorted((root / package).rglob("*.c")):
+            modules[".".join(path.relative_to(root).with_suffix("").parts)] = (path, False)
+    return modules
+
+
+def module_edges(root: Path) -> Edges:
+    """(importer, imported) of modules of one top-level package; ``from package import name`` is an import of
+    the module ``package.name`` when there is one, else of the package's face."""
+    modules = product_modules(root)
+    edges: defaultdict[tuple[str, str], list[str]] = defaultdict(list)
+    for module, (path, is_package) in modules.items():
+        if path.suffix != ".py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                base = next(iter(imported_modules(ast.unparse(node), module, is_package)))[0]
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for name in names:
+                parts = name.split(".")
+                target = next(
+                    (".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in modules), None
+                )
+                if target is not None and target != module and target.split(".")[0] == module.split(".")[0]:
+                    edges[module, target].append(f"{path.relative_to(root)}:{node.lineno}")
+    return edges
+
+
+def test_no_module_imports_a_module_that_imports_it_back() -> None:
+    edges = module_edges(ROOT)
+    assert ("metadata_log.commands.topics", "metadata_log.commands.common") in edges  # the scan sees modules
+    found = []
+    for component in cycles(edges):
+        inside = {f"{a} -> {b}": where for (a, b), where in edges.items() if a in component and b in component}
+        found.append(f"import cycle between {component}: {inside}")
+    assert not found, "\n".join(found)
+
+
+def test_a_module_cycle_is_found_through_a_type_only_import(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "pkg/__init__.py": '"""A package."""\n\nfrom .a import A\n',
+            "pkg/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\nA = 1\n",
+            "pkg/b.py": "from . import a\nB = 2\n",
+            "pkg/c.py": "from pkg import a\n",
+        },
+    )
+    edges = module_edges(tmp_path)
+    assert set(edges) == {("pkg", "pkg.a"), ("pkg.a", "pkg.b"), ("pkg.b", "pkg.a"), ("pkg.c", "pkg.a")}
+    assert cycles(edges) == [["pkg.a", "pkg.b"]]
+
+
+def face_problems(path: Path) -> list[str]:
+    """What a package's ``__init__.py`` holds besides its docstring, imports and ``__all__``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    problems = [] if ast.get_docstring(tree) else ["no docstring"]
+    for i, node in enumerate(tree.body):
+        if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__all__"]:
+            continue
+        problems.append(f"{type(node).__name__} at line {node.lineno}")
+    return problems
+
+
+def test_every_package_face_holds_only_its_docstring_imports_and_all() -> None:
+    faces = [p for package in top_level_packages(ROOT) for p in sorted((ROOT / package).rglob("__init__.py"))]
+    assert len(faces) >= 10
+    found = {str(p.relative_to(ROOT)): problems for p in faces if (problems := face_problems(p))}
+    assert not found, found
+
+
+def test_a_face_with_logic_is_told_apart(tmp_path: Path) -> None:
+    write(tmp_path, {"ok/__init__.py": '"""Doc."""\n\nfrom .x import y\n\n__all__ = ["y"]\n'})
+    write(tmp_path, {"bad/__init__.py": "from .x import y\n\nLIMIT = 3\n\ndef f():\n    pass\n"})
+    assert face_problems(tmp_path / "ok/__init__.py") == []
+    assert face_problems(tmp_path / "bad/__init__.py") == ["no docstring", "Assign at line 3", "FunctionDef at line 5"]
+
+
+def test_the_executors_archive_holds_every_package_the_kfed_source_imports() -> None:
+    from spark_pipeline.archive import ARCHIVE_PACKAGES
+
+    edges = package_edges(ROOT)
+    needed, todo = {"spark_pipeline"}, ["spark_pipeline"]
+    while todo:
+        package = todo.pop()
+        for a, b in edges:
+            if a == package and b not in needed:
+                needed.add(b)
+                todo.append(b)
+    assert needed <= set(ARCHIVE_PACKAGES), f"executors would lack {sorted(needed - set(ARCHIVE_PACKAGES))}"
