@@ -25,7 +25,7 @@ from metadata_log.records import Record
 from metadata_log.snapshot import read_body
 
 from .access import NO_ACCESS, Access
-from .client import controller_urls, reply_error
+from .retry import controller_urls, reply_error
 
 log = logging.getLogger(__name__)
 
