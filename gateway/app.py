@@ -19,12 +19,12 @@ from typing import Any, Final
 from kafka_wire import protocol as kp
 from kafka_wire.upstream import Upstream
 from metadata_client.access import NO_ACCESS, Access
+from metadata_client.client import AsyncControllerClient
 from metadata_client.follower import LogFollower
 from metadata_log.errors import Conflict, KfedError
 
 from . import admin, data, groups
 from .producers import ProducerIds
-from .quorum import QuorumClient
 from .server import Handler, KafkaServer, Limits
 from .view import Broker, ClusterView, TopicView
 
@@ -92,7 +92,9 @@ class Gateway:
         self.instance = uuid.uuid4().hex
         self.producers = ProducerIds()
         self.upstream = Upstream(client_id="kfed-gateway")
-        self.quorum = QuorumClient(config.controllers, config.access)
+        self.quorum = AsyncControllerClient(
+            config.controllers, deadline_s=5.0, timeout_s=5.0, connect_timeout_s=1.0, access=config.access
+        )
         self.follower = LogFollower(config.controllers, wait_ms=FOLLOW_WAIT_MS, access=config.access)
         self.groups = groups.GroupBridge(self)
         self.gateway_id: int | None = config.gateway_id

@@ -1,6 +1,8 @@
 """The client library of the metadata log: what every process outside the quorum uses to follow it.
 
-- ``client``: ``ControllerClient``, the HTTP client of the controllers (bootstrap list, leader hints, retries);
+- ``retry``: the one retry policy of every call to the controllers, without I/O (failover over the bootstrap
+  list, back-off, ``Retry-After``, the deadline, one idempotency key per write, the error to raise);
+- ``client``: ``ControllerClient`` and ``AsyncControllerClient``, the sync and async transports that drive it;
 - ``follower``: ``LogFollower``, which tails the log by offset and keeps a local image;
 - ``access``: the credentials a client presents;
 - ``brokers``: facts about a sub-cluster's broker kind (Apache Kafka, Tansu), read from its ApiVersions;

@@ -1,39 +1,55 @@
-"""``ControllerClient``: call the quorum's HTTP API from a bootstrap list of controller URLs.
+"""The clients of the quorum's HTTP API: ``ControllerClient`` (sync) and ``AsyncControllerClient`` (async).
 
-Every write gets one ``Idempotency-Key`` for all its attempts, so retrying after a timeout, a 503 (no
-leader yet) or a 504 (outcome unknown) can never apply twice. Errors come back as the kfed error tree.
+Both are thin transports over one retry policy (``retry.Call``): they send, read the clock and sleep; the
+policy decides failover between the bootstrap URLs, back-off, ``Retry-After``, the deadline and the error to
+raise (the kfed error tree). Both share one shape of call: ``post(path, json, deadline_s)``, where
+``deadline_s`` (by default the client's) bounds all the attempts together, and a write may name its
+``idempotency_key`` (by default a new one, the same for all its attempts).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any, Final
 
 import httpx
 
-from metadata_log.errors import KfedError, NotAController, OutcomeUnknown, Unavailable, class_for_status
-
-from .access import NO_ACCESS, Access
-
-PROBLEM_JSON: Final = "application/problem+json"
-_PROBLEM_FIELDS: Final = frozenset({"type", "title", "status", "detail"})
-
-
-def controller_urls(controllers: Sequence[str] | str) -> list[str]:
-    """A bootstrap list of controller URLs, given as a list or comma-separated, like bootstrap.servers."""
-    urls = controllers.split(",") if isinstance(controllers, str) else list(controllers)
-    cleaned = [u.strip().rstrip("/") for u in urls if u.strip()]
-    if not cleaned:
-        raise ValueError("at least one controller URL is needed (e.g. http://127.0.0.1:8001)")
-    return cleaned
-
+from .access import NO_ACCESS, Access, tls_context
+from .retry import Call, Decision, Raise, Return, controller_urls
 
 DEFAULT_DEADLINE_S: Final = 15.0
+DEFAULT_TIMEOUT_S: Final = 10.0
+"""How long one attempt may take, reading the reply included."""
+DEFAULT_CONNECT_TIMEOUT_S: Final = 2.0
 
 
-class ControllerClient:
+class BaseControllerClient:
+    """What the sync and the async client share: the bootstrap list, the URL that answered last (where the
+    next call starts), the deadline, and how a call is started and settled."""
+
+    def __init__(self, controllers: Sequence[str] | str, deadline_s: float) -> None:
+        self.urls = controller_urls(controllers)
+        self.deadline_s = deadline_s
+        self._current = 0
+
+    def _call(self, method: str, idempotency_key: str | None, deadline_s: float | None, now: float) -> Call:
+        deadline = self.deadline_s if deadline_s is None else deadline_s
+        return Call(self.urls, method, now + deadline, first=self._current, idempotency_key=idempotency_key)
+
+    def _moved(self, call: Call) -> None:
+        """Start the next calls where this one goes next: a URL that failed is not tried first again."""
+        self._current = call.index
+
+    @staticmethod
+    def _settle(decision: Return | Raise) -> dict[str, Any]:
+        if isinstance(decision, Raise):
+            raise decision.error
+        return decision.value
+
+
+class ControllerClient(BaseControllerClient):
     """Sync client for admin writes and reads; fails over between URLs and retries within a deadline."""
 
     def __init__(
@@ -41,13 +57,12 @@ class ControllerClient:
         controllers: Sequence[str] | str,
         *,
         deadline_s: float = DEFAULT_DEADLINE_S,
-        timeout_s: float = 10.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         access: Access = NO_ACCESS,
     ) -> None:
-        self.urls = controller_urls(controllers)
-        self.deadline_s = deadline_s
-        self._current = 0
-        self._http = access.http_client(httpx.Timeout(timeout_s, connect=2.0))
+        super().__init__(controllers, deadline_s)
+        self._http = access.http_client(httpx.Timeout(timeout_s, connect=connect_timeout_s))
 
     def request(
         self,
@@ -57,50 +72,39 @@ class ControllerClient:
         *,
         params: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
-    ) -> Any:
-        """The decoded JSON reply; retries retryable failures on the next URL until the deadline."""
-        headers = {}
-        if method != "GET":
-            headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
-        deadline = time.monotonic() + self.deadline_s
-        delay = 0.05
-        last: KfedError | None = None
+        deadline_s: float | None = None,
+    ) -> dict[str, Any]:
+        """The decoded JSON reply; retries what may be retried, as ``retry.Call`` decides."""
+        call = self._call(method, idempotency_key, deadline_s, time.monotonic())
         while True:
-            url = self.urls[self._current]
+            outcome: httpx.Response | httpx.RequestError
             try:
-                r = self._http.request(method, url + path, json=json, params=params, headers=headers)
-            except httpx.TimeoutException as e:
-                last = OutcomeUnknown(f"{url}: timed out ({type(e).__name__})")
-            except httpx.TransportError as e:
-                last = Unavailable(f"{url}: {type(e).__name__}: {e}")
-            else:
-                if r.status_code < 400 and _media_type(r) == "application/json":
-                    return r.json()
-                error = reply_error(url, r)
-                if not error.retryable:
-                    raise error
-                last = error
-                retry_after = r.headers.get("retry-after")
-                if retry_after and retry_after.isdigit():
-                    delay = min(float(retry_after), 1.0)
-            if time.monotonic() + delay > deadline:
-                assert last is not None
-                raise last
-            self._current = (self._current + 1) % len(self.urls)
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
+                outcome = self._http.request(method, call.url + path, json=json, params=params, headers=call.headers)
+            except httpx.RequestError as e:
+                outcome = e
+            decision: Decision = call.decide(outcome, time.monotonic())
+            if isinstance(decision, Return | Raise):
+                return self._settle(decision)
+            self._moved(call)
+            time.sleep(decision.wait_s)
 
-    def get(self, path: str, **params: Any) -> Any:
-        return self.request("GET", path, params=params or None)
+    def get(self, path: str, deadline_s: float | None = None, **params: Any) -> dict[str, Any]:
+        return self.request("GET", path, params=params or None, deadline_s=deadline_s)
 
-    def post(self, path: str, json: Any = None, idempotency_key: str | None = None) -> Any:
-        return self.request("POST", path, json, idempotency_key=idempotency_key)
+    def post(
+        self, path: str, json: Any = None, deadline_s: float | None = None, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        return self.request("POST", path, json, idempotency_key=idempotency_key, deadline_s=deadline_s)
 
-    def put(self, path: str, json: Any = None, idempotency_key: str | None = None) -> Any:
-        return self.request("PUT", path, json, idempotency_key=idempotency_key)
+    def put(
+        self, path: str, json: Any = None, deadline_s: float | None = None, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        return self.request("PUT", path, json, idempotency_key=idempotency_key, deadline_s=deadline_s)
 
-    def delete(self, path: str, idempotency_key: str | None = None) -> Any:
-        return self.request("DELETE", path, idempotency_key=idempotency_key)
+    def delete(
+        self, path: str, deadline_s: float | None = None, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        return self.request("DELETE", path, idempotency_key=idempotency_key, deadline_s=deadline_s)
 
     def close(self) -> None:
         self._http.close()
@@ -112,27 +116,78 @@ class ControllerClient:
         self.close()
 
 
-def reply_error(url: str, r: httpx.Response) -> KfedError:
-    """The kfed error a reply from ``url`` stands for: the class of its status (``errors.class_for_status``)
-    with the problem+json members, or ``NotAController`` when the reply is not kfed's (its body is not
-    quoted: it may be a whole HTML page)."""
-    body: Any = None
-    if _media_type(r) == PROBLEM_JSON and r.status_code >= 400:
-        try:
-            body = r.json()
-        except ValueError:
-            body = None
-    if not isinstance(body, dict) or not isinstance(body.get("detail"), str):
-        return NotAController(url, r.status_code, r.headers.get("content-type", ""))
-    members = {k: v for k, v in body.items() if k not in _PROBLEM_FIELDS}
-    cls = class_for_status(r.status_code)
-    error = cls.from_problem(body["detail"], members)
-    if cls is KfedError:  # a status no kfed error class has (a crash's 500, a 405): keep what it said
-        error.status = r.status_code
-        error.title = str(body.get("title") or "Error")
-    return error
+class AsyncControllerClient(BaseControllerClient):
+    """Async client for processes that serve from an event loop (the gateway): the same calls and the same
+    policy as ``ControllerClient``, without blocking the loop while it waits."""
 
+    def __init__(
+        self,
+        controllers: Sequence[str] | str,
+        *,
+        deadline_s: float = DEFAULT_DEADLINE_S,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        access: Access = NO_ACCESS,
+        max_connections: int = 64,
+    ) -> None:
+        super().__init__(controllers, deadline_s)
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+            headers=access.headers,
+            verify=tls_context(access.ca_file),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections // 4),
+        )
 
-def _media_type(r: httpx.Response) -> str:
-    content_type: str = r.headers.get("content-type", "")
-    return content_type.split(";")[0].strip().lower()
+    async def request(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        *,
+        params: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        deadline_s: float | None = None,
+    ) -> dict[str, Any]:
+        """The decoded JSON reply; retries what may be retried, as ``retry.Call`` decides."""
+        loop = asyncio.get_running_loop()
+        call = self._call(method, idempotency_key, deadline_s, loop.time())
+        while True:
+            outcome: httpx.Response | httpx.RequestError
+            try:
+                outcome = await self._http.request(
+                    method, call.url + path, json=json, params=params, headers=call.headers
+                )
+            except httpx.RequestError as e:
+                outcome = e
+            decision: Decision = call.decide(outcome, loop.time())
+            if isinstance(decision, Return | Raise):
+                return self._settle(decision)
+            self._moved(call)
+            await asyncio.sleep(decision.wait_s)
+
+    async def get(self, path: str, deadline_s: float | None = None, **params: Any) -> dict[str, Any]:
+        return await self.request("GET", path, params=params or None, deadline_s=deadline_s)
+
+    async def post(
+        self, path: str, json: Any = None, deadline_s: float | None = None, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        return await self.request("POST", path, json, idempotency_key=idempotency_key, deadline_s=deadline_s)
+
+    async def put(
+        self, path: str, json: Any = None, deadline_s: float | None = None, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        return await self.request("PUT", path, json, idempotency_key=idempotency_key, deadline_s=deadline_s)
+
+    async def delete(
+        self, path: str, deadline_s: float | None = None, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        return await self.request("DELETE", path, idempotency_key=idempotency_key, deadline_s=deadline_s)
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncControllerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

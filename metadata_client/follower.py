@@ -4,6 +4,10 @@ Used by broker agents, the SDK and Spark jobs. It long-polls ``GET /v1/log`` fro
 ``GET /v1/snapshot`` when it starts from nothing or gets ``410 Gone`` (it fell below a node's retention
 window), checks that offsets are contiguous, and fails over between controller URLs. It never moves its
 image backwards: a snapshot older than what it already has (a lagging node) is ignored.
+
+Its loop is not a ``retry.Call``: a tail has no deadline, and it tries every URL before it waits. Its wait
+honours a controller's ``Retry-After`` as the clients do (read by ``retry.retry_after_s``, bounded by
+``retry.WAIT_MAX_S``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from metadata_log.records import Record
 from metadata_log.snapshot import read_body
 
 from .access import NO_ACCESS, Access
-from .client import controller_urls, reply_error
+from .retry import WAIT_MAX_S, controller_urls, reply_error, retry_after_s
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +76,7 @@ class LogFollower:
         self._stopping = threading.Event()
         self.snapshots_loaded = 0
         self.last_error: str | None = None
+        self._retry_after_s: float | None = None  # what the last reply's Retry-After asked for
         self.confirmed_at = float("-inf")
         """When (``time.monotonic()``) the last answered ``GET /v1/log`` was sent: the image held everything
         committed up to then. A producer's key-order lease is measured from it."""
@@ -158,7 +163,10 @@ class LogFollower:
     def _get(self, path: str, params: dict[str, int | str] | None = None) -> httpx.Response:
         """GET a msgpack body, read at most MAX_DECODE_BYTES of it: a broken or hostile server cannot
         make the follower hold more than that in memory."""
+        self._retry_after_s = None
         with self._client.stream("GET", self.url + path, params=params, headers={"Accept": MSGPACK}) as r:
+            if r.status_code != 200:
+                self._retry_after_s = retry_after_s(r.headers)
             media_type = r.headers.get("content-type", "").split(";")[0].strip()
             if r.status_code == 200 and media_type != MSGPACK:  # not kfed's answer: do not read it
                 raise FollowerError(str(NotAController(self.url, r.status_code, media_type)))
@@ -207,11 +215,13 @@ class LogFollower:
                 self.poll()
                 backoff_s = BACKOFF_MIN_S
             except Exception as e:  # never let the thread die: its users would silently stop following
+                # the last controller's Retry-After, bounded like every client's (retry.WAIT_MAX_S)
+                wait_s = max(backoff_s, min(self._retry_after_s or 0.0, WAIT_MAX_S))
                 if isinstance(e, FollowerError):
-                    log.warning("log follower: %s; retrying in %.2f s", e, backoff_s)
+                    log.warning("log follower: %s; retrying in %.2f s", e, wait_s)
                 else:
-                    log.exception("log follower: unexpected error; retrying in %.2f s", backoff_s)
-                self._stopping.wait(backoff_s)
+                    log.exception("log follower: unexpected error; retrying in %.2f s", wait_s)
+                self._stopping.wait(wait_s)
                 backoff_s = min(BACKOFF_MAX_S, backoff_s * 2)
 
     def wait_for(self, offset: int, timeout_s: float) -> bool:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metadata_client.access import Access
-from metadata_client.client import controller_urls
+from metadata_client.retry import controller_urls
 
 KFED_KEYS_HELP = """\
 kfed.controllers       controller URLs, comma-separated or a list (required)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from metadata_client.access import CA_FILE, NO_ACCESS, Access, AccessError
-from metadata_client.client import controller_urls
+from metadata_client.retry import controller_urls
 from metadata_log.errors import InvalidSetting
 
 EARLIEST: Final = -2

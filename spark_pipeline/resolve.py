@@ -13,8 +13,8 @@ from typing import Any, Final
 import httpx
 
 from metadata_client.access import NO_ACCESS, Access
-from metadata_client.client import reply_error
 from metadata_client.follower import MSGPACK, FollowerError, LogFollower
+from metadata_client.retry import reply_error
 from metadata_log.codec import record_from_dict, unpack
 from metadata_log.errors import KfedError, Unavailable
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply

@@ -16,7 +16,8 @@ import orjson
 import pytest
 
 from controller.problems import kfed_error_response
-from metadata_client.client import ControllerClient, reply_error
+from metadata_client.client import ControllerClient
+from metadata_client.retry import reply_error
 from metadata_log.errors import (
     WIRE_ERRORS,
     InvalidRequest,
