@@ -3,7 +3,7 @@
 Each class carries what the HTTP edge needs, as class attributes: ``status`` (the HTTP status of its
 problem+json answer), ``title`` and ``retryable`` (whether a client may send the same request again,
 with the same Idempotency-Key). ``controller/problems.py`` answers an error with its class's status, and
-``metadata_client/client.py`` turns a problem+json reply back into the class of its status
+``metadata_client/retry.py`` turns a problem+json reply back into the class of its status
 (``class_for_status``): one table, read in both directions. An error about the process's own set-up
 (a config file, a damaged dump) keeps the root's 500: if it ever reached a request, the caller did
 nothing wrong.
