@@ -21,7 +21,7 @@ from typing import Any, Literal, Self
 import httpx
 
 from bench.httpconn import TRANSPORT_ERRORS, Connection
-from deploy.local import LocalFederation, LocalQuorum, ready_demo_topic, stop_processes
+from deploy.launcher import LocalFederation, LocalQuorum, ready_demo_topic, stop_processes
 from metadata_client.follower import LogFollower
 from metadata_log.image import MetadataImage
 from metadata_log.publisher import LogDelta

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from bench.common import BenchResult, FenceWatch, Goal, Row, Sizes, fmt, median
-from deploy.local import BrokerKind, LocalFederation, LocalQuorum
+from deploy.launcher import BrokerKind, LocalFederation, LocalQuorum
 from deploy.local_up import LocalLayout
 from deploy.processes import port_in_use, stop_processes
 

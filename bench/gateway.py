@@ -52,8 +52,8 @@ from bench.common import (
     ratios,
     start_demo_federation,
 )
-from deploy.local import DEMO_TOPIC as TOPIC
-from deploy.local import LocalFederation, free_ports
+from deploy.launcher import DEMO_TOPIC as TOPIC
+from deploy.launcher import LocalFederation, free_ports
 from deploy.processes import wait_port
 from gateway.cli import spawn
 

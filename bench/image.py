@@ -57,7 +57,7 @@ from bench.common import (
     wait_unfenced,
 )
 from bench.httpconn import TRANSPORT_ERRORS, Connection
-from deploy.local import LocalQuorum, stop_processes
+from deploy.launcher import LocalQuorum, stop_processes
 from metadata_client.follower import MSGPACK, FollowerError, LogFollower
 from metadata_log.codec import MAX_DECODE_BYTES, CodecError, unpack
 from metadata_quorum import RaftSettings

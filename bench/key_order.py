@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from bench.common import BenchResult, Goal, Producing, Row, Sizes, fmt, median, produce_when_room
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from sdk import FederatedProducer
 
 KEYS = 10_000

@@ -34,7 +34,7 @@ from bench.common import (
     running_quorum,
 )
 from bench.httpconn import TRANSPORT_ERRORS, Connection
-from deploy.local import LocalQuorum
+from deploy.launcher import LocalQuorum
 
 GOAL = Goal("<=", 50, "ms")
 GOAL_TAILERS = 100

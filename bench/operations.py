@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BenchResult, FenceWatch, Goal, Producing, Row, Sizes, fmt, median, start_demo_federation
-from deploy.local import DEMO_TOPIC as TOPIC
-from deploy.local import LocalFederation
+from deploy.launcher import DEMO_TOPIC as TOPIC
+from deploy.launcher import LocalFederation
 from sdk import FederatedConsumer
 
 

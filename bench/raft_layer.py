@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.common import BenchResult, Children, Goal, Row, Sizes, count_log_errors, fmt, median
 from bench.raft_worker import records_for
-from deploy.local import free_ports
+from deploy.launcher import free_ports
 from metadata_quorum.state import Proposal, encode_command
 
 VARIANTS: tuple[tuple[str, str, bool], ...] = (

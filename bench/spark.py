@@ -48,8 +48,8 @@ from bench.common import (
     ratios,
     start_demo_federation,
 )
-from deploy.local import DEMO_TOPIC as TOPIC
-from deploy.local import LocalFederation
+from deploy.launcher import DEMO_TOPIC as TOPIC
+from deploy.launcher import LocalFederation
 from deploy.maven import SPARK_KAFKA_CONNECTOR
 
 VALUE = b"x" * 100

@@ -28,8 +28,8 @@ from typing import IO, Any
 
 from bench.common import BenchResult, Row, Sizes, fmt, median, start_demo_federation
 from bench.spark import VALUE, produce
-from deploy.local import DEMO_TOPIC as TOPIC
-from deploy.local import LocalFederation
+from deploy.launcher import DEMO_TOPIC as TOPIC
+from deploy.launcher import LocalFederation
 from deploy.spark import SparkCluster
 
 PARTITIONS = 8  # the demo topic: 4 on each of c1 and c2

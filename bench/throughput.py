@@ -37,7 +37,7 @@ from bench.common import (
     wait_unfenced,
 )
 from bench.httpconn import TRANSPORT_ERRORS, Connection
-from deploy.local import LocalQuorum
+from deploy.launcher import LocalQuorum
 
 SINGLE_GOAL = Goal(">=", 2000, "records/s")
 BULK_GOAL = Goal(">=", 100_000, "records/s")

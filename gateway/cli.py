@@ -1,8 +1,8 @@
 """``kfed gateway``: run one Kafka wire-protocol gateway instance.
 
-``add_arguments(parser)`` fills a parser (the ``kfed`` command adds it as a subcommand); ``main(argv)`` runs
-it on its own (``python -m gateway.cli``); ``spawn(...)`` starts one as a child process (``kfed local up``,
-tests, benchmarks).
+``add_arguments(parser)`` and ``run(args)`` are the ``kfed gateway`` command group (``kfed`` imports this
+module only when that command is parsed); ``main(argv)`` runs it on its own (``python -m gateway.cli``);
+``spawn(...)`` starts one as a child process (``kfed local up``, tests, benchmarks).
 """
 
 from __future__ import annotations
@@ -62,29 +62,62 @@ def _positive(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Fill a ``kfed gateway`` parser: its description and flags. ``--log-level`` has no default here, so that
+    under ``kfed`` the one given before ``gateway`` holds."""
+    parser.description = DESCRIPTION
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--log-level", default=argparse.SUPPRESS, choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.add_argument("--controller", required=True, help="controller URLs, comma-separated")
-    parser.add_argument("--listen", type=_endpoint, default=("127.0.0.1", 9092),
-                        help="HOST:PORT to listen on (default 127.0.0.1:9092; port 0 picks a free one)")  # fmt: skip
-    parser.add_argument("--advertise", type=_endpoint,
-                        help="HOST:PORT clients reach this instance at (default: --listen)")  # fmt: skip
-    parser.add_argument("--id", type=_broker_id, dest="gateway_id",
-                        help="its Kafka broker id (default: assigned by the quorum, kept per address)")  # fmt: skip
+    parser.add_argument(
+        "--listen",
+        type=_endpoint,
+        default=("127.0.0.1", 9092),
+        help="HOST:PORT to listen on (default 127.0.0.1:9092; port 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--advertise", type=_endpoint, help="HOST:PORT clients reach this instance at (default: --listen)"
+    )
+    parser.add_argument(
+        "--id",
+        type=_broker_id,
+        dest="gateway_id",
+        help="its Kafka broker id (default: assigned by the quorum, kept per address)",
+    )
     parser.add_argument("--rack", help="its rack, shown to rack-aware clients")
     parser.add_argument("--region", help="region CreateTopics puts topics in (default: the only one)")
-    parser.add_argument("--token-file", type=Path,
-                        help="file with the kfed admin token, when the controllers require one")  # fmt: skip
+    parser.add_argument(
+        "--token-file", type=Path, help="file with the kfed admin token, when the controllers require one"
+    )
     parser.add_argument("--tls-ca", type=Path, help="CA bundle to verify the controllers' HTTPS certificates")
     parser.add_argument("--sasl", action="store_true", help="require SASL/PLAIN with kfed tokens on the listener")
-    parser.add_argument("--client-token-file", type=Path, action="append", default=[],
-                        help="a token that may produce and consume through --sasl (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--client-token-file",
+        type=Path,
+        action="append",
+        default=[],
+        help="a token that may produce and consume through --sasl (repeatable)",
+    )
     parser.add_argument("--tls-cert", type=Path, help="PEM certificate: serve the listener over TLS")
     parser.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
-    parser.add_argument("--max-frame-bytes", type=_positive, default=DEFAULT_LIMITS.max_frame_bytes,
-                        help=f"largest request, in bytes (default {DEFAULT_LIMITS.max_frame_bytes})")  # fmt: skip
-    parser.add_argument("--max-connections", type=_positive, default=DEFAULT_LIMITS.max_connections,
-                        help=f"client connections open at once (default {DEFAULT_LIMITS.max_connections})")  # fmt: skip
-    parser.add_argument("--max-in-flight", type=_positive, default=DEFAULT_LIMITS.max_in_flight,
-                        help=f"unanswered requests per client (default {DEFAULT_LIMITS.max_in_flight})")  # fmt: skip
+    parser.add_argument(
+        "--max-frame-bytes",
+        type=_positive,
+        default=DEFAULT_LIMITS.max_frame_bytes,
+        help=f"largest request, in bytes (default {DEFAULT_LIMITS.max_frame_bytes})",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=_positive,
+        default=DEFAULT_LIMITS.max_connections,
+        help=f"client connections open at once (default {DEFAULT_LIMITS.max_connections})",
+    )
+    parser.add_argument(
+        "--max-in-flight",
+        type=_positive,
+        default=DEFAULT_LIMITS.max_in_flight,
+        help=f"unanswered requests per client (default {DEFAULT_LIMITS.max_in_flight})",
+    )
 
 
 def config_from(args: argparse.Namespace) -> GatewayConfig:
@@ -130,8 +163,11 @@ async def serve(config: GatewayConfig) -> None:
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
     if starting.done() and starting.exception() is None:
-        print(f"kfed gateway: serving Kafka clients on {gateway.self_broker.host}:{gateway.self_broker.port} "
-              f"as broker {gateway.gateway_id}", flush=True)  # fmt: skip
+        print(
+            f"kfed gateway: serving Kafka clients on {gateway.self_broker.host}:{gateway.self_broker.port} "
+            f"as broker {gateway.gateway_id}",
+            flush=True,
+        )
         await stopping
     starting.cancel()
     await gateway.stop()
@@ -140,18 +176,17 @@ async def serve(config: GatewayConfig) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kfed gateway", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    """``python -m gateway.cli``: the gateway without the rest of ``kfed`` (what ``spawn`` starts)."""
+    parser = argparse.ArgumentParser(prog="kfed gateway")
     add_arguments(parser)
-    args = parser.parse_args(argv)
-    return run(args)
+    return run(parser.parse_args(argv))
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the gateway from parsed arguments (what ``kfed gateway`` calls)."""
-    logging.basicConfig(level=getattr(args, "log_level", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=getattr(args, "log_level", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         config = config_from(args)

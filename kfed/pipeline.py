@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from typing import Any
 
 from spark_pipeline.jobs import JOBS
 
@@ -21,20 +20,16 @@ partitions from the physical clusters named by the metadata log (the `kfed` Spar
 """
 
 
-def add_parser(subparsers: Any) -> None:
-    """Add the ``pipeline`` subcommand to ``kfed``'s subparsers."""
-    p = subparsers.add_parser(
-        "pipeline",
-        help="run a Spark warehouse job (ODS -> DWD -> DWS, audit) over a logical topic",
-        description="Run one PySpark job of the kfed warehouse pipeline.",
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("job", choices=JOBS, metavar="NAME", help=f"one of: {', '.join(JOBS)}")
-    p.add_argument("job_args", nargs=argparse.REMAINDER, help="the job's own options (see NAME --help)")
-    p.set_defaults(func=run)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Fill the ``kfed pipeline`` parser."""
+    parser.description = "Run one PySpark job of the kfed warehouse pipeline."
+    parser.epilog = _EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("job", choices=JOBS, metavar="NAME", help=f"one of: {', '.join(JOBS)}")
+    parser.add_argument("job_args", nargs=argparse.REMAINDER, help="the job's own options (see NAME --help)")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the job with its own options (its module is imported only now: it imports pyspark)."""
     module = importlib.import_module(f"spark_pipeline.jobs.{args.job}")
     return int(module.main(list(args.job_args)))

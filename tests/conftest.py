@@ -21,7 +21,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from deploy.kafka_cluster import KafkaCluster
-from deploy.local import BrokerKind, BrokerSource
+from deploy.launcher import BrokerKind, BrokerSource
 
 EMPTY_TIMEOUT_S = 30.0
 UI_TESTS = Path(__file__).parent / "ui"

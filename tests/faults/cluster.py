@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from controller.config import Voter, render_quorum
-from deploy.local import SubCluster, free_ports, make_brokers, stop_processes
+from deploy.launcher import SubCluster, free_ports, make_brokers, stop_processes
 from metadata_client.access import write_secret
 from metadata_log.codec import record_from_dict
 from metadata_log.snapshot import read_records

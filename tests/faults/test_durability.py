@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from controller.config import Voter, render_quorum
-from deploy.local import free_ports
+from deploy.launcher import free_ports
 from metadata_client.access import write_secret
 from metadata_log.records import ClusterRegistered
 from metadata_quorum.journal import CheckedJournal

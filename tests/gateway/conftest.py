@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy.local import DEMO_TOPIC, BrokerKind, BrokerSource, LocalFederation, free_ports, ready_demo_topic
+from deploy.launcher import DEMO_TOPIC, BrokerKind, BrokerSource, LocalFederation, free_ports, ready_demo_topic
 from deploy.processes import wait_port
 from gateway.cli import spawn
 from tests.physical import physical_records

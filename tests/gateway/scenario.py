@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from tests.gateway.clients import Member, MemberFactory, Producer
 from tests.gateway.conftest import Gateways, physical_messages
 from tests.waiting import wait_until

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from tests.gateway.clients import ConfluentMember, confluent_produce
 from tests.gateway.conftest import Gateways
 from tests.gateway.scenario import group_scenario

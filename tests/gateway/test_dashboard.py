@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from tests.gateway.conftest import Gateways
 from tests.ui.conftest import headless_chromium, page  # noqa: F401 - the dashboard tests' page fixture
 

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from tests.gateway.clients import KafkaPythonMember, kafka_python_produce
 from tests.gateway.conftest import TOPIC, Gateways, physical_messages
 from tests.gateway.scenario import group_scenario

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from tests.gateway.clients import KcatMember, kcat_produce
 from tests.gateway.conftest import TOPIC, Gateways, physical_messages
 from tests.gateway.scenario import group_scenario

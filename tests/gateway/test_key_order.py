@@ -12,7 +12,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from kafka_wire import protocol as kp
 from kafka_wire.protocol import ErrorCode
 from metadata_log.keymap import slot_of

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from tests.gateway.clients import JavaStream, KcatMember, KcatStream, java_classpath, java_member
 from tests.gateway.conftest import TOPIC, Gateways
 from tests.gateway.scenario import received

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from metadata_client.access import write_secret
 from tests.gateway.conftest import Gateways
 from tests.integration.test_security import _certificates

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
-from deploy.local import LocalQuorum
+from deploy.launcher import LocalQuorum
 
 EXAMPLES_PER_OPERATION = 40
 NOT_FUZZED = ("/v1/log/stream", "/v1/quorum/voters")

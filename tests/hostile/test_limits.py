@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from controller.http.limits import MAX_REQUEST_BYTES
 from controller.http.log import LOG_LIMIT_MAX, SSE_MAX_PER_CLIENT, WAIT_MS_MAX
-from deploy.local import LocalQuorum
+from deploy.launcher import LocalQuorum
 from metadata_client.follower import FollowerError, LogFollower
 from metadata_log.codec import MAX_DECODE_BYTES, CodecError, decode, record_from_dict, record_from_wire, unpack
 from metadata_log.image import InvalidRecord

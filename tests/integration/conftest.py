@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from deploy.local import DEMO_TOPIC, BrokerKind, BrokerSource, LocalFederation, LocalQuorum, ready_demo_topic
+from deploy.launcher import DEMO_TOPIC, BrokerKind, BrokerSource, LocalFederation, LocalQuorum, ready_demo_topic
 from metadata_client.client import ControllerClient
 from sdk import FederatedConsumer
 

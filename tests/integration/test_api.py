@@ -11,7 +11,7 @@ import msgpack
 import pytest
 
 from controller.http.app import LEADER_ROUTES
-from deploy.local import LocalQuorum
+from deploy.launcher import LocalQuorum
 from metadata_client.client import ControllerClient
 from metadata_client.follower import LogFollower
 from metadata_log.errors import InvalidRequest

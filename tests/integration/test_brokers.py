@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 
 from broker_agent.kafka import CannotGrow, ClusterUnreachable, PhysicalCluster
 from deploy.kafka_cluster import KafkaCluster
-from deploy.local import LocalFederation, LocalQuorum
+from deploy.launcher import LocalFederation, LocalQuorum
 from deploy.processes import free_ports
 from deploy.tansu import TansuBroker
 from metadata_client.brokers import APACHE_KAFKA, TANSU

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local import LocalQuorum
+from deploy.launcher import LocalQuorum
 from kfed.cli import main as kfed
 from metadata_client.client import ControllerClient
 from metadata_client.follower import LogFollower

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from deploy.local import BrokerKind, BrokerSource, LocalFederation, create_demo_topic
+from deploy.launcher import BrokerKind, BrokerSource, LocalFederation, create_demo_topic
 from tests.integration.conftest import log_of, partitions, physical_topics
 from tests.waiting import wait_until
 

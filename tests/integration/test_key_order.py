@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from deploy.local import LocalFederation, kfed_command
+from deploy.launcher import LocalFederation, kfed_command
 from metadata_log.keymap import slot_of
 from sdk import FederatedConsumer, FederatedProducer
 from tests.integration.conftest import KeyedReader, controllers

@@ -28,7 +28,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from kafka import KafkaConsumer
 
-from deploy.local import LocalFederation, free_ports, kfed_command
+from deploy.launcher import LocalFederation, free_ports, kfed_command
 from deploy.processes import stop_processes, wait_port
 from gateway.cli import spawn
 from tests.integration.conftest import KeyedReader, controllers

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from deploy.local import BrokerKind
+from deploy.launcher import BrokerKind
 from deploy.local_up import LocalLayout, local_up
 from deploy.processes import port_in_use
 from kfed.cli import main as kfed

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from kfed.cli import main as kfed
 from metadata_log.codec import record_from_dict
 from metadata_log.image import EMPTY_IMAGE, apply, is_writable

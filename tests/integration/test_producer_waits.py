@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from deploy.local import LocalFederation, kfed_command
+from deploy.launcher import LocalFederation, kfed_command
 from sdk import FederatedConsumer, FederatedProducer
 from tests.integration.conftest import TOPIC, controllers
 from tests.waiting import wait_until

@@ -19,7 +19,7 @@ import pytest
 from pysyncobj.encryptor import getEncryptor
 from pysyncobj.monotonic import monotonic
 
-from deploy.local import LocalQuorum
+from deploy.launcher import LocalQuorum
 
 
 class Shell:

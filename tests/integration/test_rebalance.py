@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from sdk import FederatedProducer
 from tests.integration.conftest import TOPIC, Member, controllers, wait_for
 from tests.waiting import wait_until

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from sdk import FederatedConsumer, FederatedProducer
 from tests.integration.conftest import TOPIC, Member, controllers, log_of, wait_for
 from tests.waiting import wait_until

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from controller.config import Voter, render_quorum
-from deploy.local import free_ports, stop_processes
+from deploy.launcher import free_ports, stop_processes
 from metadata_client.access import write_secret
 from tests.waiting import wait_until
 

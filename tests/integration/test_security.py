@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from deploy.local import LocalQuorum
+from deploy.launcher import LocalQuorum
 from kfed.cli import main as kfed
 from metadata_client.access import Access, write_secret
 from metadata_client.client import ControllerClient

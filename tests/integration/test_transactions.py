@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from sdk import FederatedConsumer, FederatedProducer
 from tests.integration.conftest import TOPIC, controllers
 from tests.waiting import wait_until

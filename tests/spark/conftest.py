@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from deploy.local import LocalFederation, ready_demo_topic
+from deploy.launcher import LocalFederation, ready_demo_topic
 from deploy.maven import SPARK_KAFKA_CONNECTOR
 
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"

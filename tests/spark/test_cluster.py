@@ -19,7 +19,7 @@ import pytest
 from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from deploy.spark import MARKER_ENV, SparkCluster, pids_with_env
 from spark_pipeline.archive import build_archive
 from spark_pipeline.events import ensure_topic, produce_events

@@ -27,7 +27,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from deploy.kafka_cluster import KafkaCluster
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from sdk import FederatedConsumer, FederatedProducer
 from spark_pipeline.events import AUDIT_WINDOW_MS, ensure_topic, event
 from spark_pipeline.jobs import audit as audit_job

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from kfed.cli import main as kfed
 from sdk import FederatedProducer
 from spark_pipeline.events import ensure_topic

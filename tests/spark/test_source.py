@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from deploy.local import LocalFederation
+from deploy.launcher import LocalFederation
 from sdk import FederatedProducer
 from spark_pipeline.events import ensure_topic, produce_events
 from spark_pipeline.jobs import audit as audit_job

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from deploy.local import BrokerKind, BrokerSource, LocalFederation, LocalQuorum, ready_demo_topic
+from deploy.launcher import BrokerKind, BrokerSource, LocalFederation, LocalQuorum, ready_demo_topic
 
 CHROMIUM = os.environ.get("KFED_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [

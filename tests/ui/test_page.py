@@ -11,7 +11,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from deploy.local import LocalQuorum
+from deploy.launcher import LocalQuorum
 from metadata_client.access import write_secret
 from tests.ui.conftest import admin_token
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from controller.dashboard import UI_DIR
-from deploy.local import LocalQuorum
+from deploy.launcher import LocalQuorum
 
 CONTENT_TYPES = {
     ".html": ("text/html",),

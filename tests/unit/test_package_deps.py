@@ -138,9 +138,9 @@ def test_each_rule_is_caught_with_the_import_that_breaks_it(tmp_path: Path) -> N
             "kfed/__init__.py": "",
             "kfed/cli.py": "import controller.node\n",
             "controller/__init__.py": "",
-            "controller/node.py": "from deploy import local\n\ndef f():\n    from kfed.cli import main\n",
+            "controller/node.py": "from deploy import launcher\n\ndef f():\n    from kfed.cli import main\n",
             "deploy/__init__.py": "",
-            "deploy/local.py": "from controller.node import f\n",
+            "deploy/launcher.py": "from controller.node import f\n",
             "metadata_log/__init__.py": "",
             "metadata_log/raft/__init__.py": "",
             "metadata_log/raft/node.py": "from .. import codec\nfrom ..codec import pack\n",  # its own package
@@ -151,7 +151,7 @@ def test_each_rule_is_caught_with_the_import_that_breaks_it(tmp_path: Path) -> N
     assert dict(edges) == {
         ("controller", "deploy"): ["controller/node.py:1"],
         ("controller", "kfed"): ["controller/node.py:4"],
-        ("deploy", "controller"): ["deploy/local.py:1"],
+        ("deploy", "controller"): ["deploy/launcher.py:1"],
         ("kfed", "controller"): ["kfed/cli.py:1"],
     }
     assert cycles(edges) == [["controller", "deploy", "kfed"]]
@@ -161,7 +161,7 @@ def test_each_rule_is_caught_with_the_import_that_breaks_it(tmp_path: Path) -> N
         "controller imports deploy: ['controller/node.py:1']",
     ]
     assert len(found) == 3 and found[2].startswith("import cycle between ['controller', 'deploy', 'kfed']: ")
-    assert "'deploy/local.py:1'" in found[2]
+    assert "'deploy/launcher.py:1'" in found[2]
 
 
 def test_relative_imports_resolve_against_their_package() -> None:

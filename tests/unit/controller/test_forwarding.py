@@ -9,7 +9,7 @@ import pytest
 
 from controller.http.peers import FORWARDED_HEADER, OFFSET_HEADER, LeaderForwarder
 from controller.readmodel import ReadModel
-from deploy.local import free_ports
+from deploy.launcher import free_ports
 from metadata_log.errors import OutcomeUnknown, Unavailable
 from metadata_log.image import apply
 from metadata_log.publisher import LogDelta

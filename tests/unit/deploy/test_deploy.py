@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from controller.config import parse_quorum
-from kfed.cli import build_parser, missing_secrets
+from kfed.cli import build_parser
+from kfed.controller import missing_secrets
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from deploy.local import free_ports
+from deploy.launcher import free_ports
 from metadata_log.image import MetadataImage
 from metadata_quorum import RaftNode, RaftSettings, privates
 from metadata_quorum.state import LogState

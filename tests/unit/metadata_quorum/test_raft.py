@@ -14,7 +14,7 @@ from typing import Any
 import pysyncobj.pickle as pso_pickle
 import pytest
 
-from deploy.local import free_ports
+from deploy.launcher import free_ports
 from metadata_log.codec import pack
 from metadata_log.errors import Unavailable
 from metadata_log.records import ClusterRegistered, NoOp

@@ -29,7 +29,7 @@ from pysyncobj.monotonic import monotonic as pysyncobj_clock
 from pysyncobj.node import TCPNode
 from pysyncobj.poller import createPoller
 
-from deploy.local import free_ports
+from deploy.launcher import free_ports
 from metadata_quorum import bridge, journal, privates, wire
 from metadata_quorum.rules import PreVote, TickMark
 from tests.unit.metadata_quorum.raft_support import manual_tick_node

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from deploy.local import free_ports
+from deploy.launcher import free_ports
 from metadata_log.records import ClusterRegistered
 from metadata_quorum import RaftNode, RaftSettings, bridge
 from metadata_quorum import dump as raft_dump

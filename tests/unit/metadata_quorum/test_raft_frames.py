@@ -24,7 +24,7 @@ from pysyncobj.poller import createPoller
 from pysyncobj.syncobj import SyncObj
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from deploy.local import free_ports
+from deploy.launcher import free_ports
 from metadata_log import codec
 from metadata_log.errors import PayloadTooLarge
 from metadata_log.records import ClusterRegistered

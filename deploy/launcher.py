@@ -1,4 +1,5 @@
-"""The embedded local federation (``kfed local up``) and the launchers tests and benchmarks share.
+"""The launchers of the local federation: the library that ``kfed local up`` (``deploy.local_up``), tests and
+benchmarks share.
 
 Everything runs as real processes on loopback: controller nodes (``kfed controller``), sub-clusters of
 Apache Kafka brokers in KRaft mode (``deploy.kafka_cluster``, the default) or Tansu brokers
