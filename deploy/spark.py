@@ -48,9 +48,9 @@ fit in it, or the master gives that application no executor on the worker."""
 DAEMON_MEMORY: Final = "256m"
 """Heap of the master and worker daemons (``SPARK_DAEMON_MEMORY``): they only schedule and supervise."""
 READY_TIMEOUT_S: Final = 180.0
-"""Daemons are up in 5-20 s; on a loaded 2-core machine a worker took over a minute to register."""
+"""Daemons are up in seconds, but a worker on a loaded 2-core machine can take minutes to register."""
 HTTP_TIMEOUT_S: Final = 10.0
-"""For the daemons' JSON API: a loaded machine's JVM (GC, JIT) took over 2 s to answer."""
+"""For the daemons' JSON API: a loaded machine's JVM (GC, JIT) can take seconds to answer."""
 STOP_GRACE_S: Final = 10.0
 """A worker's SIGTERM handler kills its executors before it exits: give it that long before SIGKILL."""
 MARKER_ENV: Final = "KFED_SPARK_CLUSTER"

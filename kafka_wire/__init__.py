@@ -8,5 +8,14 @@
 - ``upstream``: connections to a sub-cluster's brokers (``BrokerConnection``, ``ClusterClient``), as a client.
 
 The gateway serves Kafka clients with it and the controller's transaction driver talks to brokers with it; it
-imports nothing of theirs.
+imports nothing of theirs. Its errors (``metadata_log.errors``' tree):
+
+    CorruptData
+    └── ProtocolError              a Kafka frame that does not decode (also ValueError)
+        └── BadBatch               a record batch a strict topic's records cannot be read from
+    InvalidRequest
+    └── UnsupportedCompression     a strict topic's batch in a codec that is not read
+    Unavailable
+    ├── UpstreamError              a broker behind the connection
+    └── NoPartitionNow             a strict topic's record whose partition takes no writes now
 """

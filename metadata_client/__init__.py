@@ -9,4 +9,10 @@
 - ``holdback``: a consumer's rule of strict key order, which records a group member may hand out now.
 
 The SDK, the agents, Spark jobs and the gateway build on it; it imports only the pure core, ``metadata_log``.
+Its errors (``metadata_log.errors``' tree):
+
+    InvalidSetting
+    └── AccessError                a token, secret or CA file       (also ValueError)
+    Unavailable
+    └── FollowerError              no controller answered with the log
 """

@@ -2,10 +2,10 @@
  * codec.py (_take_run_py) for when this module was not built (no C compiler at install).
  *
  * A command of version 2 writes consecutive records of one type as a run: a column per field (codec.py,
- * encode_runs). Building those columns in Python costs ~16 us per 100 records (an attrgetter map per
- * field, a set of value types per column to check them, a count per column to shorten it), all on the
- * leader's event-loop thread, which holds the GIL: benchmark 1c showed it is what sets the leader's pace
- * (BENCHMARKS.md, eleventh session). take_run does it in one pass over the records.
+ * encode_runs). Building those columns in Python takes an attrgetter map per field, a set of value types per
+ * column to check them and a count per column to shorten it, all on the leader's event-loop thread, which
+ * holds the GIL: it sets the leader's pace (benchmark 1c, the raft row of BENCHMARKS.md). take_run does it in
+ * one pass over the records.
  *
  * It reads each field through its slot's member descriptor (PyMember_GetOne, the descriptor's own getter) of
  * records of exactly the descriptor's class. The records come as a tuple: a list could be changed under the

@@ -75,10 +75,11 @@ MAX_RUN_RECORDS: Final = 4_000_000
 is bounded like the bytes are (the largest real run is one topic's partitions or one cluster's leaders)."""
 
 PACK_CHUNK_ITEMS: Final = 4096
-"""Items of a big list packed per call by ``pack_chunked``: ~1 ms of holding the GIL for 4,096 partition rows."""
+"""Items of a big list packed per call by ``pack_chunked``: each call holds the GIL, so a big image is packed
+in slices of about a millisecond and the event loop keeps answering in between."""
 PACK_CHUNK_RUNS: Final = 16
-"""The same for runs (``wire_runs``), each up to a topic's partitions or a cluster's leaders: up to 1.5 ms
-each at 1M partitions, where all 2,082 runs in one call held the GIL for 0.4 s."""
+"""The same for runs (``wire_runs``), each up to a topic's partitions or a cluster's leaders: packing every run
+of a million-partition image in one call would hold the GIL for a large part of a second."""
 
 
 class CodecError(CorruptData, ValueError):

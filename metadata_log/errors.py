@@ -13,44 +13,22 @@ into this tree by the one module that calls the library; nobody tells errors apa
 
     KfedError                         500  the root
     ├── InvalidRequest                422  bad input; ``field`` names it
-    │   └── gateway.UnsupportedCompression  a strict topic's batch in a codec the gateway does not read
     ├── Unauthorized                  401  no token, or one this node does not know
     ├── Forbidden                     403  a known token that does not allow the request
     ├── NotFound                      404
-    │   └── sdk.UnknownTopic               (also FederationError)
     ├── Conflict                      409  valid, but does not fit the metadata
-    │   ├── sdk.PartitionNotWritable, NoWritablePartition  (also FederationError)
-    │   └── broker_agent.kafka.CannotGrow  a broker without CreatePartitions
     ├── Gone                          410  below the retention window
-    │   └── spark_pipeline.DataLossError   records a query should read are gone
     ├── PayloadTooLarge               413
     ├── TooManyRequests               429  retryable, after ``retry_after_s``
     ├── Unavailable                   503  retryable, after ``retry_after_s``
-    │   ├── metadata_log.FollowerError     no controller answered with the log
-    │   ├── broker_agent.ClusterUnreachable, sdk.brokers.BrokerUnknown
-    │   ├── spark_pipeline.ClusterUnavailable, MetadataUnavailable
-    │   ├── gateway.UpstreamError          a broker behind the gateway
-    │   └── gateway.NoPartitionNow         a strict topic's record whose partition takes no writes now
     ├── OutcomeUnknown                504  retryable with the same Idempotency-Key
     ├── NotAController                502  an HTTP reply that is not kfed's (another server on the port)
     ├── InvalidSetting                500  this process's own settings
-    │   ├── controller.ConfigError         a quorum config file          (also ValueError)
-    │   ├── metadata_log.AccessError       a token, secret or CA file    (also ValueError)
-    │   ├── spark_pipeline.SourceOptionError  a ``kfed`` source option   (also ValueError)
-    │   └── deploy.maven.JarsNotInstalled  the broker's jars              (also RuntimeError)
-    ├── CorruptData                   500  bytes or state that break the log's invariants
-    │   ├── metadata_log.CodecError        not a valid encoding of records (also ValueError)
-    │   ├── metadata_log.InvalidRecord     a record that does not apply   (also ValueError)
-    │   ├── metadata_log.KeyOrderError     why a key-order change does not fit its history (ValueError)
-    │   ├── metadata_log.CorruptState      a damaged dump or snapshot file
-    │   └── gateway.ProtocolError          a Kafka frame that does not decode (also ValueError)
-    │       └── gateway.BadBatch               a record batch a strict topic's records cannot be read from
-    ├── metadata_log.NewerMetadataVersion  written by a newer kfed: upgrade (also ValueError)
-    ├── metadata_quorum: JournalFull (also OSError), ForbiddenPickle, MessageTooLarge  a node's Raft I/O
-    ├── deploy: ProcessExited, SparkClusterError  a local process did not start (also RuntimeError)
-    ├── sdk.FederationError                base of the SDK's ``produce`` errors (above)
-    ├── gateway.ProducerIdsExhausted       a gateway process minted all its producer ids: restart it
-    └── sdk._LayoutNotFound                a probe's miss; never leaves sdk/messages.py
+    └── CorruptData                   500  bytes or state that break the log's invariants
+
+Each package derives its own errors from these and draws them in its face (its ``__init__.py``): the core's
+are in ``metadata_log``'s, the gateway's in ``gateway``'s, and so on (``tests/unit/test_errors.py`` holds that
+every class is drawn where it lives).
 
 A second, standard base (``ValueError``, ``OSError``) stays where callers catch the standard one.
 """

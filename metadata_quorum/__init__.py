@@ -1,4 +1,4 @@
-"""The Raft layer: one pysyncobj node around ``LogState``.
+"""The server side of the metadata log: the state machine (``LogState``) and the Raft node that replicates it.
 
 What this layer adds to pysyncobj 0.3.17, each for a measured reason (see docs/PYSYNCOBJ.md):
 
@@ -27,6 +27,16 @@ The modules, from pure to pysyncobj-facing:
 - ``bridge``: the only module that touches pysyncobj's internals, all listed in ``privates.PRIVATE_NAMES``.
 
 Importing this package changes nothing in pysyncobj: a ``RaftNode`` installs the bridge when it starts.
+
+Its errors (``metadata_log.errors``' tree):
+
+    CorruptData
+    └── CorruptState               a damaged dump or snapshot file
+    KfedError
+    ├── JournalFull                the journal's disk is full      (also OSError)
+    ├── ForbiddenPickle            a Raft frame that would run code (also UnpicklingError)
+    ├── FrameTooLarge              a Raft frame over its bound      (also ValueError)
+    └── MessageTooLarge            a Raft message over its bound    (also ValueError)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 /* sdk._speedups: the SDK's per-message paths in C, each with a Python fallback for when this module was not
- * built (no C compiler at install). A Python call or object per message costs a confluent-kafka loop, which
- * runs at 0.5-1 us per message, a tenth to a third of its speed (BENCHMARKS.md, ninth and tenth sessions).
+ * built (no C compiler at install). A confluent-kafka loop spends about a microsecond per message, so a Python
+ * call or object per message costs it a large part of its speed (the sdk rows of BENCHMARKS.md).
  *
  * Relabelling: the SDK hands applications the confluent-kafka Message objects its physical consumers and
  * producers returned, with topic() and partition() naming the logical topic and partition. Message has
@@ -243,8 +243,8 @@ static Holder *holder_new(PyTypeObject *type, vectorcallfunc call, PyObject *con
 
 /* A delivery callback for confluent-kafka's producer: Reporter(callback, origin, on_error)(err, msg) relabels a
  * delivered msg with origin and calls callback(None, msg) (nothing when callback is None); a failed one goes to
- * on_error(err, msg) as it is. A Python closure doing this costs a key-less produce loop about a tenth of its
- * speed (BENCHMARKS.md, tenth session). */
+ * on_error(err, msg) as it is, without a Python call per message (a closure doing this costs a key-less
+ * produce loop a measurable part of its speed). */
 enum { CALLBACK, ORIGIN, ON_ERROR };
 typedef struct {
     Holder base;

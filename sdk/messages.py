@@ -4,8 +4,8 @@ are the logical ones and whose ``offset()`` is the offset in the physical partit
 The physical consumers and producers return messages labelled with the physical topic and partition. The
 SDK relabels those very objects (``label``, ``place_batch``) through ``sdk._speedups``, a small C module, so
 the application gets the objects confluent-kafka made: no object and no Python call per message, and a
-federated read loop costs what a raw one does. A wrapper per message cost the benchmark's read loop a
-quarter to a third of its speed (BENCHMARKS.md, ninth and tenth sessions).
+federated read loop costs what a raw one does: a wrapper per message would cost a read loop a large part of its
+speed (the sdk rows of BENCHMARKS.md measure the federated loop against the raw one).
 
 The C module writes two fields of confluent-kafka's ``Message`` struct. It is not told a layout: at import,
 ``_find_fields`` finds the fields' byte offsets in a probe message, ``_labels_work`` checks them through the

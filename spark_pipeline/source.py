@@ -81,9 +81,8 @@ def settle_python_worker() -> None:
     confluent-kafka and kfed, ~56,000 objects) out of the cyclic garbage collector.
 
     PySpark's daemon runs a full ``gc.collect()`` in a reused worker after every task (``pyspark/daemon.py``).
-    Walking those objects took 125-200 ms per task on local[2] here (42 ms in an idle process), and the next
-    task waited for it: with 8 tasks on 2 cores, about a third of a query's fixed cost. Frozen, they are skipped
-    (0.2 ms); what a task creates is still collected. Nothing is done outside Spark's Python workers
+    Walking those objects takes a sizeable part of a short task's time, and the next task waits for it; frozen,
+    they are skipped, and what a task creates is still collected. Nothing is done outside Spark's Python workers
     (``SPARK_PYTHON_RUNTIME``, set by Spark for them), so an application's own process is left alone, nor in
     workers that are not reused (``SPARK_REUSE_WORKER`` unset): they run one task and no collection after it."""
     global _worker_settled

@@ -32,9 +32,9 @@ class LeaderForwarder:
     answer back.
 
     Through aiohttp, not httpx: httpcore's pool checks every connection (a ``poll()`` on its socket) for
-    every request, so with the dozens of writes a busy follower has in flight each forwarded write cost
-    ~1 ms of the follower's CPU, more than the leader spent committing it (py-spy: 29 % of a forwarding
-    follower's samples in ``_assign_requests_to_connections``; encode/httpcore#1035 and #924 are open)."""
+    every request (``_assign_requests_to_connections``; encode/httpcore#1035 and #924 are open), so with the
+    dozens of writes a busy follower has in flight, forwarding a write cost the follower more CPU than the
+    leader spent committing it."""
 
     PASSED_ON: Final = ("content-type", "accept", "idempotency-key", "authorization")
     PASSED_BACK: Final = ("content-type", "retry-after", "idempotent-replayed", OFFSET_HEADER.lower())

@@ -66,6 +66,19 @@ def test_every_exception_class_of_the_product_derives_from_the_root() -> None:
     assert not outside, f"exception classes outside the KfedError tree: {outside}"
 
 
+def test_each_package_draws_every_error_class_it_defines_in_its_face() -> None:
+    """The error tree's drawing is shared out: the root module draws the core's classes, each package its own
+    (its ``__init__.py`` docstring names every exception class its modules define)."""
+    missing = {}
+    for module in product_modules():
+        package = module.split(".")[0]
+        face = inspect.getdoc(importlib.import_module(package)) or ""
+        for cls in exception_classes(importlib.import_module(module), module):
+            if module != "metadata_log.errors" and cls.__name__ not in face:
+                missing.setdefault(package, []).append(cls.__name__)
+    assert not missing, f"exception classes not drawn in their package's face: {missing}"
+
+
 def test_each_status_has_one_class_and_each_class_its_status() -> None:
     assert len({cls.status for cls in WIRE_ERRORS}) == len(WIRE_ERRORS)
     for cls in WIRE_ERRORS:
