@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import hmac
 import uuid
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 from kafka_wire import protocol as kp
 from kafka_wire.protocol import ErrorCode
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
 
+from .context import AdminContext, JobHandler
 from .producers import MAX_EPOCH, ProducerIdsExhausted
+from .server import ClientConnection
 from .view import NO_LEADER, ClusterView, TopicView, topic_uuid
-
-if TYPE_CHECKING:
-    from .app import Gateway
-    from .server import ClientConnection
 
 ZERO_UUID: Final = uuid.UUID(int=0)
 ADMIN_ONLY: Final = "topic admin through the gateway needs SASL/PLAIN with the kfed admin token"
@@ -30,14 +29,14 @@ AUTHORIZED_OPERATIONS_UNKNOWN: Final = -(2**31)
 
 
 # -- ApiVersions, Metadata ---------------------------------------------------------------------------
-async def api_versions(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
-    return kp.api_versions_body(gw.served_versions())
+async def api_versions(ctx: AdminContext, conn: ClientConnection, request: kp.Request) -> Any:
+    return kp.api_versions_body(ctx.served_versions)
 
 
-async def metadata(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+async def metadata(ctx: AdminContext, conn: ClientConnection, request: kp.Request) -> Any:
     """The federation as a cluster of gateways. Producers and consumers see different leaders (see
     ``view.py``): which one this connection is, ``ClientConnection.producer_view`` says."""
-    view = gw.view()
+    view = ctx.view()
     requested = request.body.topics
     if requested is None or (request.api_version == 0 and not requested):
         names: list[str | None] = list(view.topic_names())
@@ -53,10 +52,10 @@ async def metadata(gw: Gateway, conn: ClientConnection, request: kp.Request) -> 
                            "is_internal": False, "partitions": (),
                            "topic_authorized_operations": AUTHORIZED_OPERATIONS_UNKNOWN})  # fmt: skip
         else:
-            topics.append(gw.topic_metadata(view, topic, producer))
+            topics.append(ctx.topic_metadata(view, topic, producer))
             conn.memory.told(conn.client_key, topic.name, len(topic.placements))
     brokers = [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in view.brokers]
-    return {"throttle_time": 0, "brokers": brokers, "cluster_id": gw.config.cluster_name,
+    return {"throttle_time": 0, "brokers": brokers, "cluster_id": ctx.cluster_name,
             "controller_id": view.controller_id, "topics": topics}  # fmt: skip
 
 
@@ -77,18 +76,18 @@ def topic_metadata(view: ClusterView, topic: TopicView, producer: bool) -> dict[
 
 
 # -- FindCoordinator, InitProducerId ------------------------------------------------------------------
-async def find_coordinator(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+async def find_coordinator(ctx: AdminContext, conn: ClientConnection, request: kp.Request) -> Any:
     key_type = int(getattr(request.body, "key_type", 0))
     if key_type != 0:
         return {"error_code": ErrorCode.coordinator_not_available, "node_id": -1, "host": "", "port": -1,
                 "error_message": "the kfed gateway serves no transactions"}  # fmt: skip
     conn.saw("consumer")
-    broker = gw.view().coordinator(request.body.key)
+    broker = ctx.view().coordinator(request.body.key)
     return {"error_code": 0, "error_message": None, "node_id": broker.node_id, "host": broker.host,
             "port": broker.port}  # fmt: skip
 
 
-async def init_producer_id(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+async def init_producer_id(ctx: AdminContext, conn: ClientConnection, request: kp.Request) -> Any:
     """An id for an idempotent producer; a client that already has one (v3+) gets its epoch bumped."""
     conn.saw("producer")
     body = request.body
@@ -98,18 +97,19 @@ async def init_producer_id(gw: Gateway, conn: ClientConnection, request: kp.Requ
     if producer_id >= 0 and 0 <= epoch < MAX_EPOCH:
         return {"error_code": 0, "producer_id": producer_id, "producer_epoch": epoch + 1}
     try:
-        return {"error_code": 0, "producer_id": gw.producers.mint(), "producer_epoch": 0}
+        return {"error_code": 0, "producer_id": ctx.producers.mint(), "producer_epoch": 0}
     except ProducerIdsExhausted:
         return {"error_code": ErrorCode.coordinator_not_available, "producer_id": -1, "producer_epoch": -1}
 
 
 # -- CreateTopics, DeleteTopics -----------------------------------------------------------------------
-async def create_topics(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+async def create_topics(ctx: AdminContext, conn: ClientConnection, request: kp.Request) -> Any:
     body = request.body
-    view = gw.view()
+    view = ctx.view()
+    validate_only = bool(getattr(body, "validate_only", False))
     results = []
     for topic in body.topics:
-        code, message, created = await _create_topic(gw, conn, view, topic, bool(getattr(body, "validate_only", False)))
+        code, message, created = await _create_topic(ctx, conn, view, topic, validate_only)
         results.append({"name": topic.name, "topic_id": created[0] if created else ZERO_UUID, "error_code": code,
                         "error_message": message, "num_partitions": created[1] if created else -1,
                         "replication_factor": 1 if created else -1, "configs": None})  # fmt: skip
@@ -117,13 +117,13 @@ async def create_topics(gw: Gateway, conn: ClientConnection, request: kp.Request
 
 
 async def _create_topic(
-    gw: Gateway, conn: ClientConnection, view: ClusterView, topic: Any, validate_only: bool
+    ctx: AdminContext, conn: ClientConnection, view: ClusterView, topic: Any, validate_only: bool
 ) -> tuple[ErrorCode, str | None, tuple[uuid.UUID, int] | None]:
     if not conn.admin:
         return ErrorCode.topic_authorization_failed, ADMIN_ONLY, None
     if topic.assignments:
         return ErrorCode.invalid_replica_assignment, "kfed places partitions itself: give num_partitions only", None
-    region = gw.config.region or (view.regions()[0] if len(view.regions()) == 1 else None)
+    region = ctx.region or (view.regions()[0] if len(view.regions()) == 1 else None)
     if region is None:
         return ErrorCode.invalid_request, "the federation has several regions: start the gateway with --region", None
     clusters = view.active_clusters(region)
@@ -154,7 +154,7 @@ async def _create_topic(
     if validate_only:
         return ErrorCode.none, None, (ZERO_UUID, count)
     try:
-        reply = await gw.quorum.post("/v1/topics", {"name": topic.name, "region": region,
+        reply = await ctx.quorum.post("/v1/topics", {"name": topic.name, "region": region,
                                                      "partitions_per_cluster": count // len(clusters),
                                                      "retention_ms": retention_ms})  # fmt: skip
     except KfedError as e:
@@ -166,9 +166,9 @@ async def _create_topic(
     return ErrorCode.none, None, (topic_uuid(str(reply.get("topic_id", topic.name))), len(reply.get("partitions", ())))
 
 
-async def delete_topics(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+async def delete_topics(ctx: AdminContext, conn: ClientConnection, request: kp.Request) -> Any:
     body = request.body
-    view = gw.view()
+    view = ctx.view()
     if hasattr(body, "topic_names"):
         wanted: list[tuple[str | None, uuid.UUID]] = [(name, ZERO_UUID) for name in body.topic_names]
     else:
@@ -177,18 +177,18 @@ async def delete_topics(gw: Gateway, conn: ClientConnection, request: kp.Request
     for name, topic_id in wanted:
         if name is None:
             name = view.topic_name_of(topic_id)
-        code, message = await _delete_topic(gw, conn, name)
+        code, message = await _delete_topic(ctx, conn, name)
         results.append({"name": name, "topic_id": topic_id, "error_code": code, "error_message": message})
     return {"throttle_time": 0, "responses": results}
 
 
-async def _delete_topic(gw: Gateway, conn: ClientConnection, name: str | None) -> tuple[ErrorCode, str | None]:
+async def _delete_topic(ctx: AdminContext, conn: ClientConnection, name: str | None) -> tuple[ErrorCode, str | None]:
     if not conn.admin:
         return ErrorCode.topic_authorization_failed, ADMIN_ONLY
     if name is None:
         return ErrorCode.unknown_topic_id, "no topic has this id"
     try:
-        await gw.quorum.delete(f"/v1/topics/{name}")
+        await ctx.quorum.delete(f"/v1/topics/{name}")
     except KfedError as e:
         if isinstance(e, NotFound):
             return ErrorCode.unknown_topic_or_partition, e.detail
@@ -197,20 +197,20 @@ async def _delete_topic(gw: Gateway, conn: ClientConnection, name: str | None) -
 
 
 # -- SASL/PLAIN ------------------------------------------------------------------------------------
-async def sasl_handshake(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+async def sasl_handshake(ctx: AdminContext, conn: ClientConnection, request: kp.Request) -> Any:
     if request.body.mechanism != "PLAIN":
         return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": ["PLAIN"]}
     conn.sasl_mechanism = "PLAIN"
     return {"error_code": 0, "mechanisms": ["PLAIN"]}
 
 
-async def sasl_authenticate(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+async def sasl_authenticate(ctx: AdminContext, conn: ClientConnection, request: kp.Request) -> Any:
     """SASL/PLAIN (RFC 4616): ``[authzid] NUL user NUL password``; the password is a kfed token. A failure
     closes the connection after its answer, as Kafka brokers do."""
     fields = bytes(request.body.auth_bytes).split(b"\0")
     password = fields[2] if conn.sasl_mechanism == "PLAIN" and len(fields) == 3 else None
-    admin = password is not None and _same(password, gw.config.admin_token)
-    client = password is not None and any(_same(password, t) for t in gw.config.client_tokens)
+    admin = password is not None and _same(password, ctx.admin_token)
+    client = password is not None and any(_same(password, t) for t in ctx.client_tokens)
     if not (admin or client):
         conn.close_after_response = True
         return {"error_code": ErrorCode.sasl_authentication_failed, "error_message": "unknown user or token",
@@ -222,3 +222,16 @@ async def sasl_authenticate(gw: Gateway, conn: ClientConnection, request: kp.Req
 
 def _same(given: bytes, expected: str | None) -> bool:
     return expected is not None and hmac.compare_digest(given, expected.encode())
+
+
+HANDLERS: Final[Mapping[int, tuple[JobHandler[AdminContext], bool]]] = {
+    kp.API_VERSIONS: (api_versions, False),
+    kp.METADATA: (metadata, False),
+    kp.FIND_COORDINATOR: (find_coordinator, False),
+    kp.INIT_PRODUCER_ID: (init_producer_id, False),
+    kp.CREATE_TOPICS: (create_topics, False),
+    kp.DELETE_TOPICS: (delete_topics, False),
+    kp.SASL_HANDSHAKE: (sasl_handshake, True),
+    kp.SASL_AUTHENTICATE: (sasl_authenticate, True),
+}
+"""What serves each cluster-level API key, and whether it is ordered (see ``KafkaServer``)."""

@@ -16,16 +16,17 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from kafka_wire import protocol as kp
 from kafka_wire.upstream import Upstream
 from metadata_client.access import NO_ACCESS, Access
 from metadata_client.client import AsyncControllerClient
 from metadata_client.follower import LogFollower
 from metadata_log.errors import Conflict, KfedError
 
-from . import admin, data, groups
+from . import admin, fetch, groups, produce
+from .context import AdminContext, FetchContext, GroupContext, ProduceContext, bind
+from .members import Members
 from .producers import ProducerIds
-from .server import Handler, KafkaServer, Limits
+from .server import Handler, KafkaServer, Limits, served_versions
 from .view import Broker, ClusterView, TopicView
 
 log = logging.getLogger(__name__)
@@ -67,22 +68,8 @@ class GatewayConfig:
         return self.access.token
 
 
-def handlers() -> dict[int, tuple[Handler, bool]]:
-    """What serves each API key, and whether it is ordered (see ``KafkaServer``)."""
-    return {
-        kp.API_VERSIONS: (admin.api_versions, False),
-        kp.METADATA: (admin.metadata, False),
-        kp.PRODUCE: (data.produce, True),
-        kp.FETCH: (data.fetch, False),
-        kp.LIST_OFFSETS: (data.list_offsets, False),
-        kp.FIND_COORDINATOR: (admin.find_coordinator, False),
-        kp.INIT_PRODUCER_ID: (admin.init_producer_id, False),
-        kp.CREATE_TOPICS: (admin.create_topics, False),
-        kp.DELETE_TOPICS: (admin.delete_topics, False),
-        kp.SASL_HANDSHAKE: (admin.sasl_handshake, True),
-        kp.SASL_AUTHENTICATE: (admin.sasl_authenticate, True),
-        **groups.handlers(),
-    }
+API_KEYS: Final = frozenset({*admin.HANDLERS, *produce.HANDLERS, *fetch.HANDLERS, *groups.HANDLERS})
+"""Every API key the gateway serves."""
 
 
 class Gateway:
@@ -96,11 +83,10 @@ class Gateway:
             config.controllers, deadline_s=5.0, timeout_s=5.0, connect_timeout_s=1.0, access=config.access
         )
         self.follower = LogFollower(config.controllers, wait_ms=FOLLOW_WAIT_MS, access=config.access)
-        self.groups = groups.GroupBridge(self)
+        self.members = Members()
         self.gateway_id: int | None = config.gateway_id
         self.port = config.listen_port
-        self._handlers = handlers()
-        self.server = KafkaServer(self, self._handlers, config.limits, _tls(config.tls), config.sasl)
+        self.server = KafkaServer(self._handlers(), config.limits, _tls(config.tls), config.sasl)
         self._view: ClusterView | None = None
         self._topic_metadata: dict[tuple[str, bool], dict[str, Any]] = {}
         self._heartbeat: asyncio.Task[None] | None = None
@@ -134,11 +120,36 @@ class Gateway:
         """Whether a controller confirmed the followed image within ``KEY_ORDER_LEASE_S``."""
         return time.monotonic() - self.follower.confirmed_at < KEY_ORDER_LEASE_S
 
-    def served_versions(self) -> dict[int, tuple[int, int]]:
-        versions = {k: v for k, v in kp.SERVED_VERSIONS.items() if k in self._handlers}
-        if self.config.sasl:
-            versions.update(kp.SASL_VERSIONS)
-        return versions
+    def _handlers(self) -> dict[int, tuple[Handler, bool]]:
+        """What serves each API key, and whether it is ordered (see ``KafkaServer``): each handler bound to
+        what its job may use (``context.py``), never to this gateway."""
+        config = self.config
+        admin_context = AdminContext(
+            view=self.view,
+            topic_metadata=self.topic_metadata,
+            served_versions=served_versions(API_KEYS, config.sasl),
+            producers=self.producers,
+            quorum=self.quorum,
+            cluster_name=config.cluster_name,
+            region=config.region,
+            admin_token=config.admin_token,
+            client_tokens=config.client_tokens,
+        )
+        produce_context = ProduceContext(
+            view=self.view,
+            upstream=self.upstream,
+            producers=self.producers,
+            limits=self.limits,
+            key_order_lease_held=self.key_order_lease_held,
+        )
+        fetch_context = FetchContext(view=self.view, upstream=self.upstream, limits=self.limits, members=self.members)
+        group_context = GroupContext(view=self.view, upstream=self.upstream, members=self.members, quorum=self.quorum)
+        return {
+            **bind(admin_context, admin.HANDLERS),
+            **bind(produce_context, produce.HANDLERS),
+            **bind(fetch_context, fetch.HANDLERS),
+            **bind(group_context, groups.HANDLERS),
+        }
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     async def start(self) -> int:
@@ -194,7 +205,7 @@ class Gateway:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         await self.server.stop()
-        await self.groups.stop()
+        await self.members.stop()
         self.upstream.close()
         await self.quorum.close()
         await asyncio.to_thread(self.follower.stop)

@@ -24,23 +24,18 @@ rejoin: a member unknown here (its gateway died) is told to rejoin.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
 
 from kafka_wire import protocol as kp
 from kafka_wire.protocol import ErrorCode
 from metadata_log.errors import Conflict, InvalidRequest, KfedError
 
 from . import offsets
-from .holdback import GroupKeyOrder
+from .context import GroupContext, JobHandler
+from .members import Member, TopicPartition
 from .server import ClientConnection
-
-if TYPE_CHECKING:
-    from .app import Gateway
-    from .server import Handler
 
 SESSION_TIMEOUT_MS_MIN: Final = 1_000  # the quorum's bounds (controller/groups.py)
 SESSION_TIMEOUT_MS_MAX: Final = 120_000
@@ -52,77 +47,21 @@ COOPERATIVE: Final = frozenset({"cooperative-sticky"})
 MAX_MEMBERS: Final = 100_000
 """Members this instance serves at once (beyond, JoinGroup answers COORDINATOR_NOT_AVAILABLE)."""
 
-TopicPartition = tuple[str, int]
 
-
-@dataclass(slots=True)
-class Member:
-    group: str
-    member_id: str
-    topics: tuple[str, ...]
-    protocol: str
-    cooperative: bool
-    session_timeout_ms: int
-    client_id: str | None
-    client_host: str
-    given: frozenset[TopicPartition] = frozenset()  # what the client was told it owns
-    reported: frozenset[TopicPartition] = frozenset()  # what the quorum is told it owns (given, and claims)
-    generation: int = 0
-    last_seen_s: float = field(default_factory=time.monotonic)
-    last_quorum_s: float = field(default_factory=time.monotonic)
-
-
-class GroupBridge:
-    """This instance's members and their calls to the quorum."""
-
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
-        self.members: dict[tuple[str, str], Member] = {}  # changed through add() and drop() only
-        self.by_client: dict[tuple[str | None, str], dict[tuple[str, str], Member]] = {}  # (client id, host)
-        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
-        self.key_order = GroupKeyOrder()
-
-    def lock(self, group: str, member_id: str) -> asyncio.Lock:
-        """Calls of one member run one at a time (a heartbeat must not cross a sync)."""
-        return self._locks.setdefault((group, member_id), asyncio.Lock())
-
-    async def beat(self, member: Member, owned: Iterable[TopicPartition]) -> dict[str, Any]:
-        """One quorum heartbeat of ``member`` reporting ``owned``; a ``KfedError`` when it fails."""
-        owned = list(owned)
-        body = {"member_id": member.member_id, "topics": list(member.topics), "owned": [list(tp) for tp in owned],
-                "session_timeout_ms": member.session_timeout_ms,
-                **self.key_order.beat_fields(member, owned, self.gateway.view().image)}  # fmt: skip
-        reply = await self.gateway.quorum.post(f"/v1/groups/{member.group}/heartbeat", body, QUORUM_DEADLINE_S)
-        member.last_quorum_s = time.monotonic()
-        return reply
-
-    def add(self, member: Member) -> None:
-        key = (member.group, member.member_id)
-        self.drop(key)
-        self.members[key] = member
-        self.by_client.setdefault((member.client_id, member.client_host), {})[key] = member
-
-    def drop(self, key: tuple[str, str]) -> None:
-        member = self.members.pop(key, None)
-        if member is not None:
-            client = (member.client_id, member.client_host)
-            same = self.by_client.get(client, {})
-            same.pop(key, None)
-            if not same:
-                self.by_client.pop(client, None)
-
-    def forget_expired(self) -> None:
-        now = time.monotonic()
-        for key, m in list(self.members.items()):
-            if now - m.last_seen_s > m.session_timeout_ms / 1000:
-                self.drop(key)
-                self._locks.pop(key, None)
-        self.key_order.forget(self.members.values())
-
-    async def stop(self) -> None:
-        self.members.clear()
-        self.by_client.clear()
-        self.key_order.forget(())
+async def _beat(ctx: GroupContext, member: Member, owned: Iterable[TopicPartition]) -> dict[str, Any]:
+    """One quorum heartbeat of ``member`` reporting ``owned``; a ``KfedError`` when it fails."""
+    owned = list(owned)
+    fields = ctx.members.key_order.beat_fields(member, owned, ctx.view().image)
+    body = {
+        "member_id": member.member_id,
+        "topics": list(member.topics),
+        "owned": [list(tp) for tp in owned],
+        "session_timeout_ms": member.session_timeout_ms,
+        **fields,
+    }
+    reply = await ctx.quorum.post(f"/v1/groups/{member.group}/heartbeat", body, QUORUM_DEADLINE_S)
+    member.last_quorum_s = time.monotonic()
+    return reply
 
 
 def _error(e: KfedError) -> ErrorCode:
@@ -146,7 +85,7 @@ def _pick_protocol(protocols: Any) -> tuple[str, kp.Subscription] | None:
     return None
 
 
-async def join_group(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+async def join_group(ctx: GroupContext, conn: ClientConnection, request: kp.Request) -> Any:
     conn.saw("consumer")
     body = request.body
     refused = {"generation_id": -1, "protocol_name": None, "leader": "", "member_id": body.member_id or "",
@@ -161,19 +100,19 @@ async def join_group(gw: Gateway, conn: ClientConnection, request: kp.Request) -
     session_ms = kp.milliseconds(body.session_timeout)
     if not SESSION_TIMEOUT_MS_MIN <= session_ms <= SESSION_TIMEOUT_MS_MAX:
         return {**refused, "error_code": ErrorCode.invalid_session_timeout}
-    bridge = gw.groups
-    bridge.forget_expired()
-    if len(bridge.members) >= MAX_MEMBERS and (body.group_id, body.member_id) not in bridge.members:
+    members = ctx.members
+    members.forget_expired()
+    if len(members.members) >= MAX_MEMBERS and (body.group_id, body.member_id) not in members.members:
         return {**refused, "error_code": ErrorCode.coordinator_not_available}
     owned = frozenset(subscription.owned) if cooperative else frozenset()
     member = Member(body.group_id, body.member_id or "", tuple(sorted(set(subscription.topics))), protocol,
                     cooperative, session_ms, conn.client_id, conn.peer_host, owned, owned)  # fmt: skip
     try:
         if member.member_id:
-            async with bridge.lock(member.group, member.member_id):
-                reply = await _join(bridge, member)
+            async with members.lock(member.group, member.member_id):
+                reply = await _join(ctx, member)
         else:
-            reply = await _join(bridge, member)
+            reply = await _join(ctx, member)
     except KfedError as e:
         return {**refused, "error_code": _error(e)}
     return {"error_code": 0, "generation_id": reply["generation"], "protocol_type": "consumer",
@@ -181,46 +120,45 @@ async def join_group(gw: Gateway, conn: ClientConnection, request: kp.Request) -
             "members": ()}  # fmt: skip
 
 
-async def _join(bridge: GroupBridge, member: Member) -> dict[str, Any]:
+async def _join(ctx: GroupContext, member: Member) -> dict[str, Any]:
     body = {"member_id": member.member_id or None, "topics": list(member.topics),
             "owned": [list(tp) for tp in member.reported], "session_timeout_ms": member.session_timeout_ms,
-            "metadata_offset": bridge.gateway.view().image.offset}  # fmt: skip
-    reply = await bridge.gateway.quorum.post(f"/v1/groups/{member.group}/heartbeat", body, QUORUM_DEADLINE_S)
+            "metadata_offset": ctx.view().image.offset}  # fmt: skip
+    reply = await ctx.quorum.post(f"/v1/groups/{member.group}/heartbeat", body, QUORUM_DEADLINE_S)
     member.member_id = str(reply["member_id"])
     member.generation = int(reply["generation"])
-    bridge.add(member)
+    ctx.members.add(member)
     return reply
 
 
-async def sync_group(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+async def sync_group(ctx: GroupContext, conn: ClientConnection, request: kp.Request) -> Any:
     body = request.body
     answer = {"protocol_type": getattr(body, "protocol_type", None) or "consumer",
               "protocol_name": getattr(body, "protocol_name", None)}  # fmt: skip
-    bridge = gw.groups
-    member = bridge.members.get((body.group_id, body.member_id))
+    member = ctx.members.members.get((body.group_id, body.member_id))
     if member is None:  # joined through another instance (that died?): join again here
         return {**answer, "error_code": ErrorCode.rebalance_in_progress, "assignment": b""}
     answer["protocol_name"] = answer["protocol_name"] or member.protocol
-    async with bridge.lock(member.group, member.member_id):
+    async with ctx.members.lock(member.group, member.member_id):
         member.last_seen_s = time.monotonic()
         try:
-            given = await _claim(bridge, member)
+            given = await _claim(ctx, member)
         except KfedError as e:
             return {**answer, "error_code": _error(e), "assignment": b""}
     return {**answer, "error_code": 0, "assignment": kp.encode_assignment(sorted(given))}
 
 
-async def _claim(bridge: GroupBridge, member: Member) -> frozenset[TopicPartition]:
+async def _claim(ctx: GroupContext, member: Member) -> frozenset[TopicPartition]:
     """The partitions ``member`` may consume now: it keeps what it owns and is still assigned, and gets
     the assigned ones no one else consumes, claimed first (see the module docstring)."""
-    reply = await bridge.beat(member, member.reported)
+    reply = await _beat(ctx, member, member.reported)
     assignment = {tuple(tp) for tp in reply["assignment"]}
     candidates = {tuple(tp) for tp in reply["startable"]} - member.given
     keep = {tp for tp in member.given if tp in assignment}
     granted: set[TopicPartition] = set()
     if candidates:
         claimed = member.reported | candidates
-        reply = await bridge.beat(member, claimed)
+        reply = await _beat(ctx, member, claimed)
         granted = candidates & {tuple(tp) for tp in reply["startable"]}
         keep &= {tuple(tp) for tp in reply["assignment"]}
     # a cooperative client gives up what it no longer keeps only after this answer: reported until it rejoins
@@ -228,20 +166,19 @@ async def _claim(bridge: GroupBridge, member: Member) -> frozenset[TopicPartitio
     member.given = frozenset(keep | granted)
     member.generation = int(reply["generation"])
     if candidates - granted:
-        await bridge.beat(member, member.reported)  # release the claims that lost
+        await _beat(ctx, member, member.reported)  # release the claims that lost
     return member.given
 
 
-async def heartbeat(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+async def heartbeat(ctx: GroupContext, conn: ClientConnection, request: kp.Request) -> Any:
     body = request.body
-    bridge = gw.groups
-    member = bridge.members.get((body.group_id, body.member_id))
+    member = ctx.members.members.get((body.group_id, body.member_id))
     if member is None:
         return {"error_code": ErrorCode.rebalance_in_progress}
-    async with bridge.lock(member.group, member.member_id):
+    async with ctx.members.lock(member.group, member.member_id):
         member.last_seen_s = time.monotonic()
         try:
-            reply = await bridge.beat(member, member.reported)
+            reply = await _beat(ctx, member, member.reported)
         except KfedError:
             cut_off = time.monotonic() - member.last_quorum_s > member.session_timeout_ms / 2000
             return {"error_code": ErrorCode.rebalance_in_progress if cut_off else ErrorCode.none}
@@ -252,15 +189,14 @@ async def heartbeat(gw: Gateway, conn: ClientConnection, request: kp.Request) ->
     return {"error_code": ErrorCode.none}
 
 
-async def leave_group(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+async def leave_group(ctx: GroupContext, conn: ClientConnection, request: kp.Request) -> Any:
     body = request.body
     leaving = [m.member_id for m in body.members] if hasattr(body, "members") else [body.member_id]
-    bridge = gw.groups
     results = []
     for member_id in leaving:
-        bridge.drop((body.group_id, member_id))
+        ctx.members.drop((body.group_id, member_id))
         try:
-            await gw.quorum.post(f"/v1/groups/{body.group_id}/leave", {"member_id": member_id}, QUORUM_DEADLINE_S)
+            await ctx.quorum.post(f"/v1/groups/{body.group_id}/leave", {"member_id": member_id}, QUORUM_DEADLINE_S)
             code = ErrorCode.none
         except KfedError as e:
             code = _error(e)
@@ -270,9 +206,9 @@ async def leave_group(gw: Gateway, conn: ClientConnection, request: kp.Request) 
 
 
 # -- operators' views ------------------------------------------------------------------------------
-async def describe_groups(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
-    image = gw.view().image
-    local = gw.groups.members
+async def describe_groups(ctx: GroupContext, conn: ClientConnection, request: kp.Request) -> Any:
+    image = ctx.view().image
+    local = ctx.members.members
     described = []
     for group_id in request.body.groups:
         g = image.groups.get(group_id)
@@ -290,8 +226,8 @@ async def describe_groups(gw: Gateway, conn: ClientConnection, request: kp.Reque
     return {"throttle_time": 0, "groups": described}
 
 
-async def list_groups(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
-    image = gw.view().image
+async def list_groups(ctx: GroupContext, conn: ClientConnection, request: kp.Request) -> Any:
+    image = ctx.view().image
     wanted = {s.lower() for s in getattr(request.body, "states_filter", ()) or ()}
     listed = []
     for g in sorted(image.groups.values(), key=lambda g: g.group):
@@ -301,14 +237,14 @@ async def list_groups(gw: Gateway, conn: ClientConnection, request: kp.Request) 
     return {"throttle_time": 0, "error_code": 0, "groups": listed}
 
 
-def handlers() -> dict[int, tuple[Handler, bool]]:
-    return {
-        kp.JOIN_GROUP: (join_group, False),
-        kp.SYNC_GROUP: (sync_group, False),
-        kp.HEARTBEAT: (heartbeat, False),
-        kp.LEAVE_GROUP: (leave_group, False),
-        kp.DESCRIBE_GROUPS: (describe_groups, False),
-        kp.LIST_GROUPS: (list_groups, False),
-        kp.OFFSET_COMMIT: (offsets.offset_commit, False),
-        kp.OFFSET_FETCH: (offsets.offset_fetch, False),
-    }
+HANDLERS: Final[Mapping[int, tuple[JobHandler[GroupContext], bool]]] = {
+    kp.JOIN_GROUP: (join_group, False),
+    kp.SYNC_GROUP: (sync_group, False),
+    kp.HEARTBEAT: (heartbeat, False),
+    kp.LEAVE_GROUP: (leave_group, False),
+    kp.DESCRIBE_GROUPS: (describe_groups, False),
+    kp.LIST_GROUPS: (list_groups, False),
+    kp.OFFSET_COMMIT: (offsets.offset_commit, False),
+    kp.OFFSET_FETCH: (offsets.offset_fetch, False),
+}
+"""What serves each group API key, and whether it is ordered (see ``KafkaServer``)."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kafka_wire import batches
 from metadata_client.holdback import DEFAULT_MAX_WAIT_MS, first_held
@@ -42,13 +42,18 @@ from metadata_log.image import MetadataImage
 from metadata_log.image.key_order_history import KeyOrderTopic, Parent, open_parents
 from metadata_log.image.key_orders import strict_history
 
-if TYPE_CHECKING:
-    from .groups import Member
-
 log = logging.getLogger("kfed.gateway")
 
 TopicPartition = tuple[str, int]
 MAX_GIVE_UPS = 1000  # per heartbeat, the quorum's bound
+
+
+class Owner(Protocol):
+    """A group member this instance serves, as the hold-back reads it (``members.Member`` is one)."""
+
+    group: str
+    given: frozenset[TopicPartition]  # what the client was told it owns
+    reported: frozenset[TopicPartition]  # what the quorum is told it owns
 
 
 class GroupKeyOrder:
@@ -68,7 +73,7 @@ class GroupKeyOrder:
         if strict_history(image.key_orders, topic) is not None:
             self._committed[(group, topic, partition)] = offset
 
-    def beat_fields(self, member: Member, owned: Iterable[TopicPartition], image: MetadataImage) -> dict[str, Any]:
+    def beat_fields(self, member: Owner, owned: Iterable[TopicPartition], image: MetadataImage) -> dict[str, Any]:
         """What a member's quorum heartbeat reports for strict key order: the metadata it acts on (this
         instance's), the group's commits on the strict partitions it owns, and the parents its group's reads
         waited for too long."""
@@ -90,7 +95,7 @@ class GroupKeyOrder:
                 give_up.append([topic, *parent])
         return {"metadata_offset": image.offset, "committed": committed, "give_up": give_up}
 
-    def forget(self, live: Iterable[Member]) -> None:
+    def forget(self, live: Iterable[Owner]) -> None:
         """Keep only what the members still served here need (called as expired members are dropped)."""
         live = list(live)
         groups = {m.group for m in live}
@@ -99,7 +104,7 @@ class GroupKeyOrder:
         self._waiting_since = {k: s for k, s in self._waiting_since.items() if k[0] in groups}
 
     # -- the read's side ----------------------------------------------------------------------------
-    def readers(self, image: MetadataImage, here: Iterable[Member], tp: TopicPartition) -> list[str]:
+    def readers(self, image: MetadataImage, here: Iterable[Owner], tp: TopicPartition) -> list[str]:
         """The groups a client's fetch of ``tp`` is read for (the module's docstring); ``here``: the members
         this instance serves that came from that client."""
         mine = {m.group for m in here if tp in m.given}

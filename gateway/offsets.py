@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from kafka_wire import protocol as kp
 from kafka_wire.protocol import ErrorCode
 from kafka_wire.upstream import ClusterClient, UpstreamError
 
+from .context import GroupContext
+from .routing import cluster_of
 from .server import ClientConnection
 from .view import ClusterView, Placement
-
-if TYPE_CHECKING:
-    from .app import Gateway
 
 COORDINATOR_MOVED: Final = frozenset(
     {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress}
@@ -33,17 +32,12 @@ COORDINATOR_WAIT_S: Final = 3.0
 """How long a commit or fetch of offsets waits for a sub-cluster's group coordinator to be found and up."""
 
 
-def _cluster(gw: Gateway, view: ClusterView, cluster_id: str) -> ClusterClient | None:
-    bootstrap = view.bootstrap_of(cluster_id)
-    return gw.upstream.cluster(cluster_id, bootstrap) if bootstrap else None
-
-
-def _may_commit(gw: Gateway, view: ClusterView, group: str, member_id: str, generation: int) -> Any:
+def _may_commit(ctx: GroupContext, view: ClusterView, group: str, member_id: str, generation: int) -> Any:
     """What ``member_id`` may commit: a set of partitions, None for anything, or an error code."""
     recorded = view.image.groups.get(group)
     if not member_id and generation < 0:
         return None if recorded is None or not recorded.members else ErrorCode.unknown_member_id
-    local = gw.groups.members.get((group, member_id))
+    local = ctx.members.members.get((group, member_id))
     if local is not None:
         return local.given | local.reported
     if recorded is not None and any(m.member_id == member_id for m in recorded.members):
@@ -75,18 +69,18 @@ async def _call_coordinator(cluster: ClusterClient, group: str, api_key: int, bo
         delay = min(delay * 2, 0.5)
 
 
-async def offset_commit(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+async def offset_commit(ctx: GroupContext, conn: ClientConnection, request: kp.Request) -> Any:
     conn.saw("consumer")
     body = request.body
-    view = gw.view()
-    allowed = _may_commit(gw, view, body.group_id, body.member_id, int(body.generation_id_or_member_epoch))
+    view = ctx.view()
+    allowed = _may_commit(ctx, view, body.group_id, body.member_id, int(body.generation_id_or_member_epoch))
     answers: dict[tuple[str, int], ErrorCode] = {}
     by_cluster: dict[ClusterClient, list[tuple[str, int, Placement, Any]]] = defaultdict(list)
     for topic in body.topics:
         for p in topic.partitions:
             tp = (topic.name, int(p.partition_index))
             placement = view.placement(*tp)
-            cluster = _cluster(gw, view, placement.cluster_id) if placement is not None else None
+            cluster = cluster_of(ctx.upstream, view, placement.cluster_id) if placement is not None else None
             if isinstance(allowed, ErrorCode):
                 answers[tp] = allowed
             elif placement is None or cluster is None:
@@ -101,7 +95,7 @@ async def offset_commit(gw: Gateway, conn: ClientConnection, request: kp.Request
     for parts in by_cluster.values():  # for strict topics' releases (gateway/holdback.py)
         for name, partition, _, p in parts:
             if answers[(name, partition)] == ErrorCode.none:
-                gw.groups.key_order.committed(view.image, body.group_id, name, partition, int(p.committed_offset))
+                ctx.members.key_order.committed(view.image, body.group_id, name, partition, int(p.committed_offset))
     topics = [{"name": t.name, "partitions": [{"partition_index": p.partition_index,
                                                 "error_code": answers[(t.name, int(p.partition_index))]}
                                                for p in t.partitions]} for t in body.topics]  # fmt: skip
@@ -131,15 +125,15 @@ async def _commit_to(
     }
 
 
-async def offset_fetch(gw: Gateway, conn: ClientConnection, request: kp.Request) -> Any:
+async def offset_fetch(ctx: GroupContext, conn: ClientConnection, request: kp.Request) -> Any:
     conn.saw("consumer")
     body = request.body
-    view = gw.view()
+    view = ctx.view()
     group = body.group_id
     require_stable = bool(getattr(body, "require_stable", False))
     answers: dict[tuple[str, int], dict[str, Any]] = {}
     if body.topics is None:  # every partition with a commit, from every cluster
-        clusters = {c for c in (_cluster(gw, view, cid) for cid in view.image.clusters) if c is not None}
+        clusters = {c for c in (cluster_of(ctx.upstream, view, cid) for cid in view.image.clusters) if c is not None}
         results = await asyncio.gather(*(_fetch_from(view, c, group, None, require_stable) for c in clusters))
         wanted = None
     else:
@@ -148,7 +142,7 @@ async def offset_fetch(gw: Gateway, conn: ClientConnection, request: kp.Request)
         for name, partitions in wanted:
             for partition in partitions:
                 placement = view.placement(name, partition)
-                cluster = _cluster(gw, view, placement.cluster_id) if placement is not None else None
+                cluster = cluster_of(ctx.upstream, view, placement.cluster_id) if placement is not None else None
                 if placement is None or cluster is None:
                     answers[(name, partition)] = _fetched(partition, ErrorCode.unknown_topic_or_partition)
                 else:
@@ -160,7 +154,7 @@ async def offset_fetch(gw: Gateway, conn: ClientConnection, request: kp.Request)
         answers.update(got)
     for (name, partition), answer in answers.items():  # a member starting a partition: the group's commit there
         if answer["error_code"] == ErrorCode.none and answer["committed_offset"] >= 0:
-            gw.groups.key_order.committed(view.image, group, name, partition, int(answer["committed_offset"]))
+            ctx.members.key_order.committed(view.image, group, name, partition, int(answer["committed_offset"]))
     if wanted is None:
         found: dict[str, list[int]] = defaultdict(list)
         for name, partition in sorted(answers):

@@ -18,7 +18,7 @@ cannot deduplicate across the change (at least once), and no batch is ever mista
 another. A broker that lost a producer's state (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER) has its
 physical producer dropped too.
 
-On a strict topic the gateway regroups records by key (``protocol/batches.py``), so no broker sees the client's
+On a strict topic the gateway regroups records by key (``kafka_wire/batches.py``), so no broker sees the client's
 sequences: the gateway keeps them itself (``StrictSequence``), per client id, epoch and client partition. A
 batch is written only after the previous one of that partition was answered, and only if it follows what was
 written: a resend of a recent batch is answered as written without writing it again, anything else gets
@@ -31,6 +31,7 @@ starts over there (at least once).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -110,6 +111,42 @@ class StrictSequence:
         after it does not overtake it)."""
         if self.next_sequence is None:
             self.next_sequence = base_sequence
+
+    async def previous_answered(self, wait_s: float) -> None:
+        """Until the previous batch sent was answered (or ``wait_s`` passed)."""
+        previous = self.previous
+        if previous is not None and not previous.done():
+            # its outcome is noted by its own callback; a timeout leaves the sequence as it is
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(previous), wait_s)
+
+
+@dataclass(slots=True)
+class StrictBatch:
+    """An idempotent client's batch of a strict topic, on its way: noted in its sequence once answered."""
+
+    sequence: StrictSequence
+    base_sequence: int
+    last_sequence: int
+    tp: tuple[str, int]  # its client partition
+
+    def sent(self, answer: asyncio.Future[Any] | None) -> None:
+        """The batch went out with a request whose answer is ``answer`` (None: acks=0, no answer comes, the
+        batch counts as written). The partition's next batch waits for this answer."""
+        if answer is None:
+            self.sequence.written(self.base_sequence, self.last_sequence)
+            return
+        self.sequence.previous = answer
+        answer.add_done_callback(self._answered)
+
+    def _answered(self, answer: asyncio.Future[Any]) -> None:
+        if not answer.cancelled() and answer.exception() is None:
+            for topic in answer.result()["responses"]:
+                for p in topic["partition_responses"] if topic["name"] == self.tp[0] else ():
+                    if p["index"] == self.tp[1] and p["error_code"] == ErrorCode.none:
+                        self.sequence.written(self.base_sequence, self.last_sequence)
+                        return
+        self.sequence.refused(self.base_sequence)
 
 
 class ProducerIds:

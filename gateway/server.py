@@ -29,19 +29,17 @@ import itertools
 import logging
 import ssl
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 from kafka_wire import protocol as kp
-
-if TYPE_CHECKING:
-    from .app import Gateway
 
 log = logging.getLogger(__name__)
 
 Role = Literal["producer", "consumer"]
-Handler = Callable[["Gateway", "ClientConnection", kp.Request], Awaitable[Any]]
+Handler = Callable[["ClientConnection", kp.Request], Awaitable[Any]]
+"""Serves one API key: a coroutine of the connection and the request (bound to what it may use, ``context.py``)."""
 
 STREAM_LIMIT: Final = 64 * 1024
 """A connection's read-ahead: its reader stops reading the socket once it holds twice this (asyncio's
@@ -53,6 +51,8 @@ MAX_REMEMBERED_CLIENTS: Final = 10_000
 """(host, client id) pairs remembered (least recently seen forgotten)."""
 MAX_TOPICS_TOLD: Final = 1_000
 """Topics whose partition count is remembered per client."""
+ANSWER_AFTER_CLOSE_S: Final = 5.0
+"""How long the answers of requests read before a client closed its side may take to go out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +136,7 @@ class ClientConnection:
         self.principal: str | None = None
         self.close_after_response = False
         self.parked_fetches: dict[Any, tuple[Any, asyncio.Future[Any]]] = {}
-        """Per upstream broker, the part of a fetch still under way when its answer went out (``data.fetch``)."""
+        """Per upstream broker, the part of a fetch still under way when its answer went out (``fetch.fetch``)."""
 
     def saw(self, role: Role) -> None:
         if self.role != role:
@@ -161,10 +161,18 @@ class _InFlight:
     frame: bytes | bytearray | None = None
 
 
+def served_versions(api_keys: Iterable[int], sasl: bool) -> dict[int, tuple[int, int]]:
+    """What ApiVersions advertises: the versions of ``api_keys`` the gateway translates, and SASL's when on."""
+    keys = set(api_keys)
+    versions = {k: v for k, v in kp.SERVED_VERSIONS.items() if k in keys}
+    if sasl:
+        versions.update(kp.SASL_VERSIONS)
+    return versions
+
+
 class KafkaServer:
     def __init__(
         self,
-        gateway: Gateway,
         handlers: dict[int, tuple[Handler, bool]],
         limits: Limits,
         ssl_context: ssl.SSLContext | None = None,
@@ -172,8 +180,8 @@ class KafkaServer:
     ) -> None:
         """``handlers``: per API key, the handler and whether it is *ordered* (its result is awaited before
         the next frame is read, and is itself what completes the answer)."""
-        self.gateway = gateway
         self.handlers = handlers
+        self.versions = served_versions(handlers, sasl)
         self.limits = limits
         self.ssl_context = ssl_context
         self.sasl = sasl
@@ -223,9 +231,6 @@ class KafkaServer:
             self.connections -= 1
             self._tasks.discard(task)
             writer.close()
-
-    def served_versions(self, conn: ClientConnection) -> dict[int, tuple[int, int]]:
-        return self.gateway.served_versions()
 
     async def _serve(self, conn: ClientConnection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         limits = self.limits
@@ -295,25 +300,12 @@ class KafkaServer:
         finally:
             closing = True
             ready.set()
-            if not answering.done():
-                if conn.close_after_response:
-                    answering.cancel()
-                else:  # answer what was read (a client may half-close after its last request)
-                    try:
-                        await asyncio.wait_for(answering, 5.0)
-                    except (TimeoutError, ConnectionError, asyncio.CancelledError):
-                        pass
-                    except Exception:
-                        log.exception("%s: answering failed", conn.peer_host)
-            elif not answering.cancelled() and answering.exception() is not None:
-                error = answering.exception()
-                if not isinstance(error, ConnectionError):
-                    log.error("%s: answering failed: %r", conn.peer_host, error, exc_info=error)
+            await _finish(conn, answering)
 
     async def _request(self, conn: ClientConnection, frame: bytes, size: int) -> _InFlight | None:
         """Parse and start one request; None closes the connection."""
         prefix = kp.request_prefix(frame)
-        versions = self.served_versions(conn)
+        versions = self.versions
         served = versions.get(prefix.api_key)
         if served is None or not served[0] <= prefix.api_version <= served[1]:
             if prefix.api_key == kp.API_VERSIONS:
@@ -333,12 +325,31 @@ class KafkaServer:
             return None
         handler, ordered = self.handlers[prefix.api_key]
         if ordered:
-            answer = await handler(self.gateway, conn, request)
+            answer = await handler(conn, request)
             if not inspect.isawaitable(answer):
                 answer = _done(answer)
         else:
-            answer = asyncio.ensure_future(handler(self.gateway, conn, request))
+            answer = asyncio.ensure_future(handler(conn, request))
         return _InFlight(request, answer, size)
+
+
+async def _finish(conn: ClientConnection, answering: asyncio.Future[None]) -> None:
+    """The end of a connection's reading side: its answers still due go out (a client may half-close after
+    its last request), unless it is closed for a failed authentication."""
+    if not answering.done():
+        if conn.close_after_response:
+            answering.cancel()
+        else:
+            try:
+                await asyncio.wait_for(answering, ANSWER_AFTER_CLOSE_S)
+            except (TimeoutError, ConnectionError, asyncio.CancelledError):
+                pass
+            except Exception:
+                log.exception("%s: answering failed", conn.peer_host)
+    elif not answering.cancelled() and answering.exception() is not None:
+        error = answering.exception()
+        if not isinstance(error, ConnectionError):
+            log.error("%s: answering failed: %r", conn.peer_host, error, exc_info=error)
 
 
 def _done(value: Any) -> asyncio.Future[Any]:

@@ -1,8 +1,10 @@
 """The Kafka wire layer: what kfed needs to speak Kafka's protocol, to clients and to brokers alike.
 
 - ``protocol``: request and response envelopes from ``kio`` (generated from Kafka's own JSON schemas), framing,
-  and ``build`` (a message of any version from plain values); the one module of kfed that imports ``kio``;
+  and the consumer group protocol's embedded messages;
+- ``entities``: ``build`` (a message of any version from plain values) and ``ProtocolError``;
 - ``writer``: compiled kio writers, the fast path of ``protocol``;
+- ``protocol``, ``entities`` and ``writer`` are the only modules of kfed that import ``kio``;
 - ``batches``: record batches (v2): the walk over a request's or a fetch's batches, and a strict topic's
   regrouping of records by key (in C in ``_records.c``);
 - ``upstream``: connections to a sub-cluster's brokers (``BrokerConnection``, ``ClusterClient``), as a client.

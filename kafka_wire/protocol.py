@@ -1,4 +1,4 @@
-"""The Kafka wire protocol at the gateway's edges: the one module of kfed that imports ``kio``.
+"""The Kafka wire protocol at the gateway's edges; with ``entities`` and ``writer``, all of kfed that imports ``kio``.
 
 Message layouts come from ``kio`` (dataclasses generated from Kafka's own JSON schemas, every API key and
 version); nothing here writes a schema by hand. What this module adds:
@@ -7,10 +7,10 @@ version); nothing here writes a schema by hand. What this module adds:
   frame the gateway does not translate is refused before kio parses it;
 - ``decode_request`` / ``encode_response`` for the gateway's clients, and ``encode_request`` /
   ``decode_response`` for the sub-clusters' brokers (the gateway is itself a Kafka client upstream);
-- ``build``: a response or request of *any* version from plain values (mappings, or kio entities of another
-  version). Handlers describe a reply once, version-agnostic; fields a version lacks are dropped, fields a
-  version needs and the handler left out take their schema default or the type's zero. Times are
-  milliseconds, UUIDs ``uuid.UUID``, error codes ints;
+- ``build`` (from ``entities``): a response or request of *any* version from plain values (mappings, or
+  kio entities of another version). Handlers describe a reply once, version-agnostic; fields a version lacks
+  are dropped, fields a version needs and the handler left out take their schema default or the type's
+  zero. Times are milliseconds, UUIDs ``uuid.UUID``, error codes ints;
 - the consumer group protocol's embedded messages (subscription, assignment), also from kio's schemas.
 
 Record batches are never parsed here: ``records`` fields are bytes that pass through.
@@ -23,7 +23,6 @@ import datetime
 import functools
 import io
 import struct
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
@@ -32,23 +31,12 @@ from kio.index import load_entity_schema, load_request_schema, load_response_sch
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
-from kio.serial._introspect import (  # kio's own field classification: the one way to walk its dataclasses
-    EntityField,
-    EntityTupleField,
-    PrimitiveTupleField,
-    classify_field,
-    get_schema_field_type,
-    is_optional,
-)
-from kio.serial.readers import tz_aware_from_i64
 from kio.static.constants import EntityType
-from kio.static.primitive import i64
 
-from metadata_log.errors import CorruptData
-
+from .entities import ProtocolError, build
 from .writer import compiled
 
-__all__ = ["ErrorCode"]
+__all__ = ["ErrorCode", "ProtocolError", "build"]
 
 # -- API keys the gateway knows by name ------------------------------------------------------------
 PRODUCE: Final = 0
@@ -117,10 +105,6 @@ def kio_versions(api_key: int) -> tuple[int, int] | None:
 
 
 # -- decoding and encoding -------------------------------------------------------------------------
-class ProtocolError(CorruptData, ValueError):
-    """Bytes that are not a valid message of the version they claim (the connection is closed)."""
-
-
 class RequestPrefix(NamedTuple):
     api_key: int
     api_version: int
@@ -220,123 +204,7 @@ def _writer(cls: Any) -> Callable[[io.BytesIO, Any], None]:
 
 
 def _compiled(cls: Any) -> Callable[[bytearray, Any], None]:
-    return compiled(cls, _ZERO_ITEMS)
-
-
-# -- building entities from plain values ------------------------------------------------------------
-_MISSING: Final = object()
-_EPOCH: Final = tz_aware_from_i64(i64(0))
-
-
-def _error_code(value: Any) -> ErrorCode:
-    if isinstance(value, ErrorCode):
-        return value
-    try:
-        return ErrorCode(value)
-    except ValueError:  # a code newer than kio: pass on the nearest generic one
-        return ErrorCode.unknown_server_error
-
-
-def _milliseconds(value: Any) -> Any:
-    return datetime.timedelta(milliseconds=value) if isinstance(value, int) else value
-
-
-def _timestamp(value: Any) -> Any:
-    return tz_aware_from_i64(i64(value)) if isinstance(value, int) else value
-
-
-def _uuid(value: Any) -> Any:
-    return uuid.UUID(value) if isinstance(value, str) else value
-
-
-_CONVERTERS: Final[Mapping[str, Callable[[Any], Any]]] = {
-    "error_code": _error_code,
-    "timedelta_i32": _milliseconds,
-    "timedelta_i64": _milliseconds,
-    "datetime_i64": _timestamp,
-    "uuid": _uuid,
-}
-_ZERO: Final[Mapping[str, Any]] = {  # what a required field not given takes, per Kafka type
-    "error_code": ErrorCode.none,
-    "timedelta_i32": datetime.timedelta(0),
-    "timedelta_i64": datetime.timedelta(0),
-    "datetime_i64": _EPOCH,
-    "string": "",
-    "bytes": b"",
-    "records": b"",
-    "bool": False,
-    "uuid": uuid.UUID(int=0),
-    "float64": 0.0,
-}
-
-
-_ZERO_ITEMS: Final = tuple(_ZERO.items())
-
-
-class _FieldPlan(NamedTuple):
-    name: str
-    convert: Callable[[Any], Any] | None  # None: the value as given
-    default: Any  # _MISSING: required
-
-
-@functools.cache
-def _plan(cls: Any) -> tuple[_FieldPlan, ...]:
-    """How to fill each field of ``cls``: its converter and its default when a value is not given."""
-    plan = []
-    for f in dataclasses.fields(cls):
-        kind = classify_field(f)
-        convert: Callable[[Any], Any] | None
-        if isinstance(kind, EntityTupleField):
-            convert = functools.partial(_build_all, kind.type_)
-        elif isinstance(kind, EntityField):
-            convert = functools.partial(_build_optional, kind.type_)
-        elif isinstance(kind, PrimitiveTupleField):
-            inner = _CONVERTERS.get(get_schema_field_type(f))
-            convert = tuple if inner is None else functools.partial(_convert_all, inner)
-        else:
-            convert = _CONVERTERS.get(get_schema_field_type(f))
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        elif kind.is_array:
-            default = ()
-        elif is_optional(f):
-            default = None
-        else:
-            default = _ZERO.get(get_schema_field_type(f), 0)
-        plan.append(_FieldPlan(f.name, convert, default))
-    return tuple(plan)
-
-
-def _convert_all(convert: Callable[[Any], Any], values: Iterable[Any] | None) -> tuple[Any, ...] | None:
-    return None if values is None else tuple(map(convert, values))
-
-
-def _build_all(cls: Any, values: Iterable[Any] | None) -> tuple[Any, ...] | None:
-    return None if values is None else tuple(v if type(v) is cls else build(cls, v) for v in values)
-
-
-def _build_optional(cls: Any, value: Any) -> Any:
-    return value if value is None or type(value) is cls else build(cls, value)
-
-
-def build(cls: Any, data: Any) -> Any:
-    """An instance of the kio entity ``cls`` from ``data``: a mapping, or any object with the fields as
-    attributes (a kio entity of another version). Fields ``cls`` lacks are ignored; missing ones take their
-    default."""
-    get: Callable[[str, Any], Any] = data.get if isinstance(data, Mapping) else functools.partial(getattr, data)
-    values = {}
-    for name, convert, default in _plan(cls):
-        value = get(name, _MISSING)
-        if value is _MISSING:
-            if default is _MISSING:
-                raise ProtocolError(f"{cls.__name__}.{name} is required")
-            value = default
-        elif convert is not None:
-            value = convert(value)
-        values[name] = value
-    return cls(**values)
+    return compiled(cls)
 
 
 def milliseconds(value: datetime.timedelta | int) -> int:

@@ -38,6 +38,8 @@ from kio.serial._serialize import get_field_writer
 from kio.serial.writers import write_tagged_field
 from kio.static.primitive import uvarint as uvarint_value
 
+from .entities import ZERO, build
+
 Write = Callable[[bytearray, Any], None]
 
 _MISSING: Final = object()
@@ -187,7 +189,7 @@ def _nullable_entity(write_entity: Write) -> Write:
     return write
 
 
-def _default(f: dataclasses.Field[Any], kind: Any, zero: Mapping[str, Any]) -> Any:
+def _default(f: dataclasses.Field[Any], kind: Any) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
     if f.default_factory is not dataclasses.MISSING:
@@ -196,13 +198,12 @@ def _default(f: dataclasses.Field[Any], kind: Any, zero: Mapping[str, Any]) -> A
         return ()
     if is_optional(f):
         return None
-    return zero.get(get_schema_field_type(f), 0)
+    return ZERO.get(get_schema_field_type(f), 0)
 
 
 @functools.cache
-def compiled(cls: Any, zero: tuple[tuple[str, Any], ...]) -> Write:
-    """The writer of kio entity ``cls``; ``zero``: the value of a missing required field, per Kafka type."""
-    zeros = dict(zero)
+def compiled(cls: Any) -> Write:
+    """The writer of kio entity ``cls``: a missing required field takes ``entities.ZERO`` of its Kafka type."""
     flexible = bool(cls.__flexible__)
     steps: list[tuple[str, Write, Any]] = []
     tagged: list[tuple[int, str, Any, Callable[[Any, Any], None], Callable[[Any], Any]]] = []
@@ -217,17 +218,17 @@ def compiled(cls: Any, zero: tuple[tuple[str, Any], ...]) -> Write:
             continue
         nullable = is_optional(f)
         if isinstance(kind, EntityTupleField):
-            write = _array(compiled(kind.type_, zero), flexible)
+            write = _array(compiled(kind.type_), flexible)
         elif isinstance(kind, PrimitiveTupleField):
             write = _array(_primitive(get_schema_field_type(f), flexible, False), flexible)
         elif isinstance(kind, EntityField):
-            inner = compiled(kind.type_, zero)
+            inner = compiled(kind.type_)
             write = _nullable_entity(inner) if nullable else inner
         elif request_header and f.name == "client_id":  # Kafka's own exception: a legacy string, even flexible
             write = _primitive("string", False, True)
         else:
             write = _primitive(get_schema_field_type(f), flexible, nullable)
-        steps.append((f.name, write, _default(f, kind, zeros)))
+        steps.append((f.name, write, _default(f, kind)))
 
     def write_entity(out: bytearray, data: Any) -> None:
         get = data.get if isinstance(data, Mapping) else functools.partial(getattr, data)
@@ -243,8 +244,6 @@ def compiled(cls: Any, zero: tuple[tuple[str, Any], ...]) -> Write:
 def _tag_value(kind: Any) -> Callable[[Any], Any]:
     """A tagged field's value as kio's writer takes it (entities built from mappings)."""
     if isinstance(kind, EntityField):
-        from .protocol import build  # the package's builder; imported late (it imports this module)
-
         return lambda v: v if v is None or type(v) is kind.type_ else build(kind.type_, v)
     return lambda v: v
 

@@ -1,5 +1,5 @@
 """A fetch's part still under way at one broker when the answer goes out is parked, not dropped
-(``gateway/data.fetch``): the client's next fetch of the same offsets takes it. The brokers here are
+(``gateway/fetch.fetch``): the client's next fetch of the same offsets takes it. The brokers here are
 stand-ins that count the fetches they are sent; the gateway's real consumer paths, on real brokers and
 clients, are in the other suites of this folder."""
 
@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
-from gateway import data
+from gateway import fetch
 from gateway.server import ClientConnection, ClientMemory, Limits
 from gateway.view import Placement
 from metadata_log.image import EMPTY_IMAGE
@@ -62,7 +62,7 @@ class Cluster:
         yield self.broker
 
 
-class Gateway:
+class Context:  # a FetchContext's stand-in
     """Logical T/0 is physical T/0 on c1, logical T/1 physical T/0 on c2."""
 
     def __init__(self, c1: Broker, c2: Broker) -> None:
@@ -91,21 +91,21 @@ def records_by_partition(answer: dict[str, Any]) -> dict[int, bytes]:
 
 async def test_a_second_brokers_data_is_kept_for_the_next_fetch_of_the_same_offsets() -> None:
     c1, c2 = Broker(b"one", ready=True), Broker(b"two", ready=False)
-    gw = Gateway(c1, c2)
+    ctx = Context(c1, c2)
     conn = ClientConnection("127.0.0.1", ClientMemory())
 
-    first = await data.fetch(gw, conn, fetch_request(5, 7))  # type: ignore[arg-type]  # the stand-ins
+    first = await fetch.fetch(ctx, conn, fetch_request(5, 7))  # type: ignore[arg-type]  # the stand-ins
     assert records_by_partition(first) == {0: b"one", 1: b""}, "answered with c1's data, c2 still fetching"
     c2.ready.set()  # c2's answer arrives after the client was answered
     await asyncio.sleep(0.01)
 
-    second = await data.fetch(gw, conn, fetch_request(6, 7))  # type: ignore[arg-type]
+    second = await fetch.fetch(ctx, conn, fetch_request(6, 7))  # type: ignore[arg-type]
     assert records_by_partition(second)[1] == b"two", "c2's data reached the client"
     assert c2.asked == [[(0, 7)]], "c2's parked part answered the second fetch: it was asked once"
     assert c1.asked == [[(0, 5)], [(0, 6)]]
 
     c2.ready.clear()
-    third = asyncio.ensure_future(data.fetch(gw, conn, fetch_request(6, 8)))  # type: ignore[arg-type]
+    third = asyncio.ensure_future(fetch.fetch(ctx, conn, fetch_request(6, 8)))  # type: ignore[arg-type]
     await asyncio.sleep(0.05)
     c2.ready.set()
     await third

@@ -9,8 +9,8 @@ import struct
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from gateway.groups import Member
 from gateway.holdback import GroupKeyOrder
+from gateway.members import Member
 from metadata_log import commands
 from metadata_log import commands as key_order
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_STORED, TopicPartition
 
-from gateway import data
+from gateway import fetch
 from gateway.view import Placement
 from metadata_client import brokers
 from sdk import brokers as probing
@@ -59,13 +59,13 @@ class Cluster:
 
 def answered(tansu: bool, timestamp: int) -> int:
     placement = Placement("L", 0, "c1", "T", 0, True, True)
-    got = asyncio.run(data._list_from(Cluster(Broker(tansu)), "leader", [("L", 0, placement, timestamp)], 0))  # type: ignore[arg-type]
+    got = asyncio.run(fetch._list_from(Cluster(Broker(tansu)), "leader", [("L", 0, placement, timestamp)], 0))  # type: ignore[arg-type]
     return int(got[("L", 0)]["offset"])
 
 
 def test_the_gateway_answers_earliest_with_tansus_log_start_and_passes_kafkas_on() -> None:
-    assert answered(tansu=True, timestamp=data.EARLIEST) == 0
-    assert answered(tansu=False, timestamp=data.EARLIEST) == SKIPPED_TO  # Apache Kafka's is right: as it said
+    assert answered(tansu=True, timestamp=fetch.EARLIEST) == 0
+    assert answered(tansu=False, timestamp=fetch.EARLIEST) == SKIPPED_TO  # Apache Kafka's is right: as it said
     assert answered(tansu=True, timestamp=-1) == SKIPPED_TO  # latest, or a time: the broker's answer
 
 

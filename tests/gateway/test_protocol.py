@@ -158,5 +158,5 @@ def test_the_compiled_writers_write_what_kio_writes(name: str, cls: Any, data: s
     expected = io.BytesIO()
     entity_writer(cls)(expected, entity)
     got = bytearray()
-    compiled(cls, kp._ZERO_ITEMS)(got, entity)
+    compiled(cls)(got, entity)
     assert bytes(got) == expected.getvalue()
