@@ -179,10 +179,18 @@ class DrainTracker:
         drain = seen[1] if seen is not None and seen[0] >= since + self.grace_s else None
         drained, waiting_for, lag = self._progress(p.cluster_id, drain, readers, retention_ms, now - since)
         return DrainRow(
-            topic, p.partition, p.cluster_id, p.physical_topic, p.physical_partition, p.state,
-            drained, waiting_for, lag,
-            drain.end if drain else None, drain.committed if drain else {},
-        )  # fmt: skip
+            topic,
+            p.partition,
+            p.cluster_id,
+            p.physical_topic,
+            p.physical_partition,
+            p.state,
+            drained,
+            waiting_for,
+            lag,
+            drain.end if drain else None,
+            drain.committed if drain else {},
+        )
 
     def _progress(
         self, cluster_id: str, drain: PartitionDrain | None, readers: set[str], retention_ms: int | None, age_s: float

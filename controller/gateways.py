@@ -58,14 +58,16 @@ class GatewayLeases:
         self._leases.clear()
         self._term_start_s = now_s
 
-    def beat(self, gateway_id: int, instance: str, now_s: float, now_ms: int, connections: int = 0,
-             requests: int = 0) -> GatewayLease:  # fmt: skip
+    def beat(
+        self, gateway_id: int, instance: str, now_s: float, now_ms: int, connections: int = 0, requests: int = 0
+    ) -> GatewayLease:
         previous = self._leases.get(gateway_id)
         rate = None
         if previous is not None and previous.instance == instance and now_s > previous.beat_at_s:
             rate = max(0, requests - previous.requests) / (now_s - previous.beat_at_s)
-        lease = GatewayLease(gateway_id, instance, now_s + self.lease_ms / 1000, now_ms, connections, requests,
-                             now_s, rate)  # fmt: skip
+        lease = GatewayLease(
+            gateway_id, instance, now_s + self.lease_ms / 1000, now_ms, connections, requests, now_s, rate
+        )
         self._leases[gateway_id] = lease
         return lease
 
@@ -164,8 +166,11 @@ class GatewayHeartbeat(BaseModel):
     port: int = Field(ge=1, le=65535, description="The port Kafka clients reach this gateway at.")
     instance: str = Field(min_length=1, max_length=64, description="New in every process (a restart registers anew).")
     rack: str | None = Field(None, max_length=249, description="Its rack, shown to rack-aware clients.")
-    listener: str = Field("PLAINTEXT", max_length=249, description="Its listener's security; clients are told "
-                          "only of gateways with the same (e.g. SASL_SSL).")  # fmt: skip
+    listener: str = Field(
+        "PLAINTEXT",
+        max_length=249,
+        description="Its listener's security; clients are told only of gateways with the same (e.g. SASL_SSL).",
+    )
     connections: int = Field(0, ge=0, le=2**31 - 1, description="Kafka client connections open now (for display).")
     requests: int = Field(0, ge=0, le=2**63 - 1, description="Kafka requests served since it started (for display).")
 

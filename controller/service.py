@@ -547,9 +547,10 @@ class ControllerService:
             if not ok and self.leader() is not None and rm.image.offset + 1 >= rm.high_watermark:
                 # caught up with a live leader for a whole wait: the offset is not in the log at all
                 raise InvalidRequest(
-                    "min_offset", f"offset {min_offset} is beyond the committed log (its next offset is "
-                    f"{rm.high_watermark})", high_watermark=rm.high_watermark,
-                )  # fmt: skip
+                    "min_offset",
+                    f"offset {min_offset} is beyond the committed log (its next offset is {rm.high_watermark})",
+                    high_watermark=rm.high_watermark,
+                )
             if not ok:
                 raise Unavailable(
                     f"this node has applied up to {self.read_model.image.offset}, not yet {min_offset}",

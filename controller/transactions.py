@@ -103,8 +103,13 @@ class TransactionDriver:
             self._retry_at.pop(task, None)
             self.completed += 1
         except (KfedError, TimeoutError, OSError) as e:
-            log.info("transaction %s: %s on %s not completed yet (%s)", task.transactional_id, task.sequence,
-                     task.cluster_id, e)  # fmt: skip
+            log.info(
+                "transaction %s: %s on %s not completed yet (%s)",
+                task.transactional_id,
+                task.sequence,
+                task.cluster_id,
+                e,
+            )
             self._retry_at[task] = time.monotonic() + RETRY_AFTER_S
         except Exception:
             log.exception("transaction %s: completing on %s failed", task.transactional_id, task.cluster_id)
@@ -131,13 +136,20 @@ class TransactionDriver:
             raise CompletionFailed(str(e)) from None
 
         def completed(image: MetadataImage) -> commands.Result:
-            return commands.complete_participants(image, task.transactional_id, task.producer_id, task.epoch,
-                                                  task.sequence, [task.cluster_id])  # fmt: skip
+            return commands.complete_participants(
+                image, task.transactional_id, task.producer_id, task.epoch, task.sequence, [task.cluster_id]
+            )
 
         await service.write(completed, lambda image: {}, None, "")
-        log.warning("transaction %s/%d/%d/%d: %s on %s (its owner is fenced)", task.transactional_id,
-                    task.producer_id, task.epoch, task.sequence, "committed" if task.commit else "aborted",
-                    task.cluster_id)  # fmt: skip
+        log.warning(
+            "transaction %s/%d/%d/%d: %s on %s (its owner is fenced)",
+            task.transactional_id,
+            task.producer_id,
+            task.epoch,
+            task.sequence,
+            "committed" if task.commit else "aborted",
+            task.cluster_id,
+        )
 
     async def _check_still_pending(self, task: CompletionTask) -> None:
         """A linearizable read: a record committed now, then the participant still pending in the image.
@@ -156,8 +168,12 @@ class TransactionDriver:
         elif task.commit and seen.state == "CompleteAbort":
             # The part was aborted by Kafka itself (its timeout, a broker that lost it): the divergence
             # the long participant timeout is there to prevent. Reported, not hidden; nothing can undo it.
-            log.error("transaction %s/%d: committed in the log but its part on %s was aborted by Kafka",
-                      task.transactional_id, task.sequence, task.cluster_id)  # fmt: skip
+            log.error(
+                "transaction %s/%d: committed in the log but its part on %s was aborted by Kafka",
+                task.transactional_id,
+                task.sequence,
+                task.cluster_id,
+            )
         for _ in range(FENCE_ATTEMPTS):
             code = await participant.fence(ktid, seen.producer_id, seen.epoch, PARTICIPANT_TRANSACTION_TIMEOUT_MS)
             if code != ErrorCode.concurrent_transactions:
@@ -185,8 +201,10 @@ class TransactionDriver:
         missing = [name for key_, name in _NEEDED_APIS if key_ not in versions]
         reason = None
         if missing:
-            reason = (f"its brokers do not serve {', '.join(missing)}, which completing a transaction without its "
-                      "producer needs (Tansu serves no DescribeTransactions; Apache Kafka 3.0+ does)")  # fmt: skip
+            reason = (
+                f"its brokers do not serve {', '.join(missing)}, which completing a transaction without its "
+                "producer needs (Tansu serves no DescribeTransactions; Apache Kafka 3.0+ does)"
+            )
         self._refusals[key] = reason
         return reason
 

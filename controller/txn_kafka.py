@@ -82,11 +82,13 @@ class Participant:
 
     async def _coordinator(self, ktid: str) -> tuple[str, BrokerConnection]:
         conn = await self._any_connection()
-        response = await conn.call(kp.FIND_COORDINATOR, FIND_COORDINATOR_VERSION, {"key": ktid, "key_type": 1},
-                                   REQUEST_TIMEOUT_S)  # fmt: skip
+        response = await conn.call(
+            kp.FIND_COORDINATOR, FIND_COORDINATOR_VERSION, {"key": ktid, "key_type": 1}, REQUEST_TIMEOUT_S
+        )
         if response.error_code != ErrorCode.none:
-            raise UpstreamError(f"cluster {self.cluster_id}: no transaction coordinator for {ktid!r} "
-                                f"({response.error_code.name})")  # fmt: skip
+            raise UpstreamError(
+                f"cluster {self.cluster_id}: no transaction coordinator for {ktid!r} ({response.error_code.name})"
+            )
         address = f"{response.host}:{response.port}"
         return address, await self._connection(address)
 
@@ -119,8 +121,12 @@ class Participant:
         """InitProducerId expecting (producer_id, epoch): bumps the epoch (aborting an open transaction), so
         the producer that held it can write nothing more; the broker's error code."""
         _, conn = await self._coordinator(ktid)
-        data = {"transactional_id": ktid, "transaction_timeout": timeout_ms, "producer_id": producer_id,
-                "producer_epoch": epoch}  # fmt: skip
+        data = {
+            "transactional_id": ktid,
+            "transaction_timeout": timeout_ms,
+            "producer_id": producer_id,
+            "producer_epoch": epoch,
+        }
         response = await conn.call(kp.INIT_PRODUCER_ID, INIT_PRODUCER_ID_VERSION, data, REQUEST_TIMEOUT_S)
         return ErrorCode(response.error_code)
 

@@ -283,13 +283,23 @@ class KafkaCluster(Processes):
         running = []
         for i in indexes:
             self._config_path(i).write_text(self._config(i))
-            args = self._java(libs, "kafka.tools.StorageTool", "format", "--ignore-formatted", "-t", cluster_id,
-                              "-c", str(self._config_path(i)), tool=True)  # fmt: skip
+            args = self._java(
+                libs,
+                "kafka.tools.StorageTool",
+                "format",
+                "--ignore-formatted",
+                "-t",
+                cluster_id,
+                "-c",
+                str(self._config_path(i)),
+                tool=True,
+            )
             running.append((i, self._spawn(i, args)))
         for i, proc in running:
             if proc.wait(STARTUP_TIMEOUT_S) != 0:
-                raise ProcessExited(f"formatting broker {i + 1}'s storage failed (status {proc.returncode})",
-                                    self._log_path(i))  # fmt: skip
+                raise ProcessExited(
+                    f"formatting broker {i + 1}'s storage failed (status {proc.returncode})", self._log_path(i)
+                )
 
     def _wait_started(self, index: int, offset: int, timeout_s: float) -> None:
         """Until the broker's log (past ``offset``) says it started; fails early when the process ends."""

@@ -129,8 +129,18 @@ class LocalQuorum(_Processes):
             secrets = ["--admin-token-file", str(self.token_file), "--raft-secret-file", str(self.raft_secret_file)]
         if self.tls:
             secrets += ["--tls-cert", str(self.tls[0]), "--tls-key", str(self.tls[1]), "--tls-ca", str(self.tls[2])]
-        args = ["controller", "--config", str(config), "--node-id", str(node_id), *flags, *secrets,
-                "--data-dir", str(self.data_dir / f"node-{node_id}"), *self.extra_args]  # fmt: skip
+        args = [
+            "controller",
+            "--config",
+            str(config),
+            "--node-id",
+            str(node_id),
+            *flags,
+            *secrets,
+            "--data-dir",
+            str(self.data_dir / f"node-{node_id}"),
+            *self.extra_args,
+        ]
         self.procs[node_id] = _spawn(kfed_command(*args), self.data_dir / f"node-{node_id}.log")
 
     def running(self, node_id: int) -> bool:
@@ -244,8 +254,19 @@ class SubCluster:
 
     def start_agent(self) -> None:
         rf = ["--replication-factor", str(self.brokers.replication_factor)] if self.kind == "kafka" else []
-        args = ["agent", "--cluster-id", self.cluster_id, "--region", self.region, "--bootstrap", self.bootstrap,
-                "--controller", ",".join(self.controllers), *rf, *self.agent_args]  # fmt: skip
+        args = [
+            "agent",
+            "--cluster-id",
+            self.cluster_id,
+            "--region",
+            self.region,
+            "--bootstrap",
+            self.bootstrap,
+            "--controller",
+            ",".join(self.controllers),
+            *rf,
+            *self.agent_args,
+        ]
         self.agent = _spawn(kfed_command(*args), self.data_dir / f"agent-{self.cluster_id}.log")
 
     def kill_agent(self, sig: int = signal.SIGKILL) -> None:
@@ -325,8 +346,15 @@ class LocalFederation(_Processes):
             brokers = self.lend_brokers(cluster_id)
         else:
             brokers = make_brokers(self.broker, self.data_dir, cluster_id, self.brokers_per_cluster, base_port)
-        return SubCluster(cluster_id, region, brokers, self.data_dir, self.quorum.urls,
-                          [*self.agent_args, *agent_args], owns_brokers=self.lend_brokers is None)  # fmt: skip
+        return SubCluster(
+            cluster_id,
+            region,
+            brokers,
+            self.data_dir,
+            self.quorum.urls,
+            [*self.agent_args, *agent_args],
+            owns_brokers=self.lend_brokers is None,
+        )
 
     def start(self) -> None:
         self.quorum.start()
@@ -414,8 +442,12 @@ def create_demo_topic(fed: LocalFederation) -> dict[str, Any]:
 
     with fed.quorum.controller_client() as client:
         try:
-            return dict(client.post("/v1/topics", {"name": DEMO_TOPIC, "region": "r1",
-                                                   "partitions_per_cluster": DEMO_PARTITIONS_PER_CLUSTER}))  # fmt: skip
+            return dict(
+                client.post(
+                    "/v1/topics",
+                    {"name": DEMO_TOPIC, "region": "r1", "partitions_per_cluster": DEMO_PARTITIONS_PER_CLUSTER},
+                )
+            )
         except Conflict:
             return dict(client.get(f"/v1/topics/{DEMO_TOPIC}"))
 

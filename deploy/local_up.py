@@ -124,8 +124,10 @@ class LocalLayout:
         cid, flag = f"c{index + 1}", "--broker-base-port"
         ports = [(base + i, f"{cid}'s broker {i + 1}", flag) for i in range(self.brokers_per_cluster)]
         if self.broker == "kafka":
-            ports += [(base + CONTROLLER_PORT_OFFSET + i, f"{cid}'s KRaft controller {i + 1}", flag)
-                      for i in range(self.brokers_per_cluster)]  # fmt: skip
+            ports += [
+                (base + CONTROLLER_PORT_OFFSET + i, f"{cid}'s KRaft controller {i + 1}", flag)
+                for i in range(self.brokers_per_cluster)
+            ]
         return ports
 
     def needed_ports(self) -> list[tuple[int, str, str]]:
@@ -136,8 +138,10 @@ class LocalLayout:
         for k in range(self.clusters):
             ports += self.cluster_ports(k)
         if self.spark_workers:
-            ports += [(self.spark_master_port, "the Spark master", "--spark-master-port"),
-                      (self.spark_ui_port, "the Spark master's UI", "--spark-ui-port")]  # fmt: skip
+            ports += [
+                (self.spark_master_port, "the Spark master", "--spark-master-port"),
+                (self.spark_ui_port, "the Spark master's UI", "--spark-ui-port"),
+            ]
         return ports
 
     def to_json(self) -> dict[str, Any]:
@@ -202,8 +206,9 @@ def federation(layout: LocalLayout) -> LocalFederation:
         secrets_dir=layout.data_dir,
     )
     clusters = [(f"c{k + 1}", "r1", layout.cluster_base_port(k)) for k in range(layout.clusters)]
-    return LocalFederation(layout.data_dir, clusters, quorum, broker=layout.broker,
-                           brokers_per_cluster=layout.brokers_per_cluster)  # fmt: skip
+    return LocalFederation(
+        layout.data_dir, clusters, quorum, broker=layout.broker, brokers_per_cluster=layout.brokers_per_cluster
+    )
 
 
 def run_federation(fed: LocalFederation, progress: Progress) -> None:
@@ -212,8 +217,10 @@ def run_federation(fed: LocalFederation, progress: Progress) -> None:
     quorum.start()
     progress.wait("electing a controller leader", quorum.wait_ready)
     progress.say(f"3 controllers up: {', '.join(quorum.urls)}")
-    what = (f"{len(fed.clusters)} sub-clusters of {fed.brokers_per_cluster} {BROKER_NAMES[fed.broker]} "
-            f"broker{'s' if fed.brokers_per_cluster > 1 else ''}")  # fmt: skip
+    what = (
+        f"{len(fed.clusters)} sub-clusters of {fed.brokers_per_cluster} {BROKER_NAMES[fed.broker]} "
+        f"broker{'s' if fed.brokers_per_cluster > 1 else ''}"
+    )
     if fed.broker == "kafka":
         what += " (JVMs: seconds each)"
     progress.wait(f"starting {what}", fed.start_brokers)
@@ -231,8 +238,9 @@ def start_gateway(quorum: LocalQuorum, port: int, progress: Progress) -> subproc
     """One ``kfed gateway`` on 127.0.0.1:``port``, serving Kafka clients once this returns."""
     token = ["--token-file", str(quorum.token_file)] if quorum.token_file else []
     log = quorum.data_dir / "gateway.log"
-    proc = spawn(kfed_command("gateway", "--controller", ",".join(quorum.urls), "--listen", f"127.0.0.1:{port}",
-                              *token), log)  # fmt: skip
+    proc = spawn(
+        kfed_command("gateway", "--controller", ",".join(quorum.urls), "--listen", f"127.0.0.1:{port}", *token), log
+    )
     progress.wait("starting the Kafka gateway", lambda: wait_port(port, GATEWAY_START_TIMEOUT_S, proc, log))
     progress.say(f"Kafka gateway serves on 127.0.0.1:{port}")
     return proc
@@ -293,8 +301,12 @@ def local_up(layout: LocalLayout, once: bool = False, out: TextIO | None = None)
         gateway = start_gateway(fed.quorum, layout.gateway_port, progress)
         if layout.spark_workers:
             progress.say(f"starting a Spark master and {layout.spark_workers} worker(s)")
-            spark = start_spark_cluster(layout.data_dir / "spark", layout.spark_workers,
-                                        port=layout.spark_master_port, ui_port=layout.spark_ui_port)  # fmt: skip
+            spark = start_spark_cluster(
+                layout.data_dir / "spark",
+                layout.spark_workers,
+                port=layout.spark_master_port,
+                ui_port=layout.spark_ui_port,
+            )
         print(_banner(fed, topic, layout.gateway_port, spark), file=out, flush=True)
         state.write_text(json.dumps({"pid": os.getpid(), "layout": layout.to_json()}))
         if once:
@@ -379,8 +391,9 @@ def _add_cluster(fed: LocalFederation, layout: LocalLayout, body: dict[str, Any]
     return {"cluster_id": cluster_id, "region": region, "bootstrap": c.bootstrap}
 
 
-def cluster_add(data_dir: Path, cluster_id: str, region: str, out: TextIO | None = None,
-                timeout_s: float = ADD_TIMEOUT_S) -> int:  # fmt: skip
+def cluster_add(
+    data_dir: Path, cluster_id: str, region: str, out: TextIO | None = None, timeout_s: float = ADD_TIMEOUT_S
+) -> int:
     """``kfed local cluster add``: ask the ``kfed local up`` running on ``data_dir`` to start one more
     sub-cluster with its agent; prints its progress. 0 when it is registered and healthy."""
     out = out or sys.stdout
@@ -398,8 +411,10 @@ def cluster_add(data_dir: Path, cluster_id: str, region: str, out: TextIO | None
         pid = int(json.loads(state_path.read_text())["pid"])
         os.kill(pid, 0)  # is it still running? (signal 0 checks, sends nothing)
     except (OSError, ValueError, KeyError):
-        print(f"kfed local: no `kfed local up` is running on {data_dir} (start one, or pass its --data-dir)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"kfed local: no `kfed local up` is running on {data_dir} (start one, or pass its --data-dir)",
+            file=sys.stderr,
+        )
         return 2
     requests = data_dir / REQUESTS_DIR
     requests.mkdir(exist_ok=True)
@@ -422,8 +437,10 @@ def cluster_add(data_dir: Path, cluster_id: str, region: str, out: TextIO | None
             print(f"kfed local: cluster add {cluster_id}: {result['error']}", file=sys.stderr)
             return 1
         time.sleep(0.2)
-    print(f"kfed local: cluster add {cluster_id}: no answer within {timeout_s:.0f} s (is `kfed local up` busy?)",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"kfed local: cluster add {cluster_id}: no answer within {timeout_s:.0f} s (is `kfed local up` busy?)",
+        file=sys.stderr,
+    )
     return 1
 
 

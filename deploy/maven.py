@@ -79,8 +79,15 @@ class JarSet:
         home.mkdir(parents=True, exist_ok=True)
         staging = home / f"libs.partial-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
-        goal = ["-q", "-B", "-Dstyle.color=never", "-f", str(self.pom), "dependency:copy-dependencies",
-                f"-DoutputDirectory={staging}"]  # fmt: skip
+        goal = [
+            "-q",
+            "-B",
+            "-Dstyle.color=never",
+            "-f",
+            str(self.pom),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={staging}",
+        ]
         result = subprocess.run([mvn, "-o", *goal], capture_output=True, text=True)
         if result.returncode != 0:  # online; -U retries what an earlier attempt failed to fetch (Maven caches that)
             result = subprocess.run([mvn, "-U", *goal], capture_output=True, text=True)
@@ -109,8 +116,11 @@ def _errors(output: str) -> list[str]:
     """Maven's own error lines, without its standard advice."""
     lines = output.replace("\x1b[0m", "").strip().splitlines()
     advice = ("-e switch", "-X switch", "For more information", "cwiki.apache.org")
-    errors = [line.removesuffix(" -> [Help 1]") for line in lines if line.startswith("[ERROR] ") and line[8:].strip()
-              and not any(a in line for a in advice)]  # fmt: skip
+    errors = [
+        line.removesuffix(" -> [Help 1]")
+        for line in lines
+        if line.startswith("[ERROR] ") and line[8:].strip() and not any(a in line for a in advice)
+    ]
     return errors[:3] or lines[-6:]
 
 

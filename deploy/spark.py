@@ -145,24 +145,37 @@ class SparkCluster(Processes):
         # with it, executors could import kfed from wherever the launching shell pointed, not from what an
         # application ships.
         env.pop("PYTHONPATH", None)
-        env.update({"SPARK_HOME": str(self.home), "SPARK_LOCAL_IP": HOST, "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
-                    "SPARK_MASTER_OPTS": MASTER_OPTS, MARKER_ENV: self.token})  # fmt: skip
+        env.update(
+            {
+                "SPARK_HOME": str(self.home),
+                "SPARK_LOCAL_IP": HOST,
+                "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
+                "SPARK_MASTER_OPTS": MASTER_OPTS,
+                MARKER_ENV: self.token,
+            }
+        )
         return env
 
     def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[bytes]:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log_file: IO[bytes] = open(self.data_dir / log_name, "ab")  # noqa: SIM115 - owned by the child
         try:
-            return subprocess.Popen([str(self.home / "bin" / "spark-class"), *args], stdout=log_file,
-                                    stderr=subprocess.STDOUT, env=self._env(), cwd=self.data_dir,
-                                    start_new_session=True)  # fmt: skip
+            return subprocess.Popen(
+                [str(self.home / "bin" / "spark-class"), *args],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=self._env(),
+                cwd=self.data_dir,
+                start_new_session=True,
+            )
         finally:
             log_file.close()
 
     def start(self) -> None:
         """Start the master, then every worker; return once the master lists them all ALIVE."""
-        self.master = self._spawn([MASTER_CLASS, "--host", HOST, "--port", str(self.port),
-                                   "--webui-port", str(self.ui_port)], "master.log")  # fmt: skip
+        self.master = self._spawn(
+            [MASTER_CLASS, "--host", HOST, "--port", str(self.port), "--webui-port", str(self.ui_port)], "master.log"
+        )
         self._wait(lambda s: s.get("status") == "ALIVE", "the master", "master.log")
         for w in self.workers:
             self.start_worker(w.index, wait=False)
@@ -174,9 +187,22 @@ class SparkCluster(Processes):
         if w.running():
             raise SparkClusterError(f"worker {index} is running already")
         w.work_dir.mkdir(parents=True, exist_ok=True)
-        args = [WORKER_CLASS, "--host", HOST, "--port", str(w.port), "--webui-port", str(w.ui_port),
-                "--cores", str(self.worker_cores), "--memory", self.worker_memory, "--work-dir", str(w.work_dir),
-                self.master_url]  # fmt: skip
+        args = [
+            WORKER_CLASS,
+            "--host",
+            HOST,
+            "--port",
+            str(w.port),
+            "--webui-port",
+            str(w.ui_port),
+            "--cores",
+            str(self.worker_cores),
+            "--memory",
+            self.worker_memory,
+            "--work-dir",
+            str(w.work_dir),
+            self.master_url,
+        ]
         w.proc = self._spawn(args, f"worker-{index}.log")
         if wait:
             self.wait_workers(sum(1 for x in self.workers if x.running()))
@@ -228,8 +254,12 @@ class SparkCluster(Processes):
 
     def wait_workers(self, count: int, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Until the master lists exactly ``count`` workers ALIVE."""
-        self._wait(lambda s: sum(w.get("state") == "ALIVE" for w in s.get("workers", [])) == count,
-                   f"{count} alive workers", "worker-*.log", timeout_s)  # fmt: skip
+        self._wait(
+            lambda s: sum(w.get("state") == "ALIVE" for w in s.get("workers", [])) == count,
+            f"{count} alive workers",
+            "worker-*.log",
+            timeout_s,
+        )
 
     def _wait(self, ready: Any, what: str, log_name: str, timeout_s: float = READY_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s

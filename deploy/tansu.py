@@ -50,8 +50,16 @@ class TansuBroker(Processes):
     def start(self, index: int | None = None) -> None:
         """Start the broker (memory storage: empty) and wait until it listens."""
         url = f"tcp://127.0.0.1:{self.port}"
-        args = [str(tansu_binary()), "broker", "--cluster-id", self.name, "--listener-url", url,
-                "--advertised-listener-url", url]  # fmt: skip
+        args = [
+            str(tansu_binary()),
+            "broker",
+            "--cluster-id",
+            self.name,
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+        ]
         self.proc = spawn(args, self.log_path)
         wait_port(self.port, STARTUP_TIMEOUT_S, self.proc, self.log_path)
 

@@ -41,22 +41,35 @@ async def metadata(ctx: AdminContext, conn: ClientConnection, request: kp.Reques
     if requested is None or (request.api_version == 0 and not requested):
         names: list[str | None] = list(view.topic_names())
     else:
-        names = [t.name if t.name is not None else view.topic_name_of(getattr(t, "topic_id", ZERO_UUID))
-                 for t in requested]  # fmt: skip
+        names = [
+            t.name if t.name is not None else view.topic_name_of(getattr(t, "topic_id", ZERO_UUID)) for t in requested
+        ]
     producer = conn.producer_view()
     topics = []
     for name in names:
         topic = view.topic(name) if name is not None else None
         if topic is None:
-            topics.append({"error_code": ErrorCode.unknown_topic_or_partition, "name": name, "topic_id": ZERO_UUID,
-                           "is_internal": False, "partitions": (),
-                           "topic_authorized_operations": AUTHORIZED_OPERATIONS_UNKNOWN})  # fmt: skip
+            topics.append(
+                {
+                    "error_code": ErrorCode.unknown_topic_or_partition,
+                    "name": name,
+                    "topic_id": ZERO_UUID,
+                    "is_internal": False,
+                    "partitions": (),
+                    "topic_authorized_operations": AUTHORIZED_OPERATIONS_UNKNOWN,
+                }
+            )
         else:
             topics.append(ctx.topic_metadata(view, topic, producer))
             conn.memory.told(conn.client_key, topic.name, len(topic.placements))
     brokers = [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in view.brokers]
-    return {"throttle_time": 0, "brokers": brokers, "cluster_id": ctx.cluster_name,
-            "controller_id": view.controller_id, "topics": topics}  # fmt: skip
+    return {
+        "throttle_time": 0,
+        "brokers": brokers,
+        "cluster_id": ctx.cluster_name,
+        "controller_id": view.controller_id,
+        "topics": topics,
+    }
 
 
 def topic_metadata(view: ClusterView, topic: TopicView, producer: bool) -> dict[str, Any]:
@@ -65,26 +78,42 @@ def topic_metadata(view: ClusterView, topic: TopicView, producer: bool) -> dict[
     for p in topic.placements:
         leader = view.leader(topic, p.partition, producer)
         replicas = (leader,) if leader != NO_LEADER else ()
-        partitions.append({
-            "error_code": ErrorCode.none if leader != NO_LEADER else ErrorCode.leader_not_available,
-            "partition_index": p.partition, "leader_id": leader,
-            # -1: clients skip leader-epoch validation (OffsetForLeaderEpoch), which the gateway does not serve
-            "leader_epoch": -1, "replica_nodes": replicas, "isr_nodes": replicas, "offline_replicas": (),
-        })  # fmt: skip
-    return {"error_code": ErrorCode.none, "name": topic.name, "topic_id": topic.topic_id, "is_internal": False,
-            "partitions": partitions, "topic_authorized_operations": AUTHORIZED_OPERATIONS_UNKNOWN}  # fmt: skip
+        partitions.append(
+            {
+                "error_code": ErrorCode.none if leader != NO_LEADER else ErrorCode.leader_not_available,
+                "partition_index": p.partition,
+                "leader_id": leader,
+                # -1: clients skip leader-epoch validation (OffsetForLeaderEpoch), which the gateway does not serve
+                "leader_epoch": -1,
+                "replica_nodes": replicas,
+                "isr_nodes": replicas,
+                "offline_replicas": (),
+            }
+        )
+    return {
+        "error_code": ErrorCode.none,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": False,
+        "partitions": partitions,
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_UNKNOWN,
+    }
 
 
 # -- FindCoordinator, InitProducerId ------------------------------------------------------------------
 async def find_coordinator(ctx: AdminContext, conn: ClientConnection, request: kp.Request) -> Any:
     key_type = int(getattr(request.body, "key_type", 0))
     if key_type != 0:
-        return {"error_code": ErrorCode.coordinator_not_available, "node_id": -1, "host": "", "port": -1,
-                "error_message": "the kfed gateway serves no transactions"}  # fmt: skip
+        return {
+            "error_code": ErrorCode.coordinator_not_available,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+            "error_message": "the kfed gateway serves no transactions",
+        }
     conn.saw("consumer")
     broker = ctx.view().coordinator(request.body.key)
-    return {"error_code": 0, "error_message": None, "node_id": broker.node_id, "host": broker.host,
-            "port": broker.port}  # fmt: skip
+    return {"error_code": 0, "error_message": None, "node_id": broker.node_id, "host": broker.host, "port": broker.port}
 
 
 async def init_producer_id(ctx: AdminContext, conn: ClientConnection, request: kp.Request) -> Any:
@@ -110,9 +139,17 @@ async def create_topics(ctx: AdminContext, conn: ClientConnection, request: kp.R
     results = []
     for topic in body.topics:
         code, message, created = await _create_topic(ctx, conn, view, topic, validate_only)
-        results.append({"name": topic.name, "topic_id": created[0] if created else ZERO_UUID, "error_code": code,
-                        "error_message": message, "num_partitions": created[1] if created else -1,
-                        "replication_factor": 1 if created else -1, "configs": None})  # fmt: skip
+        results.append(
+            {
+                "name": topic.name,
+                "topic_id": created[0] if created else ZERO_UUID,
+                "error_code": code,
+                "error_message": message,
+                "num_partitions": created[1] if created else -1,
+                "replication_factor": 1 if created else -1,
+                "configs": None,
+            }
+        )
     return {"throttle_time": 0, "topics": results}
 
 
@@ -154,9 +191,15 @@ async def _create_topic(
     if validate_only:
         return ErrorCode.none, None, (ZERO_UUID, count)
     try:
-        reply = await ctx.quorum.post("/v1/topics", {"name": topic.name, "region": region,
-                                                     "partitions_per_cluster": count // len(clusters),
-                                                     "retention_ms": retention_ms})  # fmt: skip
+        reply = await ctx.quorum.post(
+            "/v1/topics",
+            {
+                "name": topic.name,
+                "region": region,
+                "partitions_per_cluster": count // len(clusters),
+                "retention_ms": retention_ms,
+            },
+        )
     except KfedError as e:
         if isinstance(e, Conflict):
             return ErrorCode.topic_already_exists, e.detail, None
@@ -213,8 +256,12 @@ async def sasl_authenticate(ctx: AdminContext, conn: ClientConnection, request: 
     client = password is not None and any(_same(password, t) for t in ctx.client_tokens)
     if not (admin or client):
         conn.close_after_response = True
-        return {"error_code": ErrorCode.sasl_authentication_failed, "error_message": "unknown user or token",
-                "auth_bytes": b"", "session_lifetime": 0}  # fmt: skip
+        return {
+            "error_code": ErrorCode.sasl_authentication_failed,
+            "error_message": "unknown user or token",
+            "auth_bytes": b"",
+            "session_lifetime": 0,
+        }
     conn.authenticated, conn.admin = True, admin
     conn.principal = fields[1].decode("utf-8", "replace")
     return {"error_code": 0, "error_message": None, "auth_bytes": b"", "session_lifetime": 0}

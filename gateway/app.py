@@ -161,8 +161,14 @@ class Gateway:
             await asyncio.sleep(REGISTER_RETRY_S)
         await self.server.serve()
         self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeat_loop(), name="gateway heartbeat")
-        log.info("kfed gateway %s serving Kafka clients on %s:%d (advertised %s:%d)", self.gateway_id,
-                 self.config.listen_host, self.port, self.self_broker.host, self.self_broker.port)  # fmt: skip
+        log.info(
+            "kfed gateway %s serving Kafka clients on %s:%d (advertised %s:%d)",
+            self.gateway_id,
+            self.config.listen_host,
+            self.port,
+            self.self_broker.host,
+            self.self_broker.port,
+        )
         return self.port
 
     def _first_image(self) -> None:
@@ -176,9 +182,16 @@ class Gateway:
 
     async def _register(self) -> bool:
         broker = self.self_broker
-        body = {"gateway_id": self.gateway_id, "host": broker.host, "port": broker.port, "instance": self.instance,
-                "rack": self.config.rack, "listener": self.config.listener, "connections": self.server.connections,
-                "requests": self.server.requests}  # fmt: skip
+        body = {
+            "gateway_id": self.gateway_id,
+            "host": broker.host,
+            "port": broker.port,
+            "instance": self.instance,
+            "rack": self.config.rack,
+            "listener": self.config.listener,
+            "connections": self.server.connections,
+            "requests": self.server.requests,
+        }
         try:
             reply = await self.quorum.post("/v1/gateways/heartbeat", body)
         except KfedError as e:

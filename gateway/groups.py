@@ -88,8 +88,13 @@ def _pick_protocol(protocols: Any) -> tuple[str, kp.Subscription] | None:
 async def join_group(ctx: GroupContext, conn: ClientConnection, request: kp.Request) -> Any:
     conn.saw("consumer")
     body = request.body
-    refused = {"generation_id": -1, "protocol_name": None, "leader": "", "member_id": body.member_id or "",
-               "members": ()}  # fmt: skip
+    refused = {
+        "generation_id": -1,
+        "protocol_name": None,
+        "leader": "",
+        "member_id": body.member_id or "",
+        "members": (),
+    }
     if body.protocol_type != "consumer":
         return {**refused, "error_code": ErrorCode.inconsistent_group_protocol}
     picked = _pick_protocol(body.protocols)
@@ -105,8 +110,18 @@ async def join_group(ctx: GroupContext, conn: ClientConnection, request: kp.Requ
     if len(members.members) >= MAX_MEMBERS and (body.group_id, body.member_id) not in members.members:
         return {**refused, "error_code": ErrorCode.coordinator_not_available}
     owned = frozenset(subscription.owned) if cooperative else frozenset()
-    member = Member(body.group_id, body.member_id or "", tuple(sorted(set(subscription.topics))), protocol,
-                    cooperative, session_ms, conn.client_id, conn.peer_host, owned, owned)  # fmt: skip
+    member = Member(
+        body.group_id,
+        body.member_id or "",
+        tuple(sorted(set(subscription.topics))),
+        protocol,
+        cooperative,
+        session_ms,
+        conn.client_id,
+        conn.peer_host,
+        owned,
+        owned,
+    )
     try:
         if member.member_id:
             async with members.lock(member.group, member.member_id):
@@ -115,15 +130,26 @@ async def join_group(ctx: GroupContext, conn: ClientConnection, request: kp.Requ
             reply = await _join(ctx, member)
     except KfedError as e:
         return {**refused, "error_code": _error(e)}
-    return {"error_code": 0, "generation_id": reply["generation"], "protocol_type": "consumer",
-            "protocol_name": protocol, "leader": LEADER, "skip_assignment": False, "member_id": member.member_id,
-            "members": ()}  # fmt: skip
+    return {
+        "error_code": 0,
+        "generation_id": reply["generation"],
+        "protocol_type": "consumer",
+        "protocol_name": protocol,
+        "leader": LEADER,
+        "skip_assignment": False,
+        "member_id": member.member_id,
+        "members": (),
+    }
 
 
 async def _join(ctx: GroupContext, member: Member) -> dict[str, Any]:
-    body = {"member_id": member.member_id or None, "topics": list(member.topics),
-            "owned": [list(tp) for tp in member.reported], "session_timeout_ms": member.session_timeout_ms,
-            "metadata_offset": ctx.view().image.offset}  # fmt: skip
+    body = {
+        "member_id": member.member_id or None,
+        "topics": list(member.topics),
+        "owned": [list(tp) for tp in member.reported],
+        "session_timeout_ms": member.session_timeout_ms,
+        "metadata_offset": ctx.view().image.offset,
+    }
     reply = await ctx.quorum.post(f"/v1/groups/{member.group}/heartbeat", body, QUORUM_DEADLINE_S)
     member.member_id = str(reply["member_id"])
     member.generation = int(reply["generation"])
@@ -133,8 +159,10 @@ async def _join(ctx: GroupContext, member: Member) -> dict[str, Any]:
 
 async def sync_group(ctx: GroupContext, conn: ClientConnection, request: kp.Request) -> Any:
     body = request.body
-    answer = {"protocol_type": getattr(body, "protocol_type", None) or "consumer",
-              "protocol_name": getattr(body, "protocol_name", None)}  # fmt: skip
+    answer = {
+        "protocol_type": getattr(body, "protocol_type", None) or "consumer",
+        "protocol_name": getattr(body, "protocol_name", None),
+    }
     member = ctx.members.members.get((body.group_id, body.member_id))
     if member is None:  # joined through another instance (that died?): join again here
         return {**answer, "error_code": ErrorCode.rebalance_in_progress, "assignment": b""}
@@ -215,14 +243,28 @@ async def describe_groups(ctx: GroupContext, conn: ClientConnection, request: kp
         members = []
         for m in g.members if g is not None else ():
             here = local.get((group_id, m.member_id))
-            members.append({"member_id": m.member_id, "group_instance_id": None,
-                            "client_id": (here.client_id or "") if here else "",
-                            "client_host": here.client_host if here else "", "member_metadata": b"",
-                            "member_assignment": kp.encode_assignment(m.assignment)})  # fmt: skip
+            members.append(
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": None,
+                    "client_id": (here.client_id or "") if here else "",
+                    "client_host": here.client_host if here else "",
+                    "member_metadata": b"",
+                    "member_assignment": kp.encode_assignment(m.assignment),
+                }
+            )
         state = "Dead" if g is None else "Stable" if members else "Empty"
-        described.append({"error_code": 0, "group_id": group_id, "group_state": state, "protocol_type": "consumer",
-                          "protocol_data": "range" if members else "", "members": members,
-                          "authorized_operations": -(2**31)})  # fmt: skip
+        described.append(
+            {
+                "error_code": 0,
+                "group_id": group_id,
+                "group_state": state,
+                "protocol_type": "consumer",
+                "protocol_data": "range" if members else "",
+                "members": members,
+                "authorized_operations": -(2**31),
+            }
+        )
     return {"throttle_time": 0, "groups": described}
 
 

@@ -120,9 +120,14 @@ class GroupKeyOrder:
         return sorted(self._assigned[1].get(tp, ()))
 
     def cut(
-        self, history: KeyOrderTopic, groups: Iterable[str], topic: str, fetch_offset: int, records: bytes,
+        self,
+        history: KeyOrderTopic,
+        groups: Iterable[str],
+        topic: str,
+        fetch_offset: int,
+        records: bytes,
         max_bytes: int,
-    ) -> bytes:  # fmt: skip
+    ) -> bytes:
         """``records`` fetched at ``fetch_offset`` from a logical partition of strict ``topic`` (its key-order
         ``history``), ended before the first record one of ``groups`` must not have yet."""
         waiting = [g for g in groups if open_parents(history, g)]

@@ -96,9 +96,16 @@ async def offset_commit(ctx: GroupContext, conn: ClientConnection, request: kp.R
         for name, partition, _, p in parts:
             if answers[(name, partition)] == ErrorCode.none:
                 ctx.members.key_order.committed(view.image, body.group_id, name, partition, int(p.committed_offset))
-    topics = [{"name": t.name, "partitions": [{"partition_index": p.partition_index,
-                                                "error_code": answers[(t.name, int(p.partition_index))]}
-                                               for p in t.partitions]} for t in body.topics]  # fmt: skip
+    topics = [
+        {
+            "name": t.name,
+            "partitions": [
+                {"partition_index": p.partition_index, "error_code": answers[(t.name, int(p.partition_index))]}
+                for p in t.partitions
+            ],
+        }
+        for t in body.topics
+    ]
     return {"throttle_time": 0, "topics": topics}
 
 
@@ -107,12 +114,21 @@ async def _commit_to(
 ) -> dict[tuple[str, int], ErrorCode]:
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for _, _, placement, p in parts:
-        by_topic[placement.physical_topic].append({
-            "partition_index": placement.physical_partition, "committed_offset": p.committed_offset,
-            "committed_leader_epoch": -1, "committed_metadata": p.committed_metadata,
-        })  # fmt: skip
-    physical = {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
-                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}  # fmt: skip
+        by_topic[placement.physical_topic].append(
+            {
+                "partition_index": placement.physical_partition,
+                "committed_offset": p.committed_offset,
+                "committed_leader_epoch": -1,
+                "committed_metadata": p.committed_metadata,
+            }
+        )
+    physical = {
+        "group_id": group,
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "group_instance_id": None,
+        "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+    }
     try:
         response = await _call_coordinator(cluster, group, kp.OFFSET_COMMIT, physical)
     except UpstreamError:
@@ -160,8 +176,10 @@ async def offset_fetch(ctx: GroupContext, conn: ClientConnection, request: kp.Re
         for name, partition in sorted(answers):
             found[name].append(partition)
         wanted = list(found.items())
-    topics = [{"name": name, "partitions": [answers.get((name, p)) or _fetched(p, ErrorCode.none)
-                                            for p in partitions]} for name, partitions in wanted]  # fmt: skip
+    topics = [
+        {"name": name, "partitions": [answers.get((name, p)) or _fetched(p, ErrorCode.none) for p in partitions]}
+        for name, partitions in wanted
+    ]
     # A coordinator still not up is the whole request's error, which clients retry (librdkafka gives up a
     # partition whose own error it is).
     moved = [a["error_code"] for a in answers.values() if a["error_code"] in COORDINATOR_MOVED]
@@ -169,8 +187,13 @@ async def offset_fetch(ctx: GroupContext, conn: ClientConnection, request: kp.Re
 
 
 def _fetched(partition: int, code: ErrorCode, offset: int = -1, metadata: str | None = "") -> dict[str, Any]:
-    return {"partition_index": partition, "committed_offset": offset, "committed_leader_epoch": -1,
-            "metadata": metadata, "error_code": code}  # fmt: skip
+    return {
+        "partition_index": partition,
+        "committed_offset": offset,
+        "committed_leader_epoch": -1,
+        "metadata": metadata,
+        "error_code": code,
+    }
 
 
 async def _fetch_from(

@@ -164,8 +164,9 @@ class ProducerIds:
         self._counter += 1
         return CLIENT_ID_BASE | (self.incarnation & MAX_INCARNATION) << COUNTER_BITS | self._counter
 
-    async def physical(self, key: PhysicalKey, cluster: ClusterClient, base_sequence: int,
-                       last_sequence: int) -> PhysicalProducer:  # fmt: skip
+    async def physical(
+        self, key: PhysicalKey, cluster: ClusterClient, base_sequence: int, last_sequence: int
+    ) -> PhysicalProducer:
         """The physical producer a batch of these client sequences goes through on one physical partition:
         the partition's current one when the batch follows it, else a new one allocated on its cluster
         (concurrent callers share one allocation)."""
@@ -205,8 +206,9 @@ class ProducerIds:
 
 async def _allocate(cluster: ClusterClient) -> PhysicalProducer:
     conn = await cluster.any_connection()
-    response = await conn.call(kp.INIT_PRODUCER_ID, conn.version(kp.INIT_PRODUCER_ID),
-                               {"transactional_id": None, "transaction_timeout": -1})  # fmt: skip
+    response = await conn.call(
+        kp.INIT_PRODUCER_ID, conn.version(kp.INIT_PRODUCER_ID), {"transactional_id": None, "transaction_timeout": -1}
+    )
     if response.error_code != ErrorCode.none:
         raise UpstreamError(f"cluster {cluster.cluster_id} refused a producer id: {response.error_code.name}")
     return PhysicalProducer(int(response.producer_id), int(response.producer_epoch))

@@ -279,8 +279,13 @@ class KafkaServer:
                 head = await asyncio.wait_for(reader.readexactly(4), limits.idle_s)
                 size = kp.SIZE.unpack(head)[0]
                 if not kp.REQUEST_PREFIX.size <= size <= limits.max_frame_bytes:
-                    log.info("%s: closing: a frame of %d bytes (allowed %d to %d)", conn.peer_host, size,
-                             kp.REQUEST_PREFIX.size, limits.max_frame_bytes)  # fmt: skip
+                    log.info(
+                        "%s: closing: a frame of %d bytes (allowed %d to %d)",
+                        conn.peer_host,
+                        size,
+                        kp.REQUEST_PREFIX.size,
+                        limits.max_frame_bytes,
+                    )
                     return
                 async with room:
                     while pending and (
@@ -310,8 +315,9 @@ class KafkaServer:
         if served is None or not served[0] <= prefix.api_version <= served[1]:
             if prefix.api_key == kp.API_VERSIONS:
                 return _InFlight(None, None, size, kp.encode_unsupported_api_versions(prefix.correlation_id, versions))
-            log.info("%s: closing: %s v%d is not served", conn.peer_host, kp.api_name(prefix.api_key),
-                     prefix.api_version)  # fmt: skip
+            log.info(
+                "%s: closing: %s v%d is not served", conn.peer_host, kp.api_name(prefix.api_key), prefix.api_version
+            )
             return None
         try:
             request = kp.decode_request(frame, prefix)

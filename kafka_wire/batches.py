@@ -254,8 +254,9 @@ def cut(records: bytes, offset: int, max_bytes: int) -> bytes:
     its own batch with only the records before it (uncompressed, with a fresh CRC), nothing after it. A
     client's position then stops at ``offset``: it asks for it again."""
     for at, end, header in _batches(records, partial_ok=True):
-        (base, _, epoch, _, _, attributes, last_delta, base_ts, max_ts, producer, producer_epoch, sequence,
-         count) = header  # fmt: skip
+        (base, _, epoch, _, _, attributes, last_delta, base_ts, max_ts, producer, producer_epoch, sequence, count) = (
+            header
+        )
         if base + last_delta < offset:  # wholly before
             continue
         body = _body(memoryview(records)[at + HEADER.size : end], attributes & COMPRESSION_MASK, max_bytes)
@@ -264,8 +265,18 @@ def cut(records: bytes, offset: int, max_bytes: int) -> bytes:
             return records[:at]
         if not attributes & TIMESTAMP_TYPE:  # create time: the kept records' own
             max_ts = base_ts + max(0, *(ts_delta for _, _, ts_delta, _, _ in kept))
-        tail = bytearray(_TAIL.pack(attributes & ~COMPRESSION_MASK, kept[-1][0], base_ts, max_ts, producer,
-                                    producer_epoch, sequence, len(kept)))  # fmt: skip
+        tail = bytearray(
+            _TAIL.pack(
+                attributes & ~COMPRESSION_MASK,
+                kept[-1][0],
+                base_ts,
+                max_ts,
+                producer,
+                producer_epoch,
+                sequence,
+                len(kept),
+            )
+        )
         tail += body[: kept[-1][1]]
         return records[:at] + struct.pack(">qiibI", base, len(tail) + 9, epoch, 2, crc32c.crc32c(tail)) + tail
     return records

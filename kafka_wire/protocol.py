@@ -257,8 +257,10 @@ def encode_assignment(partitions: Iterable[tuple[str, int]], version: int = 0) -
     for topic, partition in partitions:
         by_topic.setdefault(topic, []).append(partition)
     cls = load_entity_schema("consumer_protocol_assignment", version, EntityType.data)
-    data = {"assigned_partitions": [{"topic": t, "partitions": sorted(ps)} for t, ps in sorted(by_topic.items())],
-            "user_data": None}  # fmt: skip
+    data = {
+        "assigned_partitions": [{"topic": t, "partitions": sorted(ps)} for t, ps in sorted(by_topic.items())],
+        "user_data": None,
+    }
     out = io.BytesIO()
     out.write(struct.pack(">h", version))
     _writer(cls)(out, build(cls, data))

@@ -350,8 +350,9 @@ class ClusterClient:
         address = self._coordinators.get(group)
         if address is None:
             conn = await self.control(await self._any_broker())
-            response = await conn.call(kp.FIND_COORDINATOR, conn.version(kp.FIND_COORDINATOR),
-                                       {"key": group, "key_type": 0})  # fmt: skip
+            response = await conn.call(
+                kp.FIND_COORDINATOR, conn.version(kp.FIND_COORDINATOR), {"key": group, "key_type": 0}
+            )
             if response.error_code != ErrorCode.none:
                 raise UpstreamError(
                     f"cluster {self.cluster_id} has no coordinator for group {group!r}: {response.error_code.name}"

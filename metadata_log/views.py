@@ -53,15 +53,17 @@ def topic_view(image: MetadataImage, topic: TopicImage) -> dict[str, Any]:
                 (cluster.leaders, cluster.state == "active" and not cluster.fenced) if cluster else (no_leaders, False)
             )
         leaders, cluster_writable = found
-        partitions.append({
-            "partition": partition,
-            "cluster_id": cluster_id,
-            "physical_topic": physical_topic,
-            "physical_partition": physical_partition,
-            "state": state,
-            "leader": leaders.get((physical_topic, physical_partition)) if leaders else None,
-            "writable": cluster_writable and state == "writable",
-        })  # fmt: skip
+        partitions.append(
+            {
+                "partition": partition,
+                "cluster_id": cluster_id,
+                "physical_topic": physical_topic,
+                "physical_partition": physical_partition,
+                "state": state,
+                "leader": leaders.get((physical_topic, physical_partition)) if leaders else None,
+                "writable": cluster_writable and state == "writable",
+            }
+        )
     return {
         "name": topic.name,
         "topic_id": topic.topic_id,

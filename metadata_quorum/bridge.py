@@ -100,13 +100,31 @@ class BoundedConnection(pso_tcp.TcpConnection):  # type: ignore[misc]  # pysynco
     _TcpConnection__readBuffer: bytes
     recvLastTimestamp: int
 
-    def __init__(self, poller: Any, onMessageReceived: Any = None, onConnected: Any = None,
-                 onDisconnected: Any = None, socket: Any = None, timeout: float = 10.0, sendBufferSize: int = 8192,
-                 recvBufferSize: int = 8192, keepalive: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        poller: Any,
+        onMessageReceived: Any = None,
+        onConnected: Any = None,
+        onDisconnected: Any = None,
+        socket: Any = None,
+        timeout: float = 10.0,
+        sendBufferSize: int = 8192,
+        recvBufferSize: int = 8192,
+        keepalive: Any = None,
+    ) -> None:
         # accepted (a socket given): a stranger until its first frame decodes (with a password: authenticates)
         self.kfed_frames = FrameBuffer(wire.MAX_FRAME_BYTES if socket is None else wire.HELLO_FRAME_BYTES)
-        super().__init__(poller, onMessageReceived, onConnected, onDisconnected, socket, timeout, sendBufferSize,
-                         recvBufferSize, keepalive)  # fmt: skip
+        super().__init__(
+            poller,
+            onMessageReceived,
+            onConnected,
+            onDisconnected,
+            socket,
+            timeout,
+            sendBufferSize,
+            recvBufferSize,
+            keepalive,
+        )
 
     def disconnect(self) -> None:
         self.kfed_frames.clear()
@@ -188,8 +206,9 @@ class GuardedTransport(TCPTransport):  # type: ignore[misc]  # pysyncobj is unty
         while len(unknown) > MAX_UNKNOWN_CONNECTIONS:
             oldest = next(iter(unknown))
             del unknown[oldest]
-            log.warning("dropped a Raft connection: more than %d that did not say who they are",
-                        MAX_UNKNOWN_CONNECTIONS)  # fmt: skip
+            log.warning(
+                "dropped a Raft connection: more than %d that did not say who they are", MAX_UNKNOWN_CONNECTIONS
+            )
             oldest.disconnect()
 
     def send(self, node: Any, message: Any) -> bool:
@@ -240,8 +259,9 @@ class DumpSerializer(Serializer):  # type: ignore[misc]  # pysyncobj is untyped
         DumpState.FAILED: SERIALIZER_STATE.FAILED,
     }
 
-    def __init__(self, file_name: str, batch_size: int, try_use_fork: bool, capture: Any, deserializer: Any,
-                 checker: Any) -> None:  # fmt: skip
+    def __init__(
+        self, file_name: str, batch_size: int, try_use_fork: bool, capture: Any, deserializer: Any, checker: Any
+    ) -> None:
         super().__init__(file_name, batch_size, False, capture, deserializer, checker)
         self._capture = capture
         self._writer = DumpWriter(file_name)
@@ -511,10 +531,16 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         """pysyncobj's follower reply, stamped with the term it answers (see ``rules.stale_reply``)."""
         if nextNodeIdx is None:
             nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
-        self._SyncObj__transport.send(node, {
-            "type": "next_node_idx", "next_node_idx": nextNodeIdx, "reset": reset, "success": success,
-            "term": self._SyncObj__raftCurrentTerm,
-        })  # fmt: skip
+        self._SyncObj__transport.send(
+            node,
+            {
+                "type": "next_node_idx",
+                "next_node_idx": nextNodeIdx,
+                "reset": reset,
+                "success": success,
+                "term": self._SyncObj__raftCurrentTerm,
+            },
+        )
 
     def _kfed_append_entries(self, node: Any, message: dict[str, Any]) -> bool:
         """A regular ``append_entries`` (with ``prevLogIdx``), handled by Raft's rule; False: left to pysyncobj.
@@ -555,8 +581,13 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         plan = rules.plan_append(term_at, prev_idx, entries)
         last = self._SyncObj__getCurrentLogIndex()
         if plan.truncate_from is None and plan.verified < last:  # pysyncobj would have deleted them
-            log.info("append_entries (term %d, prevLogIdx %d) verified up to %d; entries up to %d kept",
-                     term, prev_idx, plan.verified, last)  # fmt: skip
+            log.info(
+                "append_entries (term %d, prevLogIdx %d) verified up to %d; entries up to %d kept",
+                term,
+                prev_idx,
+                plan.verified,
+                last,
+            )
         if plan.truncate_from is not None:  # Raft step 3: a conflicting entry and all that follow it
             self._truncate_from(plan.truncate_from)
         journal = self._SyncObj__raftLog  # Raft step 4: the entries not already in the log (journal-synced)
@@ -594,9 +625,12 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         if index <= self._SyncObj__raftLastApplied:
             # Cannot happen in Raft (an applied entry is committed, and a leader holds every committed
             # entry); kept as pysyncobj's loud signal that the state machine has diverged.
-            log.critical("a conflicting append_entries truncates applied entries from index %d (last applied "
-                         "%d): this node's state has diverged from the quorum; wipe its data dir",
-                         index, self._SyncObj__raftLastApplied)  # fmt: skip
+            log.critical(
+                "a conflicting append_entries truncates applied entries from index %d (last applied "
+                "%d): this node's state has diverged from the quorum; wipe its data dir",
+                index,
+                self._SyncObj__raftLastApplied,
+            )
         self._SyncObj__deleteEntriesFrom(index)
 
     def _SyncObj__getEntries(

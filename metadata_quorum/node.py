@@ -134,8 +134,11 @@ class RaftNode:
         future: asyncio.Future[list[Outcome]] = loop.create_future()
         data = self.state.encode_proposal(proposals)
         if len(data) > MAX_COMMAND_BYTES:  # no node could decode it; and Raft frames are bounded by it
-            future.set_exception(PayloadTooLarge(f"a Raft command of {len(data)} bytes; at most {MAX_COMMAND_BYTES}",
-                                                 limit_bytes=MAX_COMMAND_BYTES))  # fmt: skip
+            future.set_exception(
+                PayloadTooLarge(
+                    f"a Raft command of {len(data)} bytes; at most {MAX_COMMAND_BYTES}", limit_bytes=MAX_COMMAND_BYTES
+                )
+            )
             return future
         if not self._syncobj.journal_room_for(len(data) + 64):
             # Refuse before proposing: a leader whose journal append fails (JournalFull) drops the command

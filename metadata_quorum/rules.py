@@ -162,8 +162,13 @@ class PreVote:
         self.won = len(self.granted) + 1 > voters / 2  # + 1: its own
 
     @staticmethod
-    def agree(asked_log: tuple[int, int], own_log: tuple[int, int], leader_heard_s: float, min_timeout_s: float,
-              is_leader: bool) -> bool:  # fmt: skip
+    def agree(
+        asked_log: tuple[int, int],
+        own_log: tuple[int, int],
+        leader_heard_s: float,
+        min_timeout_s: float,
+        is_leader: bool,
+    ) -> bool:
         """Would this node vote for the asker? ``*_log`` are (last term, last index): §5.4.1's "at least as
         up-to-date" is exactly the tuple order. Thesis §9.6 adds: not while it hears a leader (§4.2.3)."""
         return not is_leader and leader_heard_s >= min_timeout_s and asked_log >= own_log
@@ -177,8 +182,15 @@ class PreVoteStep(Enum):
     ASK = "ask"  # the election timeout expired: ask the peers first
 
 
-def pre_vote_step(is_leader: bool, election_deadline: float, now: float, transfer_in_progress: bool,
-                  has_peers: bool, is_voter: bool, won: bool) -> PreVoteStep:  # fmt: skip
+def pre_vote_step(
+    is_leader: bool,
+    election_deadline: float,
+    now: float,
+    transfer_in_progress: bool,
+    has_peers: bool,
+    is_voter: bool,
+    won: bool,
+) -> PreVoteStep:
     """The pre-vote's decision at the start of a tick (thesis §9.6).
 
     pysyncobj reads its clock again a moment after this: a deadline falling in between is taken as expired
@@ -212,8 +224,9 @@ class StallExcuse:
     last_replies: dict[Any, float]
 
 
-def stall_excuse(mark: TickMark, now: float, election_deadline: float,
-                 last_replies: Mapping[Any, float]) -> StallExcuse | None:  # fmt: skip
+def stall_excuse(
+    mark: TickMark, now: float, election_deadline: float, last_replies: Mapping[Any, float]
+) -> StallExcuse | None:
     """After a tick that took longer than its poll wait plus ``STALL_GUARD_MS``: the election deadline and the
     leader's last-reply times that nothing refreshed since ``mark``, moved on by the excess (never past
     ``now``). None: no stall.

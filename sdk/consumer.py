@@ -72,8 +72,10 @@ class FederatedConsumer:
         # messages still in this consumer's buffer, which a revocation drops (and the next owner would skip).
         auto_commit = str(cfg.pop("enable.auto.commit", True)).lower()
         if auto_commit not in ("true", "1", "false", "0"):
-            raise ValueError(f"invalid value {auto_commit!r} for configuration property 'enable.auto.commit': "
-                             "true or false is needed")  # fmt: skip
+            raise ValueError(
+                f"invalid value {auto_commit!r} for configuration property 'enable.auto.commit': "
+                "true or false is needed"
+            )
         self._auto_commit = auto_commit in ("true", "1")
         self._auto_commit_s = ms_setting(cfg, "auto.commit.interval.ms", 5000) / 1000
         self._last_auto_commit = time.monotonic()
@@ -148,8 +150,13 @@ class FederatedConsumer:
 
     def _heartbeat(self) -> bool:
         owned = [list(tp) for tp in list(self._owned)]
-        body = {"member_id": self._member_id, "topics": self._topics, "owned": owned,
-                "session_timeout_ms": self._session_timeout_ms, **self._key_order.heartbeat_fields()}  # fmt: skip
+        body = {
+            "member_id": self._member_id,
+            "topics": self._topics,
+            "owned": owned,
+            "session_timeout_ms": self._session_timeout_ms,
+            **self._key_order.heartbeat_fields(),
+        }
         try:
             reply = self._client.post(f"/v1/groups/{self.group}/heartbeat", body)
         except KfedError as e:
@@ -258,8 +265,13 @@ class FederatedConsumer:
         self._unfetched[tp] = time.monotonic()
         origin = Origin(tp[0], tp[1], placement.cluster_id)
         set_slot(self._slots.setdefault(placement.cluster_id, {}), *placement[1:], origin)
-        log.info("group %s: %s consumes %s/%d from %s", self.group, self._member_id, *tp,
-                 "its commit" if start.offset == OFFSET_STORED else start.offset)  # fmt: skip
+        log.info(
+            "group %s: %s consumes %s/%d from %s",
+            self.group,
+            self._member_id,
+            *tp,
+            "its commit" if start.offset == OFFSET_STORED else start.offset,
+        )
 
     def _start_at(self, consumer: Consumer, placement: Placement) -> TopicPartition:
         """Where a partition starts: the group's committed offset (``OFFSET_STORED``, which librdkafka looks up,
@@ -277,8 +289,13 @@ class FederatedConsumer:
                 [committed] = consumer.committed([TopicPartition(start.topic, start.partition)], COMMITTED_TIMEOUT_S)
                 start.offset = committed.offset if committed.offset >= 0 else log_start
         except (KafkaException, BrokerUnknown) as e:
-            log.warning("group %s: %s[%d] starts from librdkafka's lookup of its commit: %s", self.group,
-                        start.topic, start.partition, e)  # fmt: skip
+            log.warning(
+                "group %s: %s[%d] starts from librdkafka's lookup of its commit: %s",
+                self.group,
+                start.topic,
+                start.partition,
+                e,
+            )
         return start
 
     def _restart_stalled(self) -> None:
@@ -423,8 +440,12 @@ class FederatedConsumer:
                 except KafkaException as e:
                     log.warning("group %s: pausing or resuming %s/%d: %s", self.group, *tp, e)
         if paused:
-            log.info("group %s: %d records held back: fetching paused on %s", self.group,
-                     sum(s["held"] for s in self._key_order.stats().values()), sorted(paused))  # fmt: skip
+            log.info(
+                "group %s: %d records held back: fetching paused on %s",
+                self.group,
+                sum(s["held"] for s in self._key_order.stats().values()),
+                sorted(paused),
+            )
         self._paused = paused
 
     def key_order_stats(self) -> dict[str, Any]:
@@ -470,8 +491,9 @@ class FederatedConsumer:
             if placement is None or offset is None:
                 return  # no longer ours: the next owner starts from the last committed offset
             tp = TopicPartition(placement.physical_topic, placement.physical_partition, offset + 1)
-            _commit(self._consumers[placement.cluster_id], self._not_past_held(placement.cluster_id, [tp]),
-                    asynchronous)  # fmt: skip
+            _commit(
+                self._consumers[placement.cluster_id], self._not_past_held(placement.cluster_id, [tp]), asynchronous
+            )
             return
         for cluster_id, consumer in self._consumers.items():
             placements = [p for p in self._owned.values() if p.cluster_id == cluster_id]

@@ -121,8 +121,14 @@ class KeyOrderMember:
         out = []
         for d in deliveries:
             if d.order_break is not None:
-                log.warning("group %s: order break (%s) on %s/%d: %s", self.group, d.order_break.kind,
-                            d.item.topic(), d.partition, d.order_break.detail)  # fmt: skip
+                log.warning(
+                    "group %s: order break (%s) on %s/%d: %s",
+                    self.group,
+                    d.order_break.kind,
+                    d.item.topic(),
+                    d.partition,
+                    d.order_break.detail,
+                )
                 if self.on_order_break is not None:
                     self.on_order_break(consumer, d.order_break)
             out.append(d.item)
@@ -170,8 +176,11 @@ class KeyOrderMember:
         return {(topic, p) for topic, hold in self._holds.items() for p in hold.paused()}
 
     def heartbeat_fields(self) -> dict[str, Any]:
-        return {"metadata_offset": self.observed_offset, "committed": [list(c) for c in self.committed],
-                "give_up": [list(g) for g in self.give_up]}  # fmt: skip
+        return {
+            "metadata_offset": self.observed_offset,
+            "committed": [list(c) for c in self.committed],
+            "give_up": [list(g) for g in self.give_up],
+        }
 
     def stats(self) -> dict[str, Any]:
         """Per strict topic: records held now and ever, delivered, the longest hold (ms), breaks by kind."""

@@ -50,8 +50,11 @@ class RoutingLease:
             if (left > 0) != self.held:
                 self.held = left > 0
                 if not self.held:
-                    log.warning("no controller confirmed the key routing for %.0f ms (kfed.key.order.lease.ms): "
-                                "keyed messages of strict topics wait", self.lease_s * 1000)  # fmt: skip
+                    log.warning(
+                        "no controller confirmed the key routing for %.0f ms (kfed.key.order.lease.ms): "
+                        "keyed messages of strict topics wait",
+                        self.lease_s * 1000,
+                    )
                 self._changed()
             self._stopping.wait(left if self.held else LAPSED_CHECK_S)
 

@@ -182,8 +182,7 @@ def _labels_work(relabel: ModuleType) -> bool:
     refs = sys.getrefcount(physical)
     relabel.relabel(msg, origin)
     relabelled = msg.topic() == logical and msg.partition() == 7 and sys.getrefcount(physical) == refs - 1
-    unchanged = (msg.offset(), msg.key(), msg.value(), msg.headers(), msg.timestamp(), msg.leader_epoch(),
-                 msg.error())  # fmt: skip
+    unchanged = (msg.offset(), msg.key(), msg.value(), msg.headers(), msg.timestamp(), msg.leader_epoch(), msg.error())
     slots: Slots = {physical: [None, None, origin]}
     failed = Message(topic=physical, partition=2, error=KafkaError(KafkaError._PARTITION_EOF))
     refused = not relabel.relabel_batch([Message(topic=physical, partition=2), failed], slots)

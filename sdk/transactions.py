@@ -190,8 +190,12 @@ class Transactions:
         self._in_txn = False
         while not _complete(reply.get("transaction")):
             if time.monotonic() >= deadline:
-                raise txn_error(KafkaError._TIMED_OUT, f"the previous transaction of {self.transactional_id!r} "
-                                f"is still {reply['transaction']['state']}; retry", retriable=True)  # fmt: skip
+                raise txn_error(
+                    KafkaError._TIMED_OUT,
+                    f"the previous transaction of {self.transactional_id!r} "
+                    f"is still {reply['transaction']['state']}; retry",
+                    retriable=True,
+                )
             time.sleep(WAIT_STEP_S)
             reply = self._get()
             if (reply["producer_id"], reply["epoch"]) != self._identity:
@@ -211,8 +215,9 @@ class Transactions:
         self._ended, self._taken_over = set(), set()
         self._failed = None
 
-    def send_offsets_to_transaction(self, positions: Iterable[TopicPartition], group_metadata: Any,
-                                    timeout: float | None = None) -> None:  # fmt: skip
+    def send_offsets_to_transaction(
+        self, positions: Iterable[TopicPartition], group_metadata: Any, timeout: float | None = None
+    ) -> None:
         """Commit the group's offsets (logical partitions, the offsets to read next) with this transaction."""
         self._check_open()
         if not isinstance(group_metadata, GroupMetadata):
@@ -244,8 +249,11 @@ class Transactions:
             if self._producer.flush(max(0.0, deadline - time.monotonic())):  # prepare: every write acknowledged
                 raise txn_error(KafkaError._TIMED_OUT, "commit_transaction: messages still in flight", retriable=True)
             if self._failed is not None:
-                raise txn_error(self._failed.code(), f"a message of this transaction failed "
-                                f"({self._failed.str()}): abort it", txn_requires_abort=True)  # fmt: skip
+                raise txn_error(
+                    self._failed.code(),
+                    f"a message of this transaction failed ({self._failed.str()}): abort it",
+                    txn_requires_abort=True,
+                )
         else:
             # librdkafka 2.x aborting while an AddPartitionsToTxn is in flight can send EndTxn(abort) for a
             # transaction the broker has not started: INVALID_TXN_STATE, fatal (confluentinc/librdkafka#4849,
@@ -299,8 +307,11 @@ class Transactions:
                 self._taken_over.add(cluster_id)
                 continue
             done = "committed" if commit else "aborted"
-            retry = txn_error(error.code(), f"the transaction is {done}; ending it on {cluster_id}: "
-                              f"{error.str()}; retry", retriable=True)  # fmt: skip
+            retry = txn_error(
+                error.code(),
+                f"the transaction is {done}; ending it on {cluster_id}: {error.str()}; retry",
+                retriable=True,
+            )
         if retry is not None:
             raise retry
 
@@ -331,8 +342,11 @@ class Transactions:
         if t is None:
             self._topics_at.pop(topic, None)
             return  # produce reports the unknown topic
-        wanted = {TxnPartition(p.cluster_id, p.physical_topic, p.physical_partition) for p in t.partitions
-                  if p.state != "removed"} - self._partitions  # fmt: skip
+        wanted = {
+            TxnPartition(p.cluster_id, p.physical_topic, p.physical_partition)
+            for p in t.partitions
+            if p.state != "removed"
+        } - self._partitions
         if wanted:
             self._add(sorted(wanted), [], "produce")
             self._partitions |= wanted
@@ -347,8 +361,9 @@ class Transactions:
             if completed:
                 self._unreported = None
 
-    def _add_with(self, partitions: list[TxnPartition], groups: list[tuple[str, str]], completed: list[str],
-                  what: str) -> None:  # fmt: skip
+    def _add_with(
+        self, partitions: list[TxnPartition], groups: list[tuple[str, str]], completed: list[str], what: str
+    ) -> None:
         body = {
             **self._txn_id(),
             "partitions": [
@@ -372,8 +387,9 @@ class Transactions:
 
     def _post(self, action: str, body: dict[str, Any], what: str, key: str | None = None) -> dict[str, Any]:
         try:
-            reply: dict[str, Any] = self._client.post(f"/v1/transactions/{self.transactional_id}/{action}", body,
-                                                      idempotency_key=key or str(uuid.uuid4()))  # fmt: skip
+            reply: dict[str, Any] = self._client.post(
+                f"/v1/transactions/{self.transactional_id}/{action}", body, idempotency_key=key or str(uuid.uuid4())
+            )
         except KfedError as e:
             error = _from_kfed(e, what)
             if error.args[0].fatal():
@@ -384,8 +400,9 @@ class Transactions:
 
     def _get(self) -> dict[str, Any]:
         try:
-            reply: dict[str, Any] = self._client.get(f"/v1/transactions/{self.transactional_id}",
-                                                     min_offset=self._log_offset)  # fmt: skip
+            reply: dict[str, Any] = self._client.get(
+                f"/v1/transactions/{self.transactional_id}", min_offset=self._log_offset
+            )
         except KfedError as e:
             raise _from_kfed(e, "init_transactions") from None
         return reply

@@ -53,12 +53,25 @@ class Produced:
 def event(producer: str, seq: int, event_time_ms: int, rng: random.Random) -> dict[str, Any]:
     kind = rng.choice(EVENT_TYPES)
     amount = round(rng.uniform(1, 200), 2) if kind == "purchase" else 0.0
-    return {"id": f"{producer}-{seq:09d}", "producer": producer, "seq": seq, "event_time_ms": event_time_ms,
-            "type": kind, "user_id": f"u{rng.randrange(1000)}", "amount": amount}  # fmt: skip
+    return {
+        "id": f"{producer}-{seq:09d}",
+        "producer": producer,
+        "seq": seq,
+        "event_time_ms": event_time_ms,
+        "type": kind,
+        "user_id": f"u{rng.randrange(1000)}",
+        "amount": amount,
+    }
 
 
-def ensure_topic(controllers: Sequence[str] | str, topic: str, region: str = "r1", partitions_per_cluster: int = 1,
-                 timeout_s: float = 30.0, access: Access = NO_ACCESS) -> None:  # fmt: skip
+def ensure_topic(
+    controllers: Sequence[str] | str,
+    topic: str,
+    region: str = "r1",
+    partitions_per_cluster: int = 1,
+    timeout_s: float = 30.0,
+    access: Access = NO_ACCESS,
+) -> None:
     """Create the logical topic if it does not exist and wait until every partition takes writes
     (``access``: the admin token when the controllers require one)."""
     with ControllerClient(controllers, access=access) as client:
@@ -132,8 +145,13 @@ def produce_events(
                 producer.poll(0)
         if audit_topic is not None:
             for window_start, n in sorted(windows.items()):
-                record = {"producer": producer_id, "topic": topic, "window_start_ms": window_start,
-                          "window_ms": AUDIT_WINDOW_MS, "count": n}  # fmt: skip
+                record = {
+                    "producer": producer_id,
+                    "topic": topic,
+                    "window_start_ms": window_start,
+                    "window_ms": AUDIT_WINDOW_MS,
+                    "count": n,
+                }
                 producer.produce(audit_topic, value=json.dumps(record).encode(), key=producer_id.encode())
         left = producer.flush(60)
     if left or failures:

@@ -89,8 +89,9 @@ def resolve_placements(image: MetadataImage, topics: Sequence[str], *, require_a
             continue
         for p in topic.partitions:
             if p.state != "removed":
-                out.append(Placement(name, p.partition, topic.topic_id, p.cluster_id, p.physical_topic,
-                                     p.physical_partition))  # fmt: skip
+                out.append(
+                    Placement(name, p.partition, topic.topic_id, p.cluster_id, p.physical_topic, p.physical_partition)
+                )
     return out
 
 

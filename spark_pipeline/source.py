@@ -126,9 +126,13 @@ def cluster_watermarks(
         by_cluster[p.cluster_id].append((p.physical_topic, p.physical_partition))
 
     def ask(cluster_id: str) -> dict[tuple[str, str, int], Watermarks]:
-        marks = watermarks(cluster_bootstraps[cluster_id], by_cluster[cluster_id],
-                           end_offsets_from=options.end_offsets_from, timeout_s=options.timeout_ms / 1000,
-                           kafka=options.kafka)  # fmt: skip
+        marks = watermarks(
+            cluster_bootstraps[cluster_id],
+            by_cluster[cluster_id],
+            end_offsets_from=options.end_offsets_from,
+            timeout_s=options.timeout_ms / 1000,
+            kafka=options.kafka,
+        )
         return {(cluster_id, t, p): m for (t, p), m in marks.items()}
 
     out: dict[tuple[str, str, int], Watermarks] = {}
@@ -163,8 +167,12 @@ class KfedBatchReader(DataSourceReader):
         clusters = bootstraps(image, placements)
         marks = cluster_watermarks(placements, clusters, o, strict=True)
         ranges = batch_ranges(placements, clusters, marks, o.starting, o.ending, o.fail_on_data_loss)
-        log.info("kfed source: metadata offset %d, %d ranges of %d records", image.offset, len(ranges),
-                 sum(r.size for r in ranges))  # fmt: skip
+        log.info(
+            "kfed source: metadata offset %d, %d ranges of %d records",
+            image.offset,
+            len(ranges),
+            sum(r.size for r in ranges),
+        )
         return _tasks(ranges, o)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -208,8 +216,15 @@ class KfedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         placements, clusters, marks = self._current()
         max_offsets = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = next_offset(StreamOffset.from_json(start), placements, clusters, marks,
-                          self.options.fail_on_data_loss, max_offsets, self._target)  # fmt: skip
+        end = next_offset(
+            StreamOffset.from_json(start),
+            placements,
+            clusters,
+            marks,
+            self.options.fail_on_data_loss,
+            max_offsets,
+            self._target,
+        )
         return end.to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:

@@ -21,8 +21,11 @@ from .jobs import JOBS  # after the path fix above
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in JOBS:
-        print(f"usage: spark-submit [options] {__file__} NAME [job options]\n  NAME: one of {', '.join(JOBS)}; "
-              "NAME --help for its options", file=sys.stderr)  # fmt: skip
+        print(
+            f"usage: spark-submit [options] {__file__} NAME [job options]\n  NAME: one of {', '.join(JOBS)}; "
+            "NAME --help for its options",
+            file=sys.stderr,
+        )
         return 2
     return int(importlib.import_module(f"spark_pipeline.jobs.{argv[0]}").main(argv[1:]))
 

@@ -100,19 +100,23 @@ class GroupHeartbeat(_Strict):
         default_factory=list, max_length=100_000, description="Logical partitions the member consumes right now."
     )
     session_timeout_ms: int = Field(
-        SESSION_TIMEOUT_MS_DEFAULT, ge=SESSION_TIMEOUT_MS_MIN, le=SESSION_TIMEOUT_MS_MAX,
+        SESSION_TIMEOUT_MS_DEFAULT,
+        ge=SESSION_TIMEOUT_MS_MIN,
+        le=SESSION_TIMEOUT_MS_MAX,
         description="The member is dropped (and stops consuming) after this long without a heartbeat.",
-    )  # fmt: skip
+    )
     # strict key order (docs/KEY_ORDER.md decision 4)
     metadata_offset: int = Field(-1, ge=-1, le=INT64_MAX, description="Offset of the metadata the member acts on.")
     committed: list[tuple[str, _Partition, _Offset]] = Field(
-        default_factory=list, max_length=100_000,
+        default_factory=list,
+        max_length=100_000,
         description="[topic, partition, offset]: the group's committed offsets on strict partitions the member owns.",
-    )  # fmt: skip
+    )
     give_up: list[tuple[str, _Epoch, _Partition]] = Field(
-        default_factory=list, max_length=1_000,
+        default_factory=list,
+        max_length=1_000,
         description="[topic, epoch, partition]: parents the member waited kfed.key.order.max.wait.ms for.",
-    )  # fmt: skip
+    )
 
 
 class GroupLeave(_Strict):

@@ -24,8 +24,15 @@ async def group_coordinator(request: Request, service: Service, group: str) -> R
     if leader is None:
         raise Unavailable("no leader elected yet", retry_after_s=1.0)
     recorded = service.read_model.image.groups.get(group)
-    return respond(request, {"group": group, "coordinator_id": leader.id, "http": leader.http,
-                             "recorded_coordinator_id": recorded.coordinator_id if recorded else None})  # fmt: skip
+    return respond(
+        request,
+        {
+            "group": group,
+            "coordinator_id": leader.id,
+            "http": leader.http,
+            "recorded_coordinator_id": recorded.coordinator_id if recorded else None,
+        },
+    )
 
 
 @router.leader(
@@ -34,9 +41,19 @@ async def group_coordinator(request: Request, service: Service, group: str) -> R
 async def group_heartbeat(request: Request, service: Service, group: str, body: GroupHeartbeat) -> Response:
     check_name(group, "group")
     owned = [(t, p) for t, p in body.owned]
-    return respond(request, await service.group_heartbeat(
-        group, body.member_id, body.topics, owned, body.session_timeout_ms, body.metadata_offset,
-        body.committed, body.give_up))  # fmt: skip
+    return respond(
+        request,
+        await service.group_heartbeat(
+            group,
+            body.member_id,
+            body.topics,
+            owned,
+            body.session_timeout_ms,
+            body.metadata_offset,
+            body.committed,
+            body.give_up,
+        ),
+    )
 
 
 @router.leader("POST", "/{group}/leave", summary="Leave a group (its partitions go to the other members)")
@@ -51,5 +68,13 @@ async def get_group(request: Request, service: Service, group: str) -> Response:
     if g is None:
         raise NotFound(f"group {group!r} has never had a member")
     members = [{"member_id": m.member_id, "assignment": [list(tp) for tp in m.assignment]} for m in g.members]
-    return respond(request, {"group": group, "generation": g.generation, "coordinator_id": g.coordinator_id,
-                             "members": members, "offset": image.offset})  # fmt: skip
+    return respond(
+        request,
+        {
+            "group": group,
+            "generation": g.generation,
+            "coordinator_id": g.coordinator_id,
+            "members": members,
+            "offset": image.offset,
+        },
+    )

@@ -97,8 +97,14 @@ class HotPath:
             return
         scope["route"] = self.labels[route.template]
         try:
-            reply = await commit(self.service, route.plan(**params, body=model), headers.get("idempotency-key"),
-                                 scope["method"], scope.get("root_path", "") + path, body)  # fmt: skip
+            reply = await commit(
+                self.service,
+                route.plan(**params, body=model),
+                headers.get("idempotency-key"),
+                scope["method"],
+                scope.get("root_path", "") + path,
+                body,
+            )
             response = write_response(reply, MSGPACK in headers.get("accept", ""), route.status)
         except KfedError as e:
             response = problems.kfed_error_response(e)

@@ -43,8 +43,11 @@ class LogStreams:
         if self.open >= SSE_MAX_SUBSCRIBERS:
             raise Unavailable(f"this node serves at most {SSE_MAX_SUBSCRIBERS} streams", retry_after_s=5)
         if self._by_client[client] >= SSE_MAX_PER_CLIENT:
-            raise TooManyRequests(f"{client} has {SSE_MAX_PER_CLIENT} log streams open on this node already",
-                                  retry_after_s=5, limit=SSE_MAX_PER_CLIENT)  # fmt: skip
+            raise TooManyRequests(
+                f"{client} has {SSE_MAX_PER_CLIENT} log streams open on this node already",
+                retry_after_s=5,
+                limit=SSE_MAX_PER_CLIENT,
+            )
         self.open += 1
         self._by_client[client] += 1
 

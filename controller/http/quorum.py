@@ -85,8 +85,9 @@ async def add_voter(request: Request, service: Service, peers: PeerAccess, body:
     # its majority): only a started node that answers as that id is added.
     seen = await peers.node_status(http, JOIN_CHECK_TIMEOUT_S)
     if seen is None or seen.get("id") != body.id:
-        raise Conflict(f"no kfed controller with id {body.id} answers at {http}; start it with --join first",
-                       field="http")  # fmt: skip
+        raise Conflict(
+            f"no kfed controller with id {body.id} answers at {http}; start it with --join first", field="http"
+        )
     reads_up_to = seen.get("reads_metadata_up_to")
     reads_up_to = reads_up_to if type(reads_up_to) is int else 1  # an older node does not say: version 1
     return respond(request, await service.add_voter(body.id, raft, http, reads_up_to))

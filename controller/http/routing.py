@@ -196,8 +196,9 @@ def _write_endpoint(plan: Callable[..., WritePlan], hints: dict[str, Any], statu
     the service and the Idempotency-Key; it commits the plan and answers with the write's reply."""
 
     async def endpoint(request: Request, service: Any, idempotency_key: str | None = None, **params: Any) -> Response:
-        reply = await commit(service, plan(**params), idempotency_key, request.method, request.url.path,
-                             await request.body())  # fmt: skip
+        reply = await commit(
+            service, plan(**params), idempotency_key, request.method, request.url.path, await request.body()
+        )
         return write_response(reply, wants_msgpack(request), status)
 
     keyword = inspect.Parameter.KEYWORD_ONLY

@@ -129,9 +129,12 @@ def init_transactions(transactional_id: str, body: InitTransactions) -> WritePla
 
 @router.leader("POST", "/{transactional_id}/add", summary="Register partitions and group offsets before writing")
 async def add_to_transaction(
-    request: Request, service: Service, transactional_id: str, body: AddToTransaction,
+    request: Request,
+    service: Service,
+    transactional_id: str,
+    body: AddToTransaction,
     idempotency_key: IdempotencyKey = None,
-) -> Response:  # fmt: skip
+) -> Response:
     """A leader route rather than a plain write: the leader first asks the clusters' brokers whether they
     can take part (``TransactionDriver.refusal``), which a pure plan cannot."""
     at_ms = _now_ms()

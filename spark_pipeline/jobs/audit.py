@@ -51,8 +51,10 @@ def run(
     print(f"audit: {what} against {audit_topic}: {windows} windows, {len(diffs)} with a difference")
     for r in diffs:
         kind = "LOSS" if r["missing"] > 0 else "SURPLUS"
-        print(f"  {kind} producer={r['producer']} window={r['window_start']} expected={r['expected']} "
-              f"arrived={r['arrived']} missing={r['missing']}")  # fmt: skip
+        print(
+            f"  {kind} producer={r['producer']} window={r['window_start']} expected={r['expected']} "
+            f"arrived={r['arrived']} missing={r['missing']}"
+        )
     report.unpersist()
     return diffs
 
@@ -69,8 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     options = source_options(access(args))
-    diffs = run(session("kfed-audit", args.master, args.conf), args.controllers, args.topic,
-                args.audit_topic or f"{args.topic}.audit", args.warehouse, options, args.events_from)  # fmt: skip
+    diffs = run(
+        session("kfed-audit", args.master, args.conf),
+        args.controllers,
+        args.topic,
+        args.audit_topic or f"{args.topic}.audit",
+        args.warehouse,
+        options,
+        args.events_from,
+    )
     return 1 if diffs else 0
 
 

@@ -63,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         ok = "error" not in r and not missing
         bad += not ok
         libraries = ", ".join(f"{name} {version or 'MISSING'}" for name, version in r["versions"].items())
-        print(f"executor in {r['cwd']}: {'OK' if ok else 'FAILED'}\n  python: {r['python']}\n"
-              f"  kfed source: {r.get('kfed') or r.get('error')}\n  libraries: {libraries}")  # fmt: skip
+        print(
+            f"executor in {r['cwd']}: {'OK' if ok else 'FAILED'}\n  python: {r['python']}\n"
+            f"  kfed source: {r.get('kfed') or r.get('error')}\n  libraries: {libraries}"
+        )
     print(f"check: {len(reports)} executor(s), {bad} failed")
     return 1 if bad else 0
 

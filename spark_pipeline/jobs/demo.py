@@ -23,8 +23,16 @@ def main(argv: list[str] | None = None) -> int:
     ensure_topic(args.controllers, audit_topic, access=admin)
     if args.produce:  # seqs of successive runs must differ, or their ids would be deduplicated as resends
         first_seq = int(time.time()) * 1_000_000
-        done = produce_events(args.controllers, args.topic, args.produce, producer_id=args.producer_id,
-                              first_seq=first_seq, audit_topic=audit_topic, resend_every=100, access=admin)  # fmt: skip
+        done = produce_events(
+            args.controllers,
+            args.topic,
+            args.produce,
+            producer_id=args.producer_id,
+            first_seq=first_seq,
+            audit_topic=audit_topic,
+            resend_every=100,
+            access=admin,
+        )
         print(f"produced: {done.sent} messages ({done.distinct} distinct events, resends included) to {args.topic}")
     spark = session("kfed-demo", args.master, args.conf)
     ods_new = ods_ingest.run(spark, args.controllers, args.topic, args.warehouse, options=source_options(admin))

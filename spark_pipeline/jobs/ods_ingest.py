@@ -144,15 +144,26 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):  # after the session: PySpark sets its own SIGINT handler
         signal.signal(signum, lambda *_: stop.set())
-    query = start(spark, args.controllers, args.topic, args.warehouse, args.max_offsets_per_trigger, options,
-                  args.trigger_interval)  # fmt: skip
-    print(f"ods_ingest: {args.topic} into {target}, a micro-batch every {args.trigger_interval:g} s; "
-          "SIGTERM or Ctrl-C stops", flush=True)  # fmt: skip
+    query = start(
+        spark,
+        args.controllers,
+        args.topic,
+        args.warehouse,
+        args.max_offsets_per_trigger,
+        options,
+        args.trigger_interval,
+    )
+    print(
+        f"ods_ingest: {args.topic} into {target}, a micro-batch every {args.trigger_interval:g} s; "
+        "SIGTERM or Ctrl-C stops",
+        flush=True,
+    )
     try:
         rows = run_until_stopped(query, stop)
     except Exception as e:  # the query failed: its checkpoint lets a restart go on from its last batch
-        print(f"ods_ingest: the query failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"ods_ingest: the query failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr
+        )
         return 1
     finally:
         spark.stop()
