@@ -81,7 +81,7 @@ class Agent:
         self._loss: str | None = None  # why the cluster is considered to have lost its data
         self._loss_fenced = False  # the quorum fenced the cluster for that loss
         self._beats = 0
-        self._placement_cache: tuple[int, reconcile.Placement] | None = None
+        self._placement_cache: tuple[int, reconcile.ClusterPlan] | None = None
         self._failed_probes = 0
         self._unreachable = "cluster unreachable"
         self._retired_since: dict[str, float] = {}  # physical topic -> when first seen retired
@@ -243,7 +243,7 @@ class Agent:
         grace_s = self.settings.retire_grace_ms / 1000
         return tuple(t for t in retired if now - self._retired_since[t] >= grace_s)
 
-    def _placement(self, image: MetadataImage) -> reconcile.Placement:
+    def _placement(self, image: MetadataImage) -> reconcile.ClusterPlan:
         """This cluster's placement, computed once per image offset (it scans every partition)."""
         if self._placement_cache is None or self._placement_cache[0] != image.offset:
             self._placement_cache = (image.offset, reconcile.placement(image, self.cluster_id))

@@ -23,7 +23,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
-from metadata_client.brokers import Broker
+from metadata_client.brokers import BrokerKind
 from metadata_log.errors import Conflict, Unavailable
 from sdk.brokers import BrokerUnknown, probe
 
@@ -59,10 +59,10 @@ class PhysicalCluster:
                 "log_level": 3,  # errors only: a down broker is reported by the agent, not by librdkafka
             }
         )
-        self._broker: Broker | None = None
+        self._broker: BrokerKind | None = None
 
     @property
-    def broker(self) -> Broker:
+    def broker(self) -> BrokerKind:
         """The kind of broker, probed on first use (``ClusterUnreachable`` while it does not answer)."""
         if self._broker is None:
             try:

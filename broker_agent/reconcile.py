@@ -27,7 +27,7 @@ class Plan:
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class ClusterPlan:
     """What the log places on one cluster, from a single pass over the image."""
 
     desired: Mapping[str, int]  # physical topic -> partitions needed (some logical partition not removed)
@@ -35,7 +35,7 @@ class Placement:
     draining: tuple[tuple[str, int], ...] = ()  # physical partitions on their way out (read_only / draining)
 
 
-def placement(image: MetadataImage, cluster_id: str) -> Placement:
+def placement(image: MetadataImage, cluster_id: str) -> ClusterPlan:
     cluster = image.clusters.get(cluster_id)
     gone = cluster is None or cluster.state == "decommissioned"
     cluster_draining = cluster is not None and cluster.state == "draining"
@@ -50,11 +50,11 @@ def placement(image: MetadataImage, cluster_id: str) -> Placement:
                     needed[p.physical_topic] = max(needed.get(p.physical_topic, 0), p.physical_partition + 1)
                     if p.state == "read_only" or cluster_draining:
                         draining.append((p.physical_topic, p.physical_partition))
-    return Placement(needed, frozenset(placed - set(needed)), tuple(sorted(set(draining))))
+    return ClusterPlan(needed, frozenset(placed - set(needed)), tuple(sorted(set(draining))))
 
 
 def plan(
-    where: Placement,
+    where: ClusterPlan,
     physical: Mapping[str, int],
     also_delete: Iterable[str] = (),
     recovering: bool = False,

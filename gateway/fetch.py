@@ -21,7 +21,7 @@ from metadata_log.image.key_orders import strict_history
 from .context import FetchContext, JobHandler
 from .routing import REQUEST_MARGIN_S, STALE, cluster_of, leader_of
 from .server import ClientConnection
-from .view import ClusterView, Placement
+from .view import ClusterView, PartitionRoute
 
 FetchKey = tuple[tuple[str, int, int, int], ...]
 """What one broker's part of a fetch asks: (logical topic, partition, fetch offset, partition max bytes)."""
@@ -89,10 +89,10 @@ async def fetch(ctx: FetchContext, conn: ClientConnection, request: kp.Request) 
 
 async def _brokers(
     ctx: FetchContext, view: ClusterView, body: Any, answers: Answers
-) -> dict[Broker, list[tuple[str, int, Placement, Any]]]:
+) -> dict[Broker, list[tuple[str, int, PartitionRoute, Any]]]:
     """The requested partitions by the broker leading each; one that cannot be read gets its error in
     ``answers``."""
-    brokers: dict[Broker, list[tuple[str, int, Placement, Any]]] = defaultdict(list)
+    brokers: dict[Broker, list[tuple[str, int, PartitionRoute, Any]]] = defaultdict(list)
     for topic in body.topics:
         for p in topic.partitions:
             tp = (topic.topic, int(p.partition))
@@ -115,7 +115,7 @@ async def _brokers(
 
 def _ask(
     conn: ClientConnection,
-    brokers: dict[Broker, list[tuple[str, int, Placement, Any]]],
+    brokers: dict[Broker, list[tuple[str, int, PartitionRoute, Any]]],
     max_wait_s: float,
     min_bytes: int,
     max_bytes: int,
@@ -189,7 +189,7 @@ def _ignore_result(task: asyncio.Future[Any]) -> None:
 async def _fetch_from(
     cluster: ClusterClient,
     address: str,
-    parts: list[tuple[str, int, Placement, Any]],
+    parts: list[tuple[str, int, PartitionRoute, Any]],
     max_wait_s: float,
     min_bytes: int,
     max_bytes: int,
@@ -255,7 +255,7 @@ async def list_offsets(ctx: FetchContext, conn: ClientConnection, request: kp.Re
     view = ctx.view()
     isolation = int(getattr(body, "isolation_level", 0))
     answers: dict[tuple[str, int], dict[str, Any]] = {}
-    brokers: dict[Broker, list[tuple[str, int, Placement, int]]] = defaultdict(list)
+    brokers: dict[Broker, list[tuple[str, int, PartitionRoute, int]]] = defaultdict(list)
     for topic in body.topics:
         for p in topic.partitions:
             tp = (topic.name, int(p.partition_index))
@@ -284,7 +284,7 @@ async def list_offsets(ctx: FetchContext, conn: ClientConnection, request: kp.Re
 
 
 async def _list_from(
-    cluster: ClusterClient, address: str, parts: list[tuple[str, int, Placement, int]], isolation: int
+    cluster: ClusterClient, address: str, parts: list[tuple[str, int, PartitionRoute, int]], isolation: int
 ) -> dict[tuple[str, int], dict[str, Any]]:
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for _, _, placement, timestamp in parts:

@@ -23,7 +23,7 @@ from kafka_wire.upstream import ClusterClient, UpstreamError
 from .context import GroupContext
 from .routing import cluster_of
 from .server import ClientConnection
-from .view import ClusterView, Placement
+from .view import ClusterView, PartitionRoute
 
 COORDINATOR_MOVED: Final = frozenset(
     {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress}
@@ -75,7 +75,7 @@ async def offset_commit(ctx: GroupContext, conn: ClientConnection, request: kp.R
     view = ctx.view()
     allowed = _may_commit(ctx, view, body.group_id, body.member_id, int(body.generation_id_or_member_epoch))
     answers: dict[tuple[str, int], ErrorCode] = {}
-    by_cluster: dict[ClusterClient, list[tuple[str, int, Placement, Any]]] = defaultdict(list)
+    by_cluster: dict[ClusterClient, list[tuple[str, int, PartitionRoute, Any]]] = defaultdict(list)
     for topic in body.topics:
         for p in topic.partitions:
             tp = (topic.name, int(p.partition_index))
@@ -110,7 +110,7 @@ async def offset_commit(ctx: GroupContext, conn: ClientConnection, request: kp.R
 
 
 async def _commit_to(
-    cluster: ClusterClient, group: str, parts: list[tuple[str, int, Placement, Any]]
+    cluster: ClusterClient, group: str, parts: list[tuple[str, int, PartitionRoute, Any]]
 ) -> dict[tuple[str, int], ErrorCode]:
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for _, _, placement, p in parts:
@@ -154,7 +154,7 @@ async def offset_fetch(ctx: GroupContext, conn: ClientConnection, request: kp.Re
         wanted = None
     else:
         wanted = [(t.name, [int(p) for p in t.partition_indexes]) for t in body.topics]
-        by_cluster: dict[ClusterClient, list[tuple[str, int, Placement]]] = defaultdict(list)
+        by_cluster: dict[ClusterClient, list[tuple[str, int, PartitionRoute]]] = defaultdict(list)
         for name, partitions in wanted:
             for partition in partitions:
                 placement = view.placement(name, partition)
@@ -200,7 +200,7 @@ async def _fetch_from(
     view: ClusterView,
     cluster: ClusterClient,
     group: str,
-    parts: list[tuple[str, int, Placement]] | None,
+    parts: list[tuple[str, int, PartitionRoute]] | None,
     require_stable: bool,
 ) -> dict[tuple[str, int], dict[str, Any]]:
     """Committed offsets on one cluster: of ``parts``, or of every logical partition it holds (None)."""

@@ -22,7 +22,7 @@ from .producers import STATE_LOST, ProducerIds, StrictBatch
 from .routing import REQUEST_MARGIN_S, STALE, Refused, Routed, cluster_of, leader_of
 from .server import NO_RESPONSE, ClientConnection
 from .strict import route_strict
-from .view import ClusterView, Placement
+from .view import ClusterView, PartitionRoute
 
 NO_TRANSACTIONS: Final = "the kfed gateway serves no transactions"
 
@@ -141,7 +141,7 @@ def _refuse(errors: Errors, spread: Spread, r: Routed, refused: Refused) -> None
         errors[tp] = refused
 
 
-def _lane(conn: ClientConnection, placement: Placement) -> int:
+def _lane(conn: ClientConnection, placement: PartitionRoute) -> int:
     """Which of a broker's produce connections carries this client's batches of this partition: always the
     same one (a broker appends what one connection sends in order), and the partitions of one client spread
     over them (a broker serves one request per connection at a time)."""

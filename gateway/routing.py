@@ -16,7 +16,7 @@ from kafka_wire.protocol import ErrorCode
 from kafka_wire.upstream import ClusterClient, Upstream
 
 from .producers import PhysicalKey
-from .view import ClusterView, Placement
+from .view import ClusterView, PartitionRoute
 
 REQUEST_MARGIN_S: Final = 5.0
 """Added to a request's own timeout for the broker's answer to reach the gateway."""
@@ -44,7 +44,7 @@ class Routed(NamedTuple):
 
     topic: str
     partition: int
-    placement: Placement
+    placement: PartitionRoute
     records: bytes | None
     producer: PhysicalKey | None  # the physical producer they were rewritten for, if idempotent
     spread: bool = False  # a strict topic's records, placed by key: one of maybe several parts of the answer
@@ -56,7 +56,7 @@ def cluster_of(upstream: Upstream, view: ClusterView, cluster_id: str) -> Cluste
     return upstream.cluster(cluster_id, bootstrap) if bootstrap else None
 
 
-async def leader_of(cluster: ClusterClient, p: Placement) -> str:
+async def leader_of(cluster: ClusterClient, p: PartitionRoute) -> str:
     """The address of the broker leading ``p``'s physical partition (asked when not known)."""
     return cluster.known_leader(p.physical_topic, p.physical_partition, asyncio.get_running_loop().time()) or (
         await cluster.leader(p.physical_topic, p.physical_partition)

@@ -97,11 +97,11 @@ async def _place_now(
     held = ctx.key_order_lease_held()
     table = route.table if held else WAIT_ALL
 
-    def placement(partition: int) -> batches.Placement:
+    def placement(partition: int) -> batches.SlotTargets:
         keyless = partition
         if partition not in route.writable:
             keyless = route.writable[partition % len(route.writable)] if route.writable else -1
-        return batches.Placement(table, route.stamped, keyless, route.header)
+        return batches.SlotTargets(table, route.stamped, keyless, route.header)
 
     placed = await _place(ctx, view, name, [(records, placement(p)) for records, p in pending])
     latest = ctx.view().strict(name)
@@ -113,7 +113,7 @@ async def _place_now(
 
 
 async def _place(
-    ctx: ProduceContext, view: ClusterView, name: str, sources: list[tuple[bytes, batches.Placement]]
+    ctx: ProduceContext, view: ClusterView, name: str, sources: list[tuple[bytes, batches.SlotTargets]]
 ) -> list[Placed] | Refused:
     """The regrouped batches of a strict topic with the broker each goes to, or why the request is refused
     (before anything is written)."""

@@ -52,7 +52,7 @@ class Broker(NamedTuple):
     rack: str | None
 
 
-class Placement(NamedTuple):
+class PartitionRoute(NamedTuple):
     """Where one logical partition lives, and whether it takes writes and reads now."""
 
     topic: str
@@ -90,7 +90,7 @@ class StrictRoute(NamedTuple):
 class TopicView:
     name: str
     topic_id: uuid.UUID
-    placements: tuple[Placement, ...]  # index == partition id
+    placements: tuple[PartitionRoute, ...]  # index == partition id
     first_broker: int  # index into the brokers of partition 0's leader
     strict: StrictRoute | None = None
 
@@ -146,7 +146,7 @@ class ClusterView:
         first = zlib.crc32(t.topic_id.encode()) % len(self.brokers)
         return TopicView(t.name, topic_uuid(t.topic_id), placements, first, self._strict_route(t.name, placements))
 
-    def _strict_route(self, name: str, placements: tuple[Placement, ...]) -> StrictRoute | None:
+    def _strict_route(self, name: str, placements: tuple[PartitionRoute, ...]) -> StrictRoute | None:
         history = strict_history(self.image.key_orders, name)
         if history is None:
             return None
@@ -159,12 +159,14 @@ class ClusterView:
         header = encoded_header(EPOCH_HEADER.encode(), epoch_header(history.epoch)[1])
         return StrictRoute(history.epoch, table.tobytes(), stamped, header, writable)
 
-    def _placement(self, topic: str, p: PartitionImage) -> Placement:
+    def _placement(self, topic: str, p: PartitionImage) -> PartitionRoute:
         cluster = self.image.clusters.get(p.cluster_id)
         present = cluster is not None and (p.physical_topic, p.physical_partition) in cluster.leaders
         readable = present and p.state != "removed" and cluster is not None and cluster.state != "decommissioned"
         writable = present and is_writable(self.image, p)
-        return Placement(topic, p.partition, p.cluster_id, p.physical_topic, p.physical_partition, writable, readable)
+        return PartitionRoute(
+            topic, p.partition, p.cluster_id, p.physical_topic, p.physical_partition, writable, readable
+        )
 
     def leader(self, topic: TopicView, partition: int, producer: bool) -> int:
         """The broker clients should send this partition's requests to, or ``NO_LEADER`` when it takes
@@ -179,7 +181,7 @@ class ClusterView:
         topic = self.topic(name)
         return topic.strict if topic is not None else None
 
-    def placement(self, name: str, partition: int) -> Placement | None:
+    def placement(self, name: str, partition: int) -> PartitionRoute | None:
         topic = self.topic(name)
         if topic is None or not 0 <= partition < len(topic.placements):
             return None

@@ -52,7 +52,7 @@ Group = list[Any]
 timestamps against its first record's, offset deltas 0, 1, ..."""
 
 
-class Placement(NamedTuple):
+class SlotTargets(NamedTuple):
     """Where the records of one client partition go: a keyed one by its slot (``crc32(key) & 16383``) to
     ``targets[slot]`` (16,384 native int32; -1: that partition takes no writes now), with ``header`` first
     among its headers where ``stamped[slot]`` (16,384 bytes) is nonzero; a key-less one to ``keyless`` (-1:
@@ -92,7 +92,7 @@ def encoded_header(key: bytes, value: bytes) -> bytes:
     return bytes(out)
 
 
-def regroup(sources: Iterable[tuple[bytes, Placement]], max_bytes: int) -> dict[int, bytes]:
+def regroup(sources: Iterable[tuple[bytes, SlotTargets]], max_bytes: int) -> dict[int, bytes]:
     """The records of ``sources`` (a produce request's batches for each of a topic's partitions, with where
     their records go) as one new batch per target partition: brokers take one batch per partition and
     request. ``NoPartitionNow`` when a record has none, and nothing is placed. ``max_bytes`` bounds what a

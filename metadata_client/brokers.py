@@ -25,7 +25,7 @@ from typing import Final
 
 
 @dataclass(frozen=True, slots=True)
-class Broker:
+class BrokerKind:
     """A kind of broker and the paths kfed takes on it."""
 
     name: str
@@ -34,13 +34,13 @@ class Broker:
     log_start: int | None = None  # every partition's first offset, when ListOffsets(earliest) cannot be trusted
 
 
-APACHE_KAFKA: Final = Broker("kafka", exact_list_offsets=True, grows_topics=True)
-TANSU: Final = Broker("tansu", exact_list_offsets=False, grows_topics=False, log_start=0)
+APACHE_KAFKA: Final = BrokerKind("kafka", exact_list_offsets=True, grows_topics=True)
+TANSU: Final = BrokerKind("tansu", exact_list_offsets=False, grows_topics=False, log_start=0)
 
 CREATE_PARTITIONS_API: Final = 37
 """The Kafka API whose absence from a broker's ApiVersions tells Tansu from Apache Kafka."""
 
 
-def from_api_keys(api_keys: Collection[int]) -> Broker:
+def from_api_keys(api_keys: Collection[int]) -> BrokerKind:
     """The broker that listed these API keys in its ApiVersions answer (what a connection already knows)."""
     return APACHE_KAFKA if CREATE_PARTITIONS_API in api_keys else TANSU

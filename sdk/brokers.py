@@ -14,7 +14,7 @@ from typing import Final
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from metadata_client.brokers import APACHE_KAFKA, TANSU, Broker
+from metadata_client.brokers import APACHE_KAFKA, TANSU, BrokerKind
 from metadata_log.errors import Unavailable
 
 PROBE_TOPIC: Final = "__kfed_broker_probe"
@@ -25,7 +25,7 @@ class BrokerUnknown(Unavailable):
     """The broker did not answer the probe in time (down, or not a Kafka broker)."""
 
 
-def probe(admin: AdminClient, timeout_s: float) -> Broker:
+def probe(admin: AdminClient, timeout_s: float) -> BrokerKind:
     """Which broker ``admin`` talks to: one validate-only CreatePartitions (nothing changes on the broker)."""
     futures = admin.create_partitions([NewPartitions(PROBE_TOPIC, 2)], validate_only=True, request_timeout=timeout_s)
     try:
@@ -41,7 +41,7 @@ def probe(admin: AdminClient, timeout_s: float) -> Broker:
     return APACHE_KAFKA  # it took the request: UNKNOWN_TOPIC_OR_PART, or any other answer of the broker's own
 
 
-_KNOWN: dict[str, Broker] = {}
+_KNOWN: dict[str, BrokerKind] = {}
 _UNKNOWN: dict[str, tuple[float, BrokerUnknown]] = {}  # bootstrap -> (when its probe failed, the failure)
 _KNOWN_LOCK = threading.Lock()
 UNKNOWN_FOR_S: Final = 5.0
@@ -49,7 +49,7 @@ UNKNOWN_FOR_S: Final = 5.0
 does not wait out a timeout per call on a cluster that is down."""
 
 
-def broker_at(bootstrap: str, timeout_s: float = 5.0) -> Broker:
+def broker_at(bootstrap: str, timeout_s: float = 5.0) -> BrokerKind:
     """The broker of the cluster at ``bootstrap``, probed once per process (a cluster keeps its kind).
     ``BrokerUnknown`` when it does not answer, and at once for ``UNKNOWN_FOR_S`` after that."""
     with _KNOWN_LOCK:

@@ -32,7 +32,7 @@ class DataLossError(Gone):
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class SourcePartition:
     """A logical partition and the physical partition that backs it (fixed for the partition's lifetime)."""
 
     topic: str
@@ -63,7 +63,7 @@ class Watermarks:
 class OffsetRange:
     """One Spark task: ``[start, end)`` of a physical partition, reported as its logical partition."""
 
-    placement: Placement
+    placement: SourcePartition
     bootstrap: str
     start: int
     end: int
@@ -73,12 +73,12 @@ class OffsetRange:
         return self.end - self.start
 
 
-def resolve_placements(image: MetadataImage, topics: Sequence[str], *, require_all: bool) -> list[Placement]:
+def resolve_placements(image: MetadataImage, topics: Sequence[str], *, require_all: bool) -> list[SourcePartition]:
     """The readable (writable or read-only; not removed) logical partitions of ``topics``.
 
     ``require_all``: a topic missing from the image is an error (batch); a stream waits for it instead.
     """
-    out: list[Placement] = []
+    out: list[SourcePartition] = []
     for name in topics:
         topic = image.topics.get(name)
         if topic is None:
@@ -90,12 +90,14 @@ def resolve_placements(image: MetadataImage, topics: Sequence[str], *, require_a
         for p in topic.partitions:
             if p.state != "removed":
                 out.append(
-                    Placement(name, p.partition, topic.topic_id, p.cluster_id, p.physical_topic, p.physical_partition)
+                    SourcePartition(
+                        name, p.partition, topic.topic_id, p.cluster_id, p.physical_topic, p.physical_partition
+                    )
                 )
     return out
 
 
-def bootstraps(image: MetadataImage, placements: Iterable[Placement]) -> dict[str, str]:
+def bootstraps(image: MetadataImage, placements: Iterable[SourcePartition]) -> dict[str, str]:
     """Bootstrap servers of the clusters the placements live on."""
     out: dict[str, str] = {}
     for p in placements:
@@ -112,7 +114,7 @@ def _spec_offset(spec: OffsetSpec, key: LogicalKey, default: int) -> int:
     return spec.get(key[0], {}).get(key[1], default)
 
 
-def check_spec_partitions(spec: OffsetSpec, placements: Sequence[Placement], option: str) -> None:
+def check_spec_partitions(spec: OffsetSpec, placements: Sequence[SourcePartition], option: str) -> None:
     """A JSON offset naming a logical partition that is not readable is an error, not a silent skip."""
     if isinstance(spec, str):
         return
@@ -124,7 +126,7 @@ def check_spec_partitions(spec: OffsetSpec, placements: Sequence[Placement], opt
 
 
 def batch_ranges(
-    placements: Sequence[Placement],
+    placements: Sequence[SourcePartition],
     cluster_bootstraps: Mapping[str, str],
     watermarks: Mapping[tuple[str, str, int], Watermarks],
     starting: OffsetSpec,
@@ -196,7 +198,7 @@ def _lost(fail: bool, detail: str) -> None:
 class Position:
     """Where a stream is in one logical partition: the next physical offset, and the mapping it is read by."""
 
-    placement: Placement
+    placement: SourcePartition
     offset: int
 
 
@@ -235,7 +237,9 @@ class StreamOffset:
         positions = {}
         for topic, entry in doc["topics"].items():
             for partition, p in entry["partitions"].items():
-                placement = Placement(topic, int(partition), entry["id"], p["cluster"], p["topic"], p["partition"])
+                placement = SourcePartition(
+                    topic, int(partition), entry["id"], p["cluster"], p["topic"], p["partition"]
+                )
                 positions[placement.key] = Position(placement, int(p["offset"]))
         return StreamOffset(positions, dict(doc["clusters"]))
 
@@ -244,7 +248,7 @@ EMPTY_STREAM_OFFSET: Final = StreamOffset({}, {})
 
 
 def initial_positions(
-    placements: Sequence[Placement],
+    placements: Sequence[SourcePartition],
     cluster_bootstraps: Mapping[str, str],
     watermarks: Mapping[tuple[str, str, int], Watermarks],
     starting: OffsetSpec,
@@ -264,7 +268,7 @@ def initial_positions(
 
 def next_offset(
     start: StreamOffset,
-    placements: Sequence[Placement],
+    placements: Sequence[SourcePartition],
     cluster_bootstraps: Mapping[str, str],
     watermarks: Mapping[tuple[str, str, int], Watermarks],
     fail_on_data_loss: bool,
@@ -365,7 +369,7 @@ def stream_ranges(
     return out
 
 
-def new_partitions(start: StreamOffset, end: StreamOffset) -> list[Placement]:
+def new_partitions(start: StreamOffset, end: StreamOffset) -> list[SourcePartition]:
     """Placements in ``end`` that ``start`` does not read with the same mapping (they start at earliest)."""
     out = []
     for key, pos in end.positions.items():

@@ -33,7 +33,7 @@ from .options import SourceOptions, parse_options
 from .plan import (
     EMPTY_STREAM_OFFSET,
     OffsetRange,
-    Placement,
+    SourcePartition,
     StreamOffset,
     Watermarks,
     batch_ranges,
@@ -114,7 +114,11 @@ def _tasks(ranges: Sequence[OffsetRange], options: SourceOptions) -> list[InputP
 
 
 def cluster_watermarks(
-    placements: Sequence[Placement], cluster_bootstraps: Mapping[str, str], options: SourceOptions, *, strict: bool
+    placements: Sequence[SourcePartition],
+    cluster_bootstraps: Mapping[str, str],
+    options: SourceOptions,
+    *,
+    strict: bool,
 ) -> dict[tuple[str, str, int], Watermarks]:
     """Watermarks of every placement, one consumer per cluster, clusters asked in parallel.
 
@@ -190,7 +194,7 @@ class KfedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "_target": None, "_follower": None}
 
-    def _current(self) -> tuple[list[Placement], dict[str, str], dict[tuple[str, str, int], Watermarks]]:
+    def _current(self) -> tuple[list[SourcePartition], dict[str, str], dict[tuple[str, str, int], Watermarks]]:
         o = self.options
         if self._follower is None:
             self._follower = LogFollower(o.controllers, wait_ms=0, timeout_s=o.timeout_ms / 1000, access=o.access)

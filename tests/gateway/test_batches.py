@@ -67,7 +67,7 @@ def placement(n: int, stamp_slot: Any = lambda slot: False, keyless: int = 0, wa
     """Slot s to partition ``s % n`` (-1 where ``wait``), stamped where ``stamp_slot``."""
     targets = array("i", [-1 if wait(s) else s % n for s in range(KEY_SLOTS)]).tobytes()
     stamped = bytes(1 if stamp_slot(s) else 0 for s in range(KEY_SLOTS))
-    return batches.Placement(targets, stamped, keyless, HEADER)
+    return batches.SlotTargets(targets, stamped, keyless, HEADER)
 
 
 def slot(key: bytes) -> int:

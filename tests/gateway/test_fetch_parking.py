@@ -14,7 +14,7 @@ from typing import Any
 
 from gateway import fetch
 from gateway.server import ClientConnection, ClientMemory, Limits
-from gateway.view import Placement
+from gateway.view import PartitionRoute
 from metadata_log.image import EMPTY_IMAGE
 
 
@@ -71,8 +71,8 @@ class Context:  # a FetchContext's stand-in
         self.upstream = SimpleNamespace(cluster=lambda cluster_id, bootstrap: self.clusters[cluster_id])
 
     def view(self) -> Any:
-        placements = {("T", 0): Placement("T", 0, "c1", "T", 0, True, True),
-                      ("T", 1): Placement("T", 1, "c2", "T", 0, True, True)}  # fmt: skip
+        placements = {("T", 0): PartitionRoute("T", 0, "c1", "T", 0, True, True),
+                      ("T", 1): PartitionRoute("T", 1, "c2", "T", 0, True, True)}  # fmt: skip
         return SimpleNamespace(placement=lambda t, p: placements.get((t, p)), bootstrap_of=lambda c: f"{c}:9092",
                                image=EMPTY_IMAGE)  # fmt: skip
 

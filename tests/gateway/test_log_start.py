@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import OFFSET_STORED, TopicPartition
 
 from gateway import fetch
-from gateway.view import Placement
+from gateway.view import PartitionRoute
 from metadata_client import brokers
 from sdk import brokers as probing
 from sdk.consumer import FederatedConsumer
@@ -58,7 +58,7 @@ class Cluster:
 
 
 def answered(tansu: bool, timestamp: int) -> int:
-    placement = Placement("L", 0, "c1", "T", 0, True, True)
+    placement = PartitionRoute("L", 0, "c1", "T", 0, True, True)
     got = asyncio.run(fetch._list_from(Cluster(Broker(tansu)), "leader", [("L", 0, placement, timestamp)], 0))  # type: ignore[arg-type]
     return int(got[("L", 0)]["offset"])
 
@@ -79,7 +79,7 @@ class Consumer:
         return [TopicPartition(p.topic, p.partition, self.offset) for p in partitions]
 
 
-def start_of(broker: brokers.Broker, consumer: Consumer, reset_to_earliest: bool = True) -> int:
+def start_of(broker: brokers.BrokerKind, consumer: Consumer, reset_to_earliest: bool = True) -> int:
     bootstrap = f"{broker.name}:9092"
     probing._KNOWN[bootstrap] = broker  # as the probe found it
     member = SimpleNamespace(
@@ -91,7 +91,7 @@ def start_of(broker: brokers.Broker, consumer: Consumer, reset_to_earliest: bool
 
 
 @pytest.mark.parametrize("broker", [brokers.TANSU, brokers.APACHE_KAFKA], ids=lambda b: b.name)
-def test_an_sdk_member_starts_a_partition_without_a_commit_at_tansus_log_start(broker: brokers.Broker) -> None:
+def test_an_sdk_member_starts_a_partition_without_a_commit_at_tansus_log_start(broker: brokers.BrokerKind) -> None:
     if broker.log_start is None:  # Apache Kafka: librdkafka looks the commit up, then resets by ListOffsets
         assert start_of(broker, Consumer()) == OFFSET_STORED
     else:

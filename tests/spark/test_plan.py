@@ -16,7 +16,7 @@ from spark_pipeline.plan import (
     EMPTY_STREAM_OFFSET,
     DataLossError,
     OffsetRange,
-    Placement,
+    SourcePartition,
     StreamOffset,
     Watermarks,
     batch_ranges,
@@ -93,7 +93,7 @@ def test_placements_skip_removed_partitions_and_missing_topics_are_an_error_for_
     image = image_with(4, removed=(1,))
     placements = resolve_placements(image, ["T"], require_all=True)
     assert [p.partition for p in placements] == [0, 2, 3]
-    assert placements[1] == Placement("T", 2, "id-T", "c1", "T", 1)
+    assert placements[1] == SourcePartition("T", 2, "id-T", "c1", "T", 1)
     assert bootstraps(image, placements) == {"c1": "h1:1", "c2": "h2:2"}
     with pytest.raises(SourceOptionError, match="'U' does not exist"):
         resolve_placements(image, ["T", "U"], require_all=True)
@@ -119,7 +119,7 @@ def test_batch_ranges_resolve_earliest_latest_and_json_and_report_data_loss() ->
 
 
 def test_split_ranges_cover_exactly_the_range_in_bounded_pieces() -> None:
-    p = Placement("T", 0, "id", "c1", "T", 0)
+    p = SourcePartition("T", 0, "id", "c1", "T", 0)
     ranges = [OffsetRange(p, "h", 3, 1003), OffsetRange(p, "h", 0, 10)]
     split = split_ranges(ranges, 300, None)
     assert max(r.size for r in split) <= 300
@@ -158,7 +158,7 @@ def test_replay_reads_with_the_recorded_mapping_even_after_the_topic_was_recreat
     image = image_with(1)
     placements = resolve_placements(image, ["T"], require_all=True)
     start = next_offset(EMPTY_STREAM_OFFSET, placements, bootstraps(image, placements), marks_for(placements), True)
-    moved = Placement("T", 0, "id-T2", "c2", "T", 0)  # the topic was deleted and created again elsewhere
+    moved = SourcePartition("T", 0, "id-T2", "c2", "T", 0)  # the topic was deleted and created again elsewhere
     end = next_offset(start, [moved], {"c2": "h2:2"}, {moved.physical: Watermarks(0, 40)}, True)
     assert end.positions[("T", 0)].placement == moved
     # the checkpointed batch (start, end) is replayed as planned: the new mapping reads from earliest
@@ -234,7 +234,7 @@ def test_only_a_spark_python_worker_freezes_what_it_has_imported_and_only_once(m
 
 def test_tasks_running_side_by_side_read_from_different_clusters() -> None:
     def rng(cluster_id: str, partition: int) -> OffsetRange:
-        return OffsetRange(Placement("T", partition, "id", cluster_id, "T", partition % 4), "b:1", 0, 10)
+        return OffsetRange(SourcePartition("T", partition, "id", cluster_id, "T", partition % 4), "b:1", 0, 10)
 
     listed = [rng("c1", p) for p in range(4)] + [rng("c2", p) for p in range(4, 8)]  # as resolved: by cluster
     spread = spread_over_clusters(listed)
