@@ -3,7 +3,7 @@
 ``CheckedJournal`` is what pysyncobj keeps its log in (the bridge hands it over in place of pysyncobj's own
 mmap ``FileJournal``). It implements the journal interface pysyncobj calls (``pysyncobj.journal.Journal``:
 ``add``, ``clear``, ``deleteEntriesFrom``, ``deleteEntriesTo``, indexing, the term, vote and commit index;
-camelCase as pysyncobj names them; ``tests/unit/metadata_log/raft/test_raft_bridge.py`` pins that interface) and
+camelCase as pysyncobj names them; ``tests/unit/metadata_quorum/test_raft_bridge.py`` pins that interface) and
 reads and writes pysyncobj's file layout, so a data dir of either kind opens with the other. Nothing here
 imports pysyncobj.
 

@@ -1,6 +1,6 @@
 """The table of pysyncobj's private names that ``bridge`` uses, and what it does with each.
 
-``tests/unit/metadata_log/raft/test_raft_bridge.py`` pins every entry against the installed pysyncobj (it exists,
+``tests/unit/metadata_quorum/test_raft_bridge.py`` pins every entry against the installed pysyncobj (it exists,
 with the signature given; an overridden method keeps pysyncobj's parameters) and checks that the bridge uses no
 other and that no other module names one. Apart from the bridge's code, so that the module that reaches into
 pysyncobj stays readable as code.

@@ -1,9 +1,9 @@
 """The Raft rules kfed enforces on top of pysyncobj, as pure functions of values.
 
-No I/O, no clock, no pysyncobj: the bridge (``bridge.py``) reads pysyncobj's state, asks these, and writes the
+No I/O, no clock, no pysyncobj: the bridge (``bridge/``) reads pysyncobj's state, asks these, and writes the
 answers back. Each rule cites what it implements: the Raft paper (Ongaro and Ousterhout, "In Search of an
 Understandable Consensus Algorithm", 2014; "§5.3", "Figure 2") or Ongaro's thesis ("Consensus: Bridging Theory
-and Practice", 2014; "thesis §9.6"). ``tests/unit/metadata_log/raft/test_raft_rules.py`` holds a table of cases
+and Practice", 2014; "thesis §9.6"). ``tests/unit/metadata_quorum/test_raft_rules.py`` holds a table of cases
 for each.
 
 pysyncobj 0.3.17 breaks some of these rules by itself (the docstrings say how); the bridge routes the messages
