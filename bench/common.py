@@ -25,7 +25,6 @@ from deploy.launcher import LocalFederation, LocalQuorum, ready_demo_topic, stop
 from metadata_client.follower import LogFollower
 from metadata_log.image import MetadataImage
 from metadata_log.publisher import LogDelta
-from metadata_log.records import ClusterFenced
 from sdk import FederatedProducer
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -362,9 +361,15 @@ class FenceWatch:
         return self.seen_at
 
     def on_update(self, delta: LogDelta, image: MetadataImage) -> None:
-        if self.seen_at is None and any(
-            offset > self.after and isinstance(r, ClusterFenced) and r.cluster_id == self.cluster_id
-            for offset, r in enumerate(delta.records, delta.first_offset)
+        # A batch past arm() that leaves the cluster fenced and changed it: a fence from before arm() was lifted
+        # before the trial (the harness waits for that), so the fence that changed it is the trial's.
+        cluster = image.clusters.get(self.cluster_id)
+        if (
+            self.seen_at is None
+            and image.offset > self.after
+            and self.cluster_id in delta.changes.clusters_changed
+            and cluster is not None
+            and cluster.fenced
         ):
             self.seen_at = time.monotonic()
             self.seen.set()

@@ -27,7 +27,6 @@ from metadata_log.commands import PhysicalPartition, seals_to_measure
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
 from metadata_log.image import MetadataImage
 from metadata_log.publisher import LogDelta
-from metadata_log.records import TopicDeleted
 
 from . import reconcile
 from .kafka import CannotGrow, ClusterUnreachable, PhysicalCluster, Scan
@@ -343,9 +342,6 @@ class Agent:
     # -- publisher of the followed log (on the follower's thread) -----------------------------------
     def on_update(self, delta: LogDelta, image: MetadataImage) -> None:
         """Remember the physical topics here of each logical topic the log deleted."""
-        previous = delta.base
-        for record in delta.records:
-            if isinstance(record, TopicDeleted) and record.name in previous.topics:
-                physical = {p.physical_topic for p in previous.topics[record.name].partitions
-                            if p.cluster_id == self.cluster_id}  # fmt: skip
-                self._deleted_topics |= physical
+        previous, here = delta.base.topics, self.cluster_id
+        for name in delta.changes.topics_deleted:
+            self._deleted_topics |= {p.physical_topic for p in previous[name].partitions if p.cluster_id == here}

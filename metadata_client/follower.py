@@ -23,7 +23,7 @@ import httpx
 from metadata_log.codec import MAX_DECODE_BYTES, CodecError, record_from_dict, unpack
 from metadata_log.errors import NotAController, Unavailable
 from metadata_log.heap import gc_paused
-from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply
+from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply_touched
 from metadata_log.publisher import LogDelta, MetadataPublisher, Publishers
 from metadata_log.records import Record
 from metadata_log.snapshot import read_body
@@ -158,7 +158,7 @@ class LogFollower:
             except (CodecError, InvalidRecord, KeyError, TypeError, ValueError) as e:
                 raise FollowerError(f"snapshot from {self.url} does not decode: {e}") from e
         self.snapshots_loaded += 1
-        self._set_image(image, LogDelta.replaced, self.image)
+        self._set_image(image, LogDelta.replaced, self.image, image)
 
     def _get(self, path: str, params: dict[str, int | str] | None = None) -> httpx.Response:
         """GET a msgpack body, read at most MAX_DECODE_BYTES of it: a broken or hostile server cannot
@@ -184,10 +184,10 @@ class LogFollower:
 
     def _advance(self, records: list[Record]) -> None:
         try:
-            image = apply(self.image, records)
+            image, touched = apply_touched(self.image, records)
         except InvalidRecord as e:  # the log never holds such records; a node serving them is broken
             raise FollowerError(f"record from {self.url} does not apply: {e}") from e
-        self._set_image(image, LogDelta, self.image, records)
+        self._set_image(image, LogDelta.committed, self.image, records, image, touched)
 
     def _set_image(self, image: MetadataImage, delta: Callable[..., LogDelta], *args: Any) -> None:
         """Advance to ``image``; publish it with ``delta(*args)``, what made it."""

@@ -3,7 +3,9 @@
 Whoever advances an image (the Raft state machine on a controller, ``LogFollower`` in an agent, the SDK or a
 Spark job) hands each advance to its subscribed publishers: the HTTP read model, the agent's reconciler,
 the producer's routes. A publisher subscribed late first gets a catch-up: a snapshot delta from the empty
-image to the current one, then every later update, none missed and none twice.
+image to the current one, then every later update, none missed and none twice. A publisher learns what
+changed from ``delta.changes`` (topics created, deleted and changed, clusters and leaders changed), never by
+reading the records.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
-from .image import EMPTY_IMAGE, MetadataImage
+from .image import EMPTY_IMAGE, MetadataChanges, MetadataDelta, MetadataImage, Touched, changes_between
 from .records import Record
 
 __all__ = ["LogDelta", "MetadataPublisher", "Publishers"]
@@ -21,27 +23,74 @@ __all__ = ["LogDelta", "MetadataPublisher", "Publishers"]
 log = logging.getLogger(__name__)
 
 
-class LogDelta(NamedTuple):
-    """What took ``base`` to the published image.
+class LogDelta:
+    """What took ``base`` to the published image, and what it changed (``changes``).
 
     Either committed ``records``, at offsets ``first_offset``, ``first_offset + 1``, ... (a batch is never
     split), or, with ``snapshot``, an image loaded whole (a node's dump, a snapshot from another node, the
-    catch-up of a late subscriber): no records, and the log continues after the new image's offset. A
-    NamedTuple: one is made per committed command, and a tuple is made faster than a frozen dataclass."""
+    catch-up of a late subscriber): no records, and the log continues after the new image's offset.
 
-    base: MetadataImage
-    records: Sequence[Record] = ()
-    snapshot: bool = False
+    ``changes`` is settled on first read, so that a publisher that reads only the records (the controller's
+    read model) costs nothing more: from what replay ``touched`` when whoever applied the records passed it
+    (``committed``), else by replaying the records again; for a snapshot, by comparing the two images."""
+
+    __slots__ = ("_changes", "_image", "_touched", "base", "records", "snapshot")
+
+    def __init__(
+        self,
+        base: MetadataImage,
+        records: Sequence[Record] = (),
+        snapshot: bool = False,
+        image: MetadataImage | None = None,
+        touched: Touched | None = None,
+    ) -> None:
+        self.base = base
+        self.records = records
+        self.snapshot = snapshot
+        self._image = image
+        self._touched = touched
+        self._changes: MetadataChanges | None = None
 
     @classmethod
-    def replaced(cls, base: MetadataImage) -> LogDelta:
-        """The snapshot delta of an image loaded whole over ``base``."""
-        return cls(base, (), True)
+    def committed(
+        cls, base: MetadataImage, records: Sequence[Record], image: MetadataImage, touched: Touched
+    ) -> LogDelta:
+        """The delta of ``records`` applied to ``base``, making ``image``, their replay having ``touched``."""
+        return cls(base, records, False, image, touched)
+
+    @classmethod
+    def replaced(cls, base: MetadataImage, image: MetadataImage) -> LogDelta:
+        """The snapshot delta of ``image`` loaded whole over ``base``."""
+        return cls(base, (), True, image)
 
     @property
     def first_offset(self) -> int:
         """The offset of ``records[0]``."""
         return self.base.offset + 1
+
+    @property
+    def changes(self) -> MetadataChanges:
+        """What differs between ``base`` and the published image (see ``MetadataChanges``)."""
+        changes = self._changes
+        if changes is None:  # the images are immutable: two threads settling at once find the same changes
+            changes = self._changes = self._settle()
+        return changes
+
+    def _settle(self) -> MetadataChanges:
+        image, touched = self._image, self._touched
+        if self.snapshot:
+            if image is None:
+                raise ValueError("the changes of a snapshot delta need the image it loaded")
+            return changes_between(self.base, image)
+        if image is None or touched is None:
+            delta = MetadataDelta(self.base)
+            delta.replay_records(self.records)
+            image, touched = delta.apply(), delta.touched()
+        return touched.settle(self.base, image)
+
+    def __repr__(self) -> str:
+        kind = "snapshot" if self.snapshot else f"{len(self.records)} records"
+        return f"LogDelta(base offset {self.base.offset}, {kind})"
 
 
 class MetadataPublisher(Protocol):
@@ -65,7 +114,7 @@ class Publishers:
         """Add ``publisher``; it first gets the catch-up from the empty image, unless nothing was published yet."""
         with self._lock:
             if self._image is not EMPTY_IMAGE:
-                _deliver(publisher, LogDelta.replaced(EMPTY_IMAGE), self._image)
+                _deliver(publisher, LogDelta.replaced(EMPTY_IMAGE, self._image), self._image)
             self._subscribed += (publisher,)
 
     def publish(self, image: MetadataImage, make_delta: Callable[..., LogDelta], *args: Any) -> None:

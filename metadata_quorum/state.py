@@ -38,7 +38,7 @@ from metadata_log.codec import (
 )
 from metadata_log.errors import CorruptData
 from metadata_log.heap import freeze_survivors, gc_paused
-from metadata_log.image import BULK_TYPES, EMPTY_IMAGE, InvalidRecord, MetadataImage, apply_runs
+from metadata_log.image import BULK_TYPES, EMPTY_IMAGE, InvalidRecord, MetadataImage, Touched, apply_touched
 from metadata_log.publisher import LogDelta, MetadataPublisher, Publishers
 from metadata_log.records import LATEST_METADATA_VERSION, NewerMetadataVersion, Record
 from metadata_log.snapshot import layout_for, pack_body, read_body
@@ -252,7 +252,7 @@ class LogState:
             log.error("undecodable command of %d bytes ignored: %s", len(data), e)
             return [Outcome("rejected", detail=f"undecodable command: {e}")]
         base = self.image
-        published: list[_Write] = []  # committed writes of records, at base.offset + 1, base.offset + 2, ...
+        published = _Published()
         outcomes = self._apply_together(writes, published) if len(writes) > 1 else None
         if outcomes is None:
             outcomes = []
@@ -265,9 +265,9 @@ class LogState:
                     log.exception("proposal rejected by an unexpected error")
                     outcome = Outcome("rejected", detail=f"internal error: {type(e).__name__}: {e}")
                 outcomes.append(outcome)
-        if published:
-            self._publishers.publish(self.image, _delta_of, base, published)
-        self._applied_since_freeze += sum(write.count for write in published)
+        if published.writes:
+            self._publishers.publish(self.image, _delta_of, base, self.image, published)
+        self._applied_since_freeze += sum(write.count for write in published.writes)
         if self._applied_since_freeze >= FREEZE_EVERY_RECORDS and freeze_survivors():
             self._applied_since_freeze = 0
         return outcomes
@@ -277,7 +277,7 @@ class LogState:
         self._halt(f"the log holds a committed command this node cannot apply: {error}")
         return [Outcome("rejected", detail=str(error))]
 
-    def _apply_together(self, proposals: Sequence[_Write], published: list[_Write]) -> list[Outcome] | None:
+    def _apply_together(self, proposals: Sequence[_Write], published: _Published) -> list[Outcome] | None:
         """The outcomes of applying ``proposals`` one after another, computed with one ``apply`` of all
         their records, or None (nothing changed) when a proposal would not commit or an idempotency key
         needs the one-at-a-time path. Each ``apply`` copies the image's maps it changes (its clusters,
@@ -288,7 +288,7 @@ class LogState:
             return None
         return self._apply_all(proposals, published)
 
-    def _apply_all(self, proposals: Sequence[_Write], published: list[_Write]) -> list[Outcome] | None:
+    def _apply_all(self, proposals: Sequence[_Write], published: _Published) -> list[Outcome] | None:
         keys = self._keys
         new_keys: dict[str, tuple[str | None, Outcome]] = {}
         outcomes: list[Outcome] = []
@@ -320,15 +320,15 @@ class LogState:
                 new_keys[key] = (proposal.fingerprint, outcome)
             outcomes.append(outcome)
         try:
-            self.image = apply_runs(self.image, runs)  # raises before changing anything
+            self.image, touched = apply_touched(self.image, runs)  # raises before changing anything
         except Exception:  # InvalidRecord, or a bug: the one-at-a-time path rejects the right proposal
             return None
-        published += committed
+        published.add(committed, touched)
         keys.update(new_keys)
         self._forget_oldest_keys()
         return outcomes
 
-    def _apply_proposal(self, proposal: _Write, published: list[_Write]) -> Outcome:
+    def _apply_proposal(self, proposal: _Write, published: _Published) -> Outcome:
         key = proposal.idempotency_key
         if key is not None:
             seen = self._keys.get(key)
@@ -336,12 +336,12 @@ class LogState:
                 return _replayed(seen, proposal.fingerprint)
         base = self.image
         try:
-            after = apply_runs(base, proposal.runs)
+            after, touched = apply_touched(base, proposal.runs)
         except InvalidRecord as e:
             return Outcome("rejected", detail=str(e))
         self.image = after
         if proposal.count:
-            published.append(proposal)
+            published.add((proposal,), touched)
         outcome = Outcome("committed", base.offset + 1, after.offset) if proposal.count else Outcome("committed")
         if key is not None:
             self._keys[key] = (proposal.fingerprint, outcome)
@@ -386,18 +386,36 @@ class LogState:
             raise CorruptState(f"state dump does not decode: {e}") from e
         replaced, self.image = self.image, image
         self._keys = keys
-        self._publishers.publish(image, LogDelta.replaced, replaced)  # readers restart from this image
+        self._publishers.publish(image, LogDelta.replaced, replaced, image)  # readers restart from this image
         del value, body  # the decoded form: garbage now, and it must not be frozen
         freeze_survivors(collect=False)  # everything built since the pause is the image: nothing to find
         self._applied_since_freeze = 0
         return value_raft
 
 
-def _delta_of(base: MetadataImage, writes: Sequence[_Write]) -> LogDelta:
+class _Published:
+    """The committed writes of records of one command, at base.offset + 1, base.offset + 2, ..., and what
+    their replay touched (``Touched``), for the delta that publishes them."""
+
+    __slots__ = ("touched", "writes")
+
+    def __init__(self) -> None:
+        self.writes: list[_Write] = []
+        self.touched: list[Touched] = []
+
+    def add(self, writes: Sequence[_Write], touched: Touched) -> None:
+        self.writes += writes
+        self.touched.append(touched)
+
+
+def _delta_of(base: MetadataImage, image: MetadataImage, published: _Published) -> LogDelta:
     """The records of committed writes over ``base``, in order (built from a follower's runs here)."""
+    writes, touched = published.writes, Touched.union(published.touched)
     if len(writes) == 1:
-        return LogDelta(base, writes[0].committed_records())
-    return LogDelta(base, [record for write in writes for record in write.committed_records()])
+        return LogDelta.committed(base, writes[0].committed_records(), image, touched)
+    return LogDelta.committed(
+        base, [record for write in writes for record in write.committed_records()], image, touched
+    )
 
 
 def _replayed(seen: tuple[str | None, Outcome], fingerprint: str | None) -> Outcome:

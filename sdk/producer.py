@@ -227,10 +227,12 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         routes; purge queues of clusters that became fenced or were decommissioned. A cluster going read-only
         or draining (a planned decommission) keeps its queue: its brokers still take what was routed there
         before, as a shrunk partition's do, and purging would fail keyed messages for nothing."""
-        fenced = {c.cluster_id for c in image.clusters.values() if c.fenced or c.state == "decommissioned"}
+        changed = delta.changes.clusters_changed  # any other cluster is fenced or not as ``_fenced`` says
+        clusters = image.clusters
+        fenced = {c for c in changed if c in clusters and (clusters[c].fenced or clusters[c].state == "decommissioned")}
         with self._lock:
             self._to_purge |= fenced - self._fenced
-            self._fenced = fenced
+            self._fenced = (self._fenced - changed) | fenced
         self._forget_routes()
 
     def _forget_routes(self) -> None:

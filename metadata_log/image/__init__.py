@@ -11,9 +11,10 @@
 The image written as records, and read back, is ``metadata_log.snapshot``.
 """
 
+from .changes import NO_CHANGES, MetadataChanges, Touched, changes_between
 from .cluster import CLUSTER_TRANSITIONS, ClusterDelta, ClusterImage
 from .common import InvalidRecord
-from .delta import BULK_TYPES, MetadataDelta, apply, apply_runs
+from .delta import BULK_TYPES, MetadataDelta, apply, apply_runs, apply_touched
 from .gateways import GatewayImage, GatewaysDelta
 from .groups import GroupImage, GroupsDelta
 from .metadata import EMPTY_IMAGE, MetadataImage, is_writable
@@ -24,6 +25,7 @@ __all__ = [
     "BULK_TYPES",
     "CLUSTER_TRANSITIONS",
     "EMPTY_IMAGE",
+    "NO_CHANGES",
     "PARTITION_TRANSITIONS",
     "ClusterDelta",
     "ClusterImage",
@@ -32,15 +34,19 @@ __all__ = [
     "GroupImage",
     "GroupsDelta",
     "InvalidRecord",
+    "MetadataChanges",
     "MetadataDelta",
     "MetadataImage",
     "PartitionImage",
     "QuorumDelta",
     "TopicImage",
     "TopicsDelta",
+    "Touched",
     "VoterImage",
     "apply",
     "apply_runs",
+    "apply_touched",
+    "changes_between",
     "is_writable",
     "new_partitions",
 ]

@@ -7,7 +7,7 @@ image and the same first error.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -79,13 +79,14 @@ class LastRegistrations:
 class ClusterDelta:
     """Changes to the clusters over ``base`` (copy-on-write: the base map is never changed)."""
 
-    __slots__ = ("_base", "_changed", "_leaders", "_registrations")
+    __slots__ = ("_base", "_changed", "_leaders", "_registrations", "_touched")
 
     def __init__(self, base: Mapping[str, ClusterImage], registrations: LastRegistrations) -> None:
         self._base = base
         self._changed: dict[str, ClusterImage] | None = None
         self._leaders: dict[str, dict[tuple[str, int], str]] | None = None  # clusters whose leaders changed
         self._registrations = registrations
+        self._touched: set[str] = set()  # clusters a record other than a leader report was replayed on
 
     def current(self) -> Mapping[str, ClusterImage]:
         """The clusters as replayed so far (leader changes are merged in by ``apply``)."""
@@ -95,6 +96,10 @@ class ClusterDelta:
         if self._changed is None:
             self._changed = dict(self._base)
         return self._changed
+
+    def _set(self, cluster: ClusterImage) -> None:
+        self._writable()[cluster.cluster_id] = cluster
+        self._touched.add(cluster.cluster_id)
 
     def _cluster(self, cluster_id: str) -> ClusterImage:
         cluster = self.current().get(cluster_id)
@@ -106,8 +111,10 @@ class ClusterDelta:
     def replay_registered(self, record: ClusterRegistered) -> None:
         existing = self.current().get(record.cluster_id)
         if existing is None:
-            self._writable()[record.cluster_id] = ClusterImage(
-                cluster_id=record.cluster_id, region=record.region, bootstrap_servers=record.bootstrap_servers
+            self._set(
+                ClusterImage(
+                    cluster_id=record.cluster_id, region=record.region, bootstrap_servers=record.bootstrap_servers
+                )
             )
             return
         if existing.region != record.region:
@@ -117,27 +124,25 @@ class ClusterDelta:
         if existing.state == "decommissioned":
             raise InvalidRecord(f"cluster {record.cluster_id!r} is decommissioned")
         if existing.bootstrap_servers != record.bootstrap_servers:  # else nothing changes (e.g. a retried write)
-            self._writable()[record.cluster_id] = evolve(existing, bootstrap_servers=record.bootstrap_servers)
+            self._set(evolve(existing, bootstrap_servers=record.bootstrap_servers))
 
     def replay_state_changed(self, record: ClusterStateChanged) -> None:
         cluster = self._cluster(record.cluster_id)
         if record.state not in CLUSTER_TRANSITIONS[cluster.state]:
             raise InvalidRecord(f"cluster {record.cluster_id!r} cannot go from {cluster.state} to {record.state}")
-        self._writable()[record.cluster_id] = evolve(cluster, state=record.state)
+        self._set(evolve(cluster, state=record.state))
 
     def replay_fenced(self, record: ClusterFenced) -> None:
         cluster = self._cluster(record.cluster_id)
         if cluster.fenced:
             raise InvalidRecord(f"cluster {record.cluster_id!r} is already fenced")
-        self._writable()[record.cluster_id] = evolve(
-            cluster, fenced=True, fenced_reason=record.reason, fenced_since_ms=record.at_ms
-        )
+        self._set(evolve(cluster, fenced=True, fenced_reason=record.reason, fenced_since_ms=record.at_ms))
 
     def replay_unfenced(self, record: ClusterUnfenced) -> None:
         cluster = self._cluster(record.cluster_id)
         if not cluster.fenced:
             raise InvalidRecord(f"cluster {record.cluster_id!r} is not fenced")
-        self._writable()[record.cluster_id] = evolve(cluster, fenced=False, fenced_reason=None, fenced_since_ms=None)
+        self._set(evolve(cluster, fenced=False, fenced_reason=None, fenced_since_ms=None))
 
     def replay_leader_reported(self, record: PhysicalPartitionsReported) -> None:
         leaders = self._leaders_of(record.cluster_id)
@@ -186,6 +191,7 @@ class ClusterDelta:
                 changed.append(evolve(existing, bootstrap_servers=servers))
         if changed:
             self._writable().update((c.cluster_id, c) for c in changed)
+            self._touched.update(c.cluster_id for c in changed)
 
     def report_leaders(
         self,
@@ -220,3 +226,7 @@ class ClusterDelta:
             for cluster_id, leaders in self._leaders.items():
                 clusters[cluster_id] = evolve(clusters[cluster_id], leaders=leaders)
         return self._changed if self._changed is not None else self._base
+
+    def touched(self) -> tuple[set[str], Collection[str]]:
+        """(clusters a cluster record changed, clusters whose leaders were reported): the names ``Touched`` holds."""
+        return self._touched, self._leaders.keys() if self._leaders is not None else ()

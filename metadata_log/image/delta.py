@@ -52,6 +52,7 @@ from ..records import (
     TxnProducerRestored,
     TxnRestored,
 )
+from .changes import Touched
 from .cluster import ClusterDelta, LastRegistrations
 from .common import InvalidRecord
 from .gateways import GatewaysDelta
@@ -216,6 +217,19 @@ class MetadataDelta:
             transactions=self._txns.apply() if self._txns is not None else base.transactions,
         )
 
+    def touched(self) -> Touched:
+        """The topics and clusters the replayed records touched, from which ``Touched.settle`` tells exactly what
+        changed between ``base`` and the image ``apply`` makes (Kafka's created, deleted and changed topics)."""
+        topics, clusters = self._topics, self._clusters
+        whole, partitions = topics.touched() if topics is not None else ((), {})
+        changed, leaders = clusters.touched() if clusters is not None else ((), ())
+        return Touched(
+            frozenset(whole),
+            {name: frozenset(indices) for name, indices in partitions.items()},
+            frozenset(changed),
+            frozenset(leaders),
+        )
+
 
 def _is_run(item: Run | Record) -> bool:
     return type(item) is Run
@@ -298,3 +312,10 @@ def apply_runs(image: MetadataImage, items: Iterable[Run | Record]) -> MetadataI
     delta = MetadataDelta(image)
     delta.replay_items(items)
     return delta.apply()
+
+
+def apply_touched(image: MetadataImage, items: Iterable[Run | Record]) -> tuple[MetadataImage, Touched]:
+    """``apply_runs``, and what the batch touched: for whoever publishes the batch with its changes."""
+    delta = MetadataDelta(image)
+    delta.replay_items(items)
+    return delta.apply(), delta.touched()

@@ -8,7 +8,7 @@ clusters as replayed so far.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Final, NamedTuple
@@ -67,7 +67,7 @@ class TopicsDelta:
     """Changes to the topics over ``base`` (copy-on-write: the base map and its topics are never changed).
     ``clusters`` gives the clusters as replayed so far in the same batch."""
 
-    __slots__ = ("_base", "_changed", "_clusters", "_partitions", "_placements")
+    __slots__ = ("_base", "_changed", "_clusters", "_partitions", "_placements", "_states_set", "_whole")
 
     def __init__(self, base: Mapping[str, TopicImage], clusters: Callable[[], Mapping[str, ClusterImage]]) -> None:
         self._base = base
@@ -75,6 +75,8 @@ class TopicsDelta:
         self._changed: dict[str, TopicImage] | None = None
         self._partitions: dict[str, list[PartitionImage]] = {}  # topics whose partitions changed
         self._placements: dict[str, set[Placement]] = {}  # per topic that gained partitions: placements used
+        self._whole: set[str] = set()  # topics created or deleted
+        self._states_set: dict[str, set[int]] = {}  # per topic: partitions whose state a record set
 
     def _writable(self) -> dict[str, TopicImage]:
         if self._changed is None:
@@ -116,6 +118,7 @@ class TopicsDelta:
         topics[record.name] = TopicImage(record.topic_id, record.name, record.region, record.retention_ms, ())
         self._partitions[record.name] = []
         self._placements.pop(record.name, None)
+        self._whole.add(record.name)
 
     def replay_partition_added(self, record: PartitionsAdded) -> None:
         topic = self._topic(record.topic)
@@ -140,12 +143,17 @@ class TopicsDelta:
                 f"partition {record.topic}/{record.partition} cannot go from {current.state} to {record.state}"
             )
         parts[record.partition] = current._replace(state=record.state)
+        states_set = self._states_set.get(record.topic)
+        if states_set is None:
+            states_set = self._states_set[record.topic] = set()
+        states_set.add(record.partition)
 
     def replay_deleted(self, record: TopicDeleted) -> None:
         self._topic(record.name)
         del self._writable()[record.name]
         self._partitions.pop(record.name, None)
         self._placements.pop(record.name, None)
+        self._whole.add(record.name)
 
     def _add_partition(
         self,
@@ -249,3 +257,9 @@ class TopicsDelta:
             for name, parts in self._partitions.items():
                 topics[name] = evolve(topics[name], partitions=tuple(parts))
         return self._changed if self._changed is not None else self._base
+
+    def touched(self) -> tuple[set[str], dict[str, Collection[int]]]:
+        """(topics created or deleted, per topic whose partitions changed: those whose state was set): the
+        names ``Touched`` holds. Every topic whose partitions changed is in ``_partitions`` until deleted."""
+        states = self._states_set
+        return self._whole, {name: states.get(name, ()) for name in self._partitions}

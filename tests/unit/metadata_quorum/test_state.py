@@ -196,7 +196,7 @@ def test_a_group_falls_back_to_one_at_a_time_only_when_its_apply_fails(monkeypat
     with pytest.raises(RuntimeError, match="bookkeeping"):
         state.apply_command(command)
     assert state.image.offset == 1  # the two records once, not again one at a time
-    monkeypatch.setattr(state_module, "apply_runs", lambda image, runs: (_ for _ in ()).throw(ValueError("bug")))
+    monkeypatch.setattr(state_module, "apply_touched", lambda image, runs: (_ for _ in ()).throw(ValueError("bug")))
     assert [o.status for o in state.apply_command(command)] == ["duplicate", "duplicate"]
 
 

@@ -16,6 +16,7 @@ from confluent_kafka import KafkaError, KafkaException
 from deploy.processes import free_ports
 from metadata_log import commands
 from metadata_log.image import EMPTY_IMAGE, apply
+from metadata_log.publisher import LogDelta
 from metadata_log.records import ClusterFenced, ClusterRegistered, ClusterStateChanged, PhysicalPartitionsReported
 from sdk import FederatedConsumer, FederatedProducer
 from tests.waiting import wait_until
@@ -125,8 +126,8 @@ def following(producer: FederatedProducer, broker: str, topic: str, key_order: s
     image = apply(image, created.records)
     image = apply(image, [PhysicalPartitionsReported("c1", topic, p, broker) for p in (0, 1)])
     producer._follower.stop()
-    producer._follower.image = image
-    producer.on_update(None, image)  # type: ignore[arg-type]  # the routes are made again from the image
+    before, producer._follower.image = producer._follower.image, image
+    producer.on_update(LogDelta.replaced(before, image), image)  # the routes are made again from the image
 
 
 def test_keyed_messages_of_a_strict_topic_wait_while_no_controller_confirms_the_routing(
@@ -169,12 +170,14 @@ def test_a_planned_decommission_keeps_queued_messages_and_a_fence_reports_them(
     image = producer._follower.image
     producer.produce("T", b"keyed", key=b"k")
     for state in ("read_only", "draining"):
-        image = apply(image, [ClusterStateChanged("c1", state)])
-        producer.on_update(None, image)  # type: ignore[arg-type]
+        records = [ClusterStateChanged("c1", state)]
+        before, image = image, apply(image, records)
+        producer.on_update(LogDelta(before, records), image)
         producer.poll(0.1)
         assert reports == [] and len(producer) == 1, state
-    image = apply(image, [ClusterFenced("c1", "broker down", 0)])
-    producer.on_update(None, image)  # type: ignore[arg-type]
+    records = [ClusterFenced("c1", "broker down", 0)]
+    before, image = image, apply(image, records)
+    producer.on_update(LogDelta(before, records), image)
     wait_until(lambda: producer.poll(0.05) or reports, 10, "the fenced cluster's queue reported")
     assert [e.code() for e in reports] == [KafkaError._PURGE_QUEUE] and len(producer) == 0
     producer.close(0)
