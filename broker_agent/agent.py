@@ -226,8 +226,9 @@ class Agent:
         except CannotGrow as e:
             told = set(topics.items())
             if not told <= self._told_cannot_grow:
-                log.error("%s: %s; place the new partitions in a new physical topic (--physical-topic)",
-                          self.cluster_id, e)  # fmt: skip
+                log.error(
+                    "%s: %s; place the new partitions in a new physical topic (--physical-topic)", self.cluster_id, e
+                )
                 self._told_cannot_grow |= told
 
     def _due_for_deletion(self, retired: tuple[str, ...]) -> tuple[str, ...]:
@@ -257,17 +258,28 @@ class Agent:
         for topic in desired:
             for partition, leader in scan.topics.get(topic, {}).items():
                 seen[(topic, partition)] = leader
-        changes = [PhysicalPartition(t, p, leader) for (t, p), leader in sorted(seen.items())
-                   if cluster.leaders.get((t, p)) != leader]  # fmt: skip
+        changes = [
+            PhysicalPartition(t, p, leader)
+            for (t, p), leader in sorted(seen.items())
+            if cluster.leaders.get((t, p)) != leader
+        ]
         changes += [PhysicalPartition(t, p, None) for (t, p) in sorted(cluster.leaders) if (t, p) not in seen]
         if not changes:
             return
         try:
             self.client.post(
                 f"/v1/agents/{self.cluster_id}/partitions",
-                {"partitions": [{"physical_topic": c.physical_topic, "physical_partition": c.physical_partition,
-                                 "leader": c.leader} for c in changes]},
-            )  # fmt: skip
+                {
+                    "partitions": [
+                        {
+                            "physical_topic": c.physical_topic,
+                            "physical_partition": c.physical_partition,
+                            "leader": c.leader,
+                        }
+                        for c in changes
+                    ]
+                },
+            )
         except KfedError as e:
             log.warning("%s: reporting %d partition changes failed: %s", self.cluster_id, len(changes), e)
 

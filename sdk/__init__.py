@@ -11,9 +11,11 @@ Its errors (``metadata_log.errors``' tree; ``FederationError`` is the base of wh
     └── BrokerUnknown              a broker whose kind could not be learnt
 """
 
+from metadata_log.image import PartitionLocation
+
 from .consumer import FederatedConsumer
 from .errors import FederationError, NoWritablePartition, PartitionNotWritable, UnknownTopic
-from .messages import FederatedMessage, Placement
+from .messages import FederatedMessage
 from .producer import FederatedProducer
 
 __all__ = [
@@ -22,7 +24,7 @@ __all__ = [
     "FederatedProducer",
     "FederationError",
     "NoWritablePartition",
+    "PartitionLocation",
     "PartitionNotWritable",
-    "Placement",
     "UnknownTopic",
 ]

@@ -27,12 +27,12 @@ from metadata_client.client import ControllerClient
 from metadata_client.follower import FollowerError, LogFollower
 from metadata_client.holdback import DEFAULT_MAX_HELD, DEFAULT_MAX_WAIT_MS
 from metadata_log.errors import KfedError
-from metadata_log.image import MetadataImage, PartitionImage
+from metadata_log.image import MetadataImage, PartitionImage, PartitionLocation
 
 from .brokers import BrokerUnknown, broker_at
 from .config import check_kafka_settings, ms_setting, split_config
 from .key_order import KeyOrderMember
-from .messages import Origin, Placement, Slots, origin_in, place_batch, placement_in, set_slot
+from .messages import Origin, Slots, origin_in, place_batch, placement_in, set_slot
 from .transactions import GroupMetadata
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class FederatedConsumer:
         self._follower.start()
         self._client = ControllerClient(controllers, deadline_s=CLIENT_DEADLINE_S, access=access)
         self._consumers: dict[str, Consumer] = {}
-        self._owned: dict[LogicalPartition, Placement] = {}
+        self._owned: dict[LogicalPartition, PartitionLocation] = {}
         self._slots: dict[str, Slots] = {}  # per cluster: the logical origin of every owned partition there
         self._topics: list[str] = []
         self._member_id: str | None = None
@@ -195,7 +195,7 @@ class FederatedConsumer:
     def member_id(self) -> str | None:
         return self._member_id
 
-    def placement(self, message: Message) -> Placement | None:
+    def placement(self, message: Message) -> PartitionLocation | None:
         """The cluster and physical partition of a message this consumer handed out."""
         return placement_in(self._follower.image, message)
 
@@ -234,7 +234,7 @@ class FederatedConsumer:
             p = _partition(image, tp)
             if p is None or p.cluster_id not in image.clusters:
                 continue  # the followed image is behind the coordinator: start it on a later poll
-            self._start(tp, Placement(p.cluster_id, p.physical_topic, p.physical_partition))
+            self._start(tp, PartitionLocation(p.cluster_id, p.physical_topic, p.physical_partition))
             started.append(tp)
         if started and self._on_assign is not None:
             self._on_assign(self, started)
@@ -256,7 +256,7 @@ class FederatedConsumer:
             self._consumers.pop(cluster_id).close()
             self._slots.pop(cluster_id, None)
 
-    def _start(self, tp: LogicalPartition, placement: Placement) -> None:
+    def _start(self, tp: LogicalPartition, placement: PartitionLocation) -> None:
         consumer = self._consumer(placement.cluster_id)
         start = self._start_at(consumer, placement)
         consumer.incremental_assign([start])
@@ -273,7 +273,7 @@ class FederatedConsumer:
             "its commit" if start.offset == OFFSET_STORED else start.offset,
         )
 
-    def _start_at(self, consumer: Consumer, placement: Placement) -> TopicPartition:
+    def _start_at(self, consumer: Consumer, placement: PartitionLocation) -> TopicPartition:
         """Where a partition starts: the group's committed offset (``OFFSET_STORED``, which librdkafka looks up,
         then resets by ``auto.offset.reset``). A broker whose ListOffsets(earliest) cannot be trusted
         (``metadata_client.brokers``: Tansu now and then answers its second batch, and the first would be skipped) is
@@ -499,7 +499,7 @@ class FederatedConsumer:
             placements = [p for p in self._owned.values() if p.cluster_id == cluster_id]
             self._commit_handed_out(consumer, placements, asynchronous)
 
-    def _commit_handed_out(self, consumer: Consumer, placements: list[Placement], asynchronous: bool) -> None:
+    def _commit_handed_out(self, consumer: Consumer, placements: list[PartitionLocation], asynchronous: bool) -> None:
         """Commit these partitions' positions: ``consume`` hands out everything librdkafka returned, so a
         position is the offset after the last message the application got (none yet: nothing to commit)."""
         if not placements:

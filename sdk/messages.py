@@ -26,7 +26,7 @@ from typing import Any, Final, NamedTuple, cast
 from confluent_kafka import KafkaError, Message
 
 from metadata_log.errors import KfedError
-from metadata_log.image import MetadataImage
+from metadata_log.image import MetadataImage, PartitionLocation
 
 log = logging.getLogger(__name__)
 
@@ -40,22 +40,14 @@ class Origin(NamedTuple):
     cluster_id: str
 
 
-class Placement(NamedTuple):
-    """Where a logical partition's data lives."""
-
-    cluster_id: str
-    physical_topic: str
-    physical_partition: int
-
-
-def placement_in(image: MetadataImage, message: Message) -> Placement | None:
+def placement_in(image: MetadataImage, message: Message) -> PartitionLocation | None:
     """Where the data of a message the SDK handed out lives, from ``image``: a logical partition keeps the
     placement it was created with. None for a message of no partition, or of a topic ``image`` lacks."""
     topic, partition = image.topics.get(message.topic() or ""), message.partition()
     if topic is None or partition is None or not 0 <= partition < len(topic.partitions):
         return None
     p = topic.partitions[partition]
-    return Placement(p.cluster_id, p.physical_topic, p.physical_partition)
+    return PartitionLocation(p.cluster_id, p.physical_topic, p.physical_partition)
 
 
 Slots = dict[str, list[Origin | None]]

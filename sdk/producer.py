@@ -53,7 +53,7 @@ from typing import Any, Final
 from confluent_kafka import KafkaError, Message, Producer
 
 from metadata_client.follower import FollowerError, LogFollower
-from metadata_log.image import ClusterImage, MetadataImage, is_writable
+from metadata_log.image import ClusterImage, MetadataImage, PartitionLocation, is_writable
 from metadata_log.image.key_order_history import first_moves
 from metadata_log.image.key_orders import strict_history
 from metadata_log.keymap import SLOT_MASK, epoch_header
@@ -62,7 +62,7 @@ from metadata_log.publisher import LogDelta
 from .config import check_kafka_settings, ms_setting, split_config
 from .errors import PartitionNotWritable, UnknownTopic
 from .lease import RoutingLease
-from .messages import Origin, Placement, Report, label, placement_in, reporter, unsent
+from .messages import Origin, Report, label, placement_in, reporter, unsent
 from .transactions import TransactionalApi, Transactions
 
 log = logging.getLogger(__name__)
@@ -218,7 +218,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         """Offset of the metadata this producer routes with."""
         return self._follower.image.offset
 
-    def placement(self, message: Message) -> Placement | None:
+    def placement(self, message: Message) -> PartitionLocation | None:
         """The cluster and physical partition of a message in a delivery report of this producer."""
         return placement_in(self._follower.image, message)
 
@@ -277,8 +277,9 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
                 keyless.append((producer.produce, p.physical_topic, p.physical_partition, report, target))
                 writable.append(target)
         table, stamp, stamps = self._strict_table(image, topic, writable)
-        route = _Route(tuple(writable), cycle(keyless), targets, why_not, frozenset(leaderless), True, table, stamp,
-                       stamps)  # fmt: skip
+        route = _Route(
+            tuple(writable), cycle(keyless), targets, why_not, frozenset(leaderless), True, table, stamp, stamps
+        )
         with self._lock:  # the check and the stores at once: the follower thread may forget routes between them
             if epoch == self._epoch:  # else made from what just changed: good for this message only
                 self._routes[topic] = route
@@ -398,10 +399,15 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
                     self._undeliverable.append((m.callback, error, unsent(topic, m.value, m.headers)))
                 elif expire and m.deadline <= now:
                     why = "; ".join(f"P{q}: {w}" for q, w in sorted(route.why_not.items())[:4]) or (
-                        "no metadata yet" if leased else "its key routing not confirmed by a controller within "
-                        f"kfed.key.order.lease.ms ({self._lease.lease_s * 1000:.0f} ms)")  # fmt: skip
-                    error = KafkaError(KafkaError._MSG_TIMED_OUT, f"Local: Message timed out waiting for a "
-                                       f"writable partition of {topic!r} ({why})")  # fmt: skip
+                        "no metadata yet"
+                        if leased
+                        else "its key routing not confirmed by a controller within "
+                        f"kfed.key.order.lease.ms ({self._lease.lease_s * 1000:.0f} ms)"
+                    )
+                    error = KafkaError(
+                        KafkaError._MSG_TIMED_OUT,
+                        f"Local: Message timed out waiting for a writable partition of {topic!r} ({why})",
+                    )
                     self._undeliverable.append((m.callback, error, unsent(topic, m.value, m.headers)))
                 else:
                     still.append(m)
@@ -421,9 +427,16 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
             del self._waiting[topic]
 
     def _send(
-        self, route: _Route, topic: str, value: Any, key: Any, partition: int | None, headers: Any,
-        on_delivery: DeliveryCallback | None, timestamp: int,
-    ) -> None:  # fmt: skip
+        self,
+        route: _Route,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int | None,
+        headers: Any,
+        on_delivery: DeliveryCallback | None,
+        timestamp: int,
+    ) -> None:
         """Hand one message to the physical producer of the partition ``route`` gives it (one is writable)."""
         if partition is None and key is None:
             send, physical_topic, physical_partition, report, target = next(route.keyless)
@@ -465,8 +478,11 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         if self._closed:
             raise RuntimeError("Producer has been closed")  # confluent-kafka's words for a closed producer
         cluster = self._follower.image.clusters[cluster_id]
-        config = {**self._physical_config, "bootstrap.servers": cluster.bootstrap_servers,
-                  "error_cb": partial(self._cluster_error, cluster_id)}  # fmt: skip
+        config = {
+            **self._physical_config,
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "error_cb": partial(self._cluster_error, cluster_id),
+        }
         if self._txn is not None:
             config.update(self._txn.physical_config(cluster_id))
         producer = Producer(config)
@@ -543,8 +559,10 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
             except UnknownTopic as e:  # deleted meanwhile; no writable partition: it waits, as produce() does
                 callback = callback or self._default_callback
                 if callback is not None:
-                    callback(KafkaError(KafkaError._UNKNOWN_TOPIC, f"nowhere to re-route to: {e}"),
-                             unsent(topic, value, headers))  # fmt: skip
+                    callback(
+                        KafkaError(KafkaError._UNKNOWN_TOPIC, f"nowhere to re-route to: {e}"),
+                        unsent(topic, value, headers),
+                    )
         return moved
 
     def _housekeeping(self) -> int:

@@ -19,7 +19,7 @@ from .gateways import GatewayImage, GatewaysDelta
 from .groups import GroupImage, GroupsDelta
 from .metadata import EMPTY_IMAGE, MetadataImage, is_writable
 from .quorum import QuorumDelta, VoterImage
-from .topics import PARTITION_TRANSITIONS, PartitionImage, TopicImage, TopicsDelta, new_partitions
+from .topics import PARTITION_TRANSITIONS, PartitionImage, PartitionLocation, TopicImage, TopicsDelta, new_partitions
 
 __all__ = [
     "BULK_TYPES",
@@ -38,6 +38,7 @@ __all__ = [
     "MetadataDelta",
     "MetadataImage",
     "PartitionImage",
+    "PartitionLocation",
     "QuorumDelta",
     "TopicImage",
     "TopicsDelta",

@@ -72,8 +72,15 @@ class GatewaysDelta:
             raise InvalidRecord(f"the federation has {MAX_GATEWAYS} gateway ids already")
         if record.incarnation < next_incarnation(gateways):
             raise InvalidRecord(f"incarnation {record.incarnation} is not above every earlier registration's")
-        gateways[record.gateway_id] = GatewayImage(record.gateway_id, record.host, record.port, record.instance,
-                                                   record.incarnation, record.rack, record.listener)  # fmt: skip
+        gateways[record.gateway_id] = GatewayImage(
+            record.gateway_id,
+            record.host,
+            record.port,
+            record.instance,
+            record.incarnation,
+            record.rack,
+            record.listener,
+        )
 
     def replay_expired(self, record: GatewayExpired) -> None:
         gateways = self._current()

@@ -59,8 +59,17 @@ class TopicImage:
     partitions: tuple[PartitionImage, ...]  # index == logical partition id
 
 
-Placement = tuple[str, str, int]
-"""(cluster, physical topic, physical partition): a physical partition backs at most one partition of a topic."""
+class PartitionLocation(NamedTuple):
+    """Where a logical partition's data lives: one physical partition of one cluster. A physical partition backs at
+    most one partition of a topic; replay keeps the locations a topic uses as plain tuples of these fields."""
+
+    cluster_id: str
+    physical_topic: str
+    physical_partition: int
+
+
+_Location = tuple[str, str, int]
+"""``PartitionLocation``'s fields as replay keeps them (a plain tuple per partition: no class call per record)."""
 
 
 class TopicsDelta:
@@ -74,7 +83,7 @@ class TopicsDelta:
         self._clusters = clusters
         self._changed: dict[str, TopicImage] | None = None
         self._partitions: dict[str, list[PartitionImage]] = {}  # topics whose partitions changed
-        self._placements: dict[str, set[Placement]] = {}  # per topic that gained partitions: placements used
+        self._placements: dict[str, set[_Location]] = {}  # per topic that gained partitions: placements used
         self._whole: set[str] = set()  # topics created or deleted
         self._states_set: dict[str, set[int]] = {}  # per topic: partitions whose state a record set
 
@@ -95,7 +104,7 @@ class TopicsDelta:
             parts = self._partitions[name] = list(self._topic(name).partitions)
         return parts
 
-    def _placements_of(self, topic_name: str, parts: list[PartitionImage]) -> set[Placement]:
+    def _placements_of(self, topic_name: str, parts: list[PartitionImage]) -> set[_Location]:
         placements = self._placements.get(topic_name)
         if placements is None:
             placements = {(p.cluster_id, p.physical_topic, p.physical_partition) for p in parts}
@@ -159,7 +168,7 @@ class TopicsDelta:
         self,
         topic: TopicImage,
         parts: list[PartitionImage],
-        placements: set[Placement],
+        placements: set[_Location],
         partition: int,
         cluster_id: str,
         physical_topic: str,

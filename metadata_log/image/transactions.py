@@ -145,8 +145,14 @@ def replay_into(producers: dict[str, TxnProducer], next_pid: int, record: TxnRec
         current = producers.get(record.transactional_id)
         if not 0 <= record.epoch <= MAX_EPOCH or record.producer_id < 0:
             raise InvalidRecord(f"producer {record.producer_id} epoch {record.epoch} is out of range")
-        producers[record.transactional_id] = TxnProducer(record.transactional_id, record.producer_id, record.epoch,
-            record.timeout_ms, record.at_ms, current.txn if current is not None else None)  # fmt: skip
+        producers[record.transactional_id] = TxnProducer(
+            record.transactional_id,
+            record.producer_id,
+            record.epoch,
+            record.timeout_ms,
+            record.at_ms,
+            current.txn if current is not None else None,
+        )
         return max(next_pid, record.producer_id + 1)
     producer = producers.get(record.transactional_id)
     if producer is None:
@@ -184,8 +190,9 @@ def snapshot_records(txns: Transactions) -> Iterator[TxnRecord]:
                 yield TxnDecided(*key, txn.commit, txn.reason, txn.decided_at_ms or 0)
                 for cluster_id in sorted(txn.clusters - txn.pending):
                     yield TxnParticipantCompleted(*key, cluster_id)
-        yield TxnProducerRestored(tid, producer.producer_id, producer.epoch, producer.timeout_ms,
-                                  producer.initialized_at_ms)  # fmt: skip
+        yield TxnProducerRestored(
+            tid, producer.producer_id, producer.epoch, producer.timeout_ms, producer.initialized_at_ms
+        )
 
 
 def _replay_init(producers: dict[str, TxnProducer], next_pid: int, r: TxnProducerInitialized) -> int:

@@ -19,9 +19,9 @@ from confluent_kafka import OFFSET_STORED, TopicPartition
 from gateway import fetch
 from gateway.view import PartitionRoute
 from metadata_client import brokers
+from metadata_log.image import PartitionLocation
 from sdk import brokers as probing
 from sdk.consumer import FederatedConsumer
-from sdk.messages import Placement as PhysicalPlacement
 
 SKIPPED_TO = 69  # what Tansu answered for the partition whose first batch a group skipped
 
@@ -86,7 +86,7 @@ def start_of(broker: brokers.BrokerKind, consumer: Consumer, reset_to_earliest: 
         group="g", _reset_to_earliest=reset_to_earliest,
         _follower=SimpleNamespace(image=SimpleNamespace(clusters={"c1": SimpleNamespace(bootstrap_servers=bootstrap)})),
     )  # fmt: skip
-    start = FederatedConsumer._start_at(member, consumer, PhysicalPlacement("c1", "T", 0))  # type: ignore[arg-type]
+    start = FederatedConsumer._start_at(member, consumer, PartitionLocation("c1", "T", 0))  # type: ignore[arg-type]
     return int(start.offset)
 
 

@@ -15,7 +15,16 @@ from metadata_log.image import EMPTY_IMAGE, apply
 from metadata_log.records import ClusterRegistered, PartitionsAdded, TopicCreated
 from sdk import messages
 from sdk.consumer import handed_out
-from sdk.messages import FederatedMessage, Origin, Placement, Slots, origin_in, place_batch, placement_in, set_slot
+from sdk.messages import (
+    FederatedMessage,
+    Origin,
+    PartitionLocation,
+    Slots,
+    origin_in,
+    place_batch,
+    placement_in,
+    set_slot,
+)
 
 A0 = Origin("U_TopicA", 0, "c1")
 A5 = Origin("U_TopicA", 5, "c1")
@@ -219,7 +228,7 @@ def test_the_placement_of_a_message_is_where_its_logical_partition_lives() -> No
             PartitionsAdded("t", 0, "c1", "phys-t", 4),
         ],
     )
-    assert placement_in(image, Message(topic="t", partition=0, offset=1)) == Placement("c1", "phys-t", 4)
+    assert placement_in(image, Message(topic="t", partition=0, offset=1)) == PartitionLocation("c1", "phys-t", 4)
     assert placement_in(image, Message(topic="t", partition=1)) is None
     assert placement_in(image, Message(topic="u", partition=0)) is None
     assert placement_in(image, messages.unsent("t", b"v", None)) is None
