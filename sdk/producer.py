@@ -44,7 +44,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from itertools import cycle
@@ -53,16 +53,25 @@ from typing import Any, Final
 from confluent_kafka import KafkaError, Message, Producer
 
 from metadata_client.follower import FollowerError, LogFollower
-from metadata_log.image import ClusterImage, MetadataImage, PartitionLocation, is_writable
-from metadata_log.image.key_order_history import first_moves
+from metadata_log.image import MetadataImage, PartitionLocation, is_writable
 from metadata_log.image.key_orders import strict_history
-from metadata_log.keymap import SLOT_MASK, epoch_header
+from metadata_log.keymap import SLOT_MASK
 from metadata_log.publisher import LogDelta
 
 from .config import check_kafka_settings, ms_setting, split_config
 from .errors import PartitionNotWritable, UnknownTopic
 from .lease import RoutingLease
 from .messages import Origin, Report, label, placement_in, reporter, unsent
+from .routes import (
+    NOT_LOADED,
+    Keyless,
+    Route,
+    Target,
+    keyless_router,
+    strict_table,
+    why_not_writable,
+    with_epoch_header,
+)
 from .transactions import TransactionalApi, Transactions
 
 log = logging.getLogger(__name__)
@@ -90,72 +99,6 @@ CLUSTER_ERRORS: Final = frozenset(
     }
 )
 DeliveryCallback = Callable[[KafkaError | None, Message], None]  # the message labelled logically
-Send = Callable[..., None]  # a physical producer's produce(topic, value, key, partition, callback, None, ts, headers)
-
-
-class _Target:
-    """One logical partition as this producer routes to it, valid for one route (metadata offset and mute
-    state). Built once per route, so that ``produce`` makes no object and no lookup beyond its route."""
-
-    __slots__ = ("origin", "physical_partition", "physical_topic", "report_pinned", "send")
-
-    def __init__(self, origin: Origin, physical_topic: str, physical_partition: int) -> None:
-        self.origin = origin
-        self.physical_topic = physical_topic
-        self.physical_partition = physical_partition
-        # Set when the partition takes writes (its cluster's producer exists): the physical producer's
-        # produce, and the delivery report of messages pinned here (by key or partition) without a callback
-        # of their own.
-        self.send: Send | None = None
-        self.report_pinned: Report | None = None
-
-
-Keyless = tuple[Send, str, int, Report, _Target]
-"""A writable partition as key-less messages go to it: (send, physical topic, physical partition, their
-delivery report, the target). Their report differs from pinned messages': a purged one is produced again
-elsewhere. The first four are what the C router (``sdk/_speedups.c``) reads."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Route:
-    """One logical topic's routing, valid for one (metadata offset, mute state)."""
-
-    writable: tuple[_Target, ...]
-    keyless: Iterator[Keyless]  # round-robin over writable, for key-less messages
-    targets: Mapping[int, _Target]  # every logical partition, writable or not
-    why_not: Mapping[int, str]  # logical partition -> why it takes no writes
-    # What waits instead of being refused: partitions that take writes but have no leader yet; every
-    # partition when the metadata is not loaded yet (the topic is then not known either way).
-    leaderless: frozenset[int] = frozenset()
-    loaded: bool = True
-    # key_order strict: the target of each key slot (None: its partition takes no writes now, keyed
-    # messages of that slot wait), the epoch header, and per slot the headers of a message without its own:
-    # [stamp] for a slot that has moved by this epoch, None for one that never did (not stamped: the header
-    # costs librdkafka a third of a produce, and such a record waits for nothing; docs/KEY_ORDER.md).
-    table: Sequence[_Target | None] | None = None
-    stamp: tuple[str, bytes] | None = None
-    stamps: Sequence[list[tuple[str, bytes]] | None] | None = None
-
-    def waits(self, partition: int) -> bool:
-        """Whether a message for this explicit partition waits (rather than is refused) while it cannot go."""
-        return not self.loaded or partition in self.leaderless
-
-    def keyed(self, key: Any) -> _Target | None:
-        """Where a keyed message goes now; None while it cannot go (``FederatedProducer.produce`` does the
-        same inline)."""
-        crc = zlib.crc32(key if isinstance(key, bytes) else str(key).encode())
-        if self.table is not None:
-            return self.table[crc & SLOT_MASK]
-        return self.writable[crc % len(self.writable)] if self.writable else None
-
-    def takes(self, partition: int | None, key: Any) -> bool:
-        """Whether a message for ``partition`` (None: routed here) with ``key`` can go now."""
-        if partition is None:
-            return bool(self.writable) if key is None else self.keyed(key) is not None
-        return partition in self.targets and partition not in self.why_not
-
-
-_NOT_LOADED: Final = _Route((), cycle(()), {}, {}, loaded=False)
 
 
 @dataclass(slots=True)
@@ -191,7 +134,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         self._undeliverable: deque[tuple[DeliveryCallback | None, KafkaError, Message]] = deque()  # for poll()
         self._producers: dict[str, Producer] = {}
         self._closed = False
-        self._routes: dict[str, _Route] = {}
+        self._routes: dict[str, Route] = {}
         self._keyless: dict[str, Iterator[Keyless]] = {}  # topic -> its route's keyless, while it has writable ones
         self._epoch = 0  # routes made before the last change of metadata or mutes are not kept
         self._muted: dict[str, float] = {}  # cluster id -> muted until (monotonic)
@@ -208,7 +151,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         except FollowerError as e:  # like bootstrap.servers: retried in the background, messages wait
             log.warning("no metadata yet (%s); following the log in the background", e)
         self._follower.start()
-        self.produce = _keyless_router(self._keyless, self.produce)  # type: ignore[method-assign]  # same call
+        self.produce = keyless_router(self._keyless, self.produce)  # type: ignore[method-assign]  # same call
         if self._txn is not None:
             self.produce = self._txn.guard(self.produce)  # type: ignore[method-assign]  # same call
 
@@ -241,27 +184,27 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
             self._routes = {}
             self._keyless.clear()  # in place: the C router holds it
 
-    def _route(self, topic: str) -> _Route:
+    def _route(self, topic: str) -> Route:
         route = self._routes.get(topic)
         if route is not None:
             return route
         epoch, image = self._epoch, self._follower.image
         if image.offset < 0:
-            return _NOT_LOADED  # not stored: the first image forgets routes anyway
+            return NOT_LOADED  # not stored: the first image forgets routes anyway
         t = image.topics.get(topic)
         if t is None:
             raise UnknownTopic(topic, image.offset)
         now = time.monotonic()
-        writable: list[_Target] = []
+        writable: list[Target] = []
         keyless: list[Keyless] = []
         targets, why_not, leaderless = {}, {}, set()
         for p in t.partitions:
-            target = _Target(Origin(topic, p.partition, p.cluster_id), p.physical_topic, p.physical_partition)
+            target = Target(Origin(topic, p.partition, p.cluster_id), p.physical_topic, p.physical_partition)
             targets[p.partition] = target
             cluster = image.clusters.get(p.cluster_id)
             leader = cluster.leaders.get((p.physical_topic, p.physical_partition)) if cluster else None
             if not is_writable(image, p):
-                why_not[p.partition] = _why_not_writable(p.state, cluster)
+                why_not[p.partition] = why_not_writable(p.state, cluster)
             elif leader is None:
                 why_not[p.partition] = (
                     f"physical partition {p.physical_topic}/{p.physical_partition} on {p.cluster_id} has no leader yet"
@@ -277,7 +220,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
                 keyless.append((producer.produce, p.physical_topic, p.physical_partition, report, target))
                 writable.append(target)
         table, stamp, stamps = self._strict_table(image, topic, writable)
-        route = _Route(
+        route = Route(
             tuple(writable), cycle(keyless), targets, why_not, frozenset(leaderless), True, table, stamp, stamps
         )
         with self._lock:  # the check and the stores at once: the follower thread may forget routes between them
@@ -288,21 +231,14 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         return route
 
     def _strict_table(
-        self, image: MetadataImage, topic: str, writable: list[_Target]
-    ) -> tuple[list[_Target | None] | None, tuple[str, bytes] | None, list[list[tuple[str, bytes]] | None] | None]:
-        """For a strict topic, its current epoch's slot -> target table (a slot whose partition is not in
-        ``writable`` maps to None), epoch header and slot -> headers (``_Route.stamps``); Nones for any other."""
+        self, image: MetadataImage, topic: str, writable: list[Target]
+    ) -> tuple[list[Target | None] | None, tuple[str, bytes] | None, list[list[tuple[str, bytes]] | None] | None]:
+        """``routes.strict_table`` of ``topic``, the lease started (a lapsed lease: every slot waits)."""
         history = strict_history(image.key_orders, topic)
         if history is None:
             return None, None, None
         self._lease.start()
-        by_partition = {t.origin.partition: t for t in writable} if self._lease.held else {}  # lapsed: all wait
-        table: list[_Target | None] = []
-        for first, end, partition in history.map.ranges():
-            table += [by_partition.get(partition)] * (end - first)
-        stamp = epoch_header(history.epoch)
-        stamped = [stamp]
-        return table, stamp, [stamped if epoch else None for epoch in first_moves(history)]
+        return strict_table(history, writable if self._lease.held else [])
 
     # -- producing ---------------------------------------------------------------------------------
     def produce(
@@ -317,7 +253,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
     ) -> None:
         """Queue one message for a logical topic (same contract as confluent-kafka's ``produce``).
 
-        The usual call, key-less with no extras, is served in C by ``_keyless_router`` (same routing).
+        The usual call, key-less with no extras, is served in C by ``keyless_router`` (same routing).
         A message no partition can take right now waits (see the module's docstring)."""
         if self._to_purge:
             self._purge_fenced()
@@ -351,7 +287,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
                     return
                 stamped = route.stamps[slot]  # type: ignore[index]  # set with table
                 if stamped is not None:
-                    headers = stamped if headers is None else _stamped(headers, route.stamp)  # type: ignore[arg-type]  # set with table
+                    headers = stamped if headers is None else with_epoch_header(headers, route.stamp)  # type: ignore[arg-type]  # set with table
         else:
             target = route.targets.get(partition)  # type: ignore[assignment]  # checked just below
             if (target is None or partition in route.why_not) and not route.waits(partition):
@@ -428,7 +364,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
 
     def _send(
         self,
-        route: _Route,
+        route: Route,
         topic: str,
         value: Any,
         key: Any,
@@ -449,7 +385,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
             if route.stamps is not None and route.stamp is not None:
                 key_bytes = key if isinstance(key, bytes) else str(key).encode()
                 if route.stamps[zlib.crc32(key_bytes) & SLOT_MASK] is not None:
-                    headers = _stamped(headers, route.stamp)
+                    headers = with_epoch_header(headers, route.stamp)
         else:
             target = route.targets[partition]
         pinned = target.report_pinned if on_delivery is None else partial(self._delivered, target, on_delivery, False)
@@ -491,13 +427,13 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         self._producers[cluster_id] = producer
         return producer
 
-    def _reporter(self, target: _Target, rerouted: bool) -> Report:
+    def _reporter(self, target: Target, rerouted: bool) -> Report:
         """The delivery callback of messages produced to ``target`` without their own: one per target, made
         once per route, so that produce() passes it without making anything."""
         return reporter(self._default_callback, target.origin, partial(self._delivered, target, None, rerouted))
 
     def _delivered(
-        self, target: _Target, callback: DeliveryCallback | None, rerouted: bool, err: KafkaError | None, msg: Message
+        self, target: Target, callback: DeliveryCallback | None, rerouted: bool, err: KafkaError | None, msg: Message
     ) -> None:
         """A delivery report. ``callback``: the message's own, else the default; ``rerouted``: a key-less
         message this producer routed, safe to produce again elsewhere if it was never sent."""
@@ -639,33 +575,3 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _why_not_writable(state: str, cluster: ClusterImage | None) -> str:
-    if state != "writable":
-        return f"partition is {state}"
-    if cluster is None:
-        return "its cluster is not registered"
-    if cluster.fenced:
-        return f"cluster {cluster.cluster_id} is fenced ({cluster.fenced_reason})"
-    return f"cluster {cluster.cluster_id} is {cluster.state}"
-
-
-def _stamped(headers: Any, stamp: tuple[str, bytes]) -> list[Any]:
-    """``headers`` (None, a list of pairs or a dict, as confluent-kafka takes them) with the epoch header."""
-    if headers is None:
-        return [stamp]
-    if isinstance(headers, dict):
-        return [*headers.items(), stamp]
-    return [*headers, stamp]
-
-
-def _keyless_router(routes: dict[str, Iterator[Keyless]], produce: Callable[..., None]) -> Callable[..., None]:
-    """``produce`` with its usual call, a key-less message with no extras, sent in C over ``routes`` (the
-    topics' round-robins): the Python method costs a produce loop about a tenth of its speed. ``produce``
-    itself when the C module was not built."""
-    try:
-        from ._speedups import KeylessRouter
-    except ImportError:
-        return produce
-    return KeylessRouter(routes, produce)
