@@ -33,10 +33,9 @@ from typing import IO, Any, Final
 
 import httpx
 
+from deploy.launcher import free_ports
+from deploy.processes import Processes
 from metadata_log.errors import KfedError
-
-from .launcher import free_ports
-from .processes import Processes
 
 MASTER_PORT: Final = 7077
 UI_PORT: Final = 8080

@@ -16,7 +16,7 @@ from pathlib import Path
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     del sys.path[0]
 
-from .jobs import JOBS  # after the path fix above
+from spark_pipeline.jobs import JOBS  # after the path fix above
 
 
 def main(argv: list[str]) -> int:

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from ..transforms import audit, dwd, ods
+from spark_pipeline.transforms import audit, dwd, ods
+
 from .common import access, layer, parser, session, source_options
 
 

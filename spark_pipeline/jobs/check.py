@@ -12,7 +12,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from ..archive import EXECUTOR_REQUIREMENTS
+from spark_pipeline.archive import EXECUTOR_REQUIREMENTS
+
 from .common import parser, session
 
 TASKS_PER_CORE = 4

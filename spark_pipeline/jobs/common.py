@@ -94,7 +94,7 @@ def layer(warehouse: str | Path, name: str, topic: str) -> str:
 
 def session(app: str, master: str | None, conf: Sequence[tuple[str, str]] = ()) -> Any:
     """The job's SparkSession; on a cluster, says which application it is (stderr), to find it in the master's UI."""
-    from .. import local_session
+    from spark_pipeline import local_session
 
     spark = local_session(app, master, **dict(conf))
     sc = spark.sparkContext

@@ -8,7 +8,8 @@ from __future__ import annotations
 import sys
 import time
 
-from ..events import ensure_topic, produce_events
+from spark_pipeline.events import ensure_topic, produce_events
+
 from . import audit, dwd_clean, dws_aggregate, ods_ingest
 from .common import access, layer, parser, session, source_options
 

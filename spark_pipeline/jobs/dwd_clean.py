@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..transforms import dwd
+from spark_pipeline.transforms import dwd
+
 from .common import rebuild, rebuild_main
 
 

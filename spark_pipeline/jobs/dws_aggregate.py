@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..transforms import dws
+from spark_pipeline.transforms import dws
+
 from .common import rebuild, rebuild_main
 
 

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from ..transforms import ods
+from spark_pipeline.transforms import ods
+
 from .common import access, layer, parser, session, source_options
 
 POLL_S: Final = 0.5
