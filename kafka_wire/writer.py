@@ -6,7 +6,7 @@ per request on its hot path, so it compiles each kio dataclass once into closure
 ``bytearray`` from plain values (a mapping, or any object with the fields as attributes, such as a decoded
 entity of another version), with the defaults ``build`` would fill. The layout still comes from kio: field
 order, Kafka types, flexibility, nullability and tags are read from its dataclasses; nothing here names a
-message. ``tests/gateway/test_protocol.py`` checks the output equals kio's for every API and version the
+message. ``tests/unit/kafka_wire/test_writer.py`` checks the output equals kio's for every API and version the
 gateway serves.
 
 Tagged fields are rare on the gateway's paths: one whose value is not its default is written by kio's own

@@ -3,7 +3,8 @@
 The session carries Spark's own Kafka source (spark-sql-kafka-0-10, installed by ``make kafka``): the
 oracle the kfed source is compared with. The federation (3 controllers, two Apache Kafka sub-clusters c1/c2
 with their agents, U_TopicA with P0-P3 on c1 and P4-P7 on c2) is started on free loopback ports and stopped
-by PID, like tests/integration's, at the end of the module that uses it.
+by PID, like tests/integration's, at the end of the module that uses it. Its brokers are the session's
+(``kafka_pool``, ``tests/conftest.py``), emptied when lent: Kafka's JVMs start once, not once per module.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from deploy.launcher import LocalFederation, ready_demo_topic
 from deploy.maven import SPARK_KAFKA_CONNECTOR
+from tests.conftest import KafkaPool
 
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 
@@ -53,7 +55,7 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFederation]:
-    with LocalFederation(tmp_path_factory.mktemp("fed")) as federation:
+def fed(tmp_path_factory: pytest.TempPathFactory, kafka_pool: KafkaPool) -> Iterator[LocalFederation]:
+    with LocalFederation(tmp_path_factory.mktemp("fed"), lend_brokers=kafka_pool.source()) as federation:
         ready_demo_topic(federation)
         yield federation

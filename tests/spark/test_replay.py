@@ -22,6 +22,7 @@ from spark_pipeline.events import ensure_topic
 from spark_pipeline.jobs import ods_ingest
 from spark_pipeline.jobs.common import layer
 from spark_pipeline.transforms import ods
+from tests.conftest import KafkaPool
 
 pytestmark = pytest.mark.slow
 
@@ -30,8 +31,9 @@ CRASH_FROM = 700  # the crashing run fails on the first value a<N> with N >= thi
 
 
 @pytest.fixture
-def fed(tmp_path: Path) -> Iterator[LocalFederation]:
-    with LocalFederation(tmp_path / "fed") as federation:
+def fed(tmp_path: Path, kafka_pool: KafkaPool) -> Iterator[LocalFederation]:
+    """Its own quorum and agents; the session's Kafka brokers (c3 too, when the test adds it), emptied when lent."""
+    with LocalFederation(tmp_path / "fed", lend_brokers=kafka_pool.source()) as federation:
         federation.wait_clusters_healthy(timeout_s=40)
         yield federation
 

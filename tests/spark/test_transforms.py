@@ -90,17 +90,6 @@ def test_audit_reports_a_dropped_message_and_unaccounted_events(spark: Any) -> N
     assert by_key == {("p", T0): 1, ("other", T0 + 60_000): 1, ("p", T0 + 60_000): -1}
 
 
-def test_the_source_schema_is_the_kafka_source_schema_plus_cluster_id() -> None:
-    assert spark_schema(True).simpleString() == (
-        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,"
-        "timestampType:int,headers:array<struct<key:string,value:binary>>,cluster_id:string>"
-    )
-    assert [f.name for f in spark_schema(False).fields] == [
-        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "cluster_id"
-    ]  # fmt: skip
-    assert all(f.nullable for f in spark_schema(True).fields)
-
-
 def test_the_layer_jobs_rebuild_dwd_and_dws_from_the_layer_below(spark: Any, tmp_path: Path) -> None:
     rows = [message(i, ev(i, i % 2)) for i in range(4)] + [message(9, ev(0, 0))]  # the last is a resend
     ods(raw_df(spark, rows)).write.parquet(layer(tmp_path, "ods", "T"))

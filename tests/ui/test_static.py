@@ -1,9 +1,9 @@
 """The dashboard's files as a node serves them: the right content types (ES modules load only with a
-JavaScript type), revalidated caching, and nothing fetched from outside the node (it must work offline)."""
+JavaScript type) and revalidated caching. That they reference only each other, nothing from outside the node,
+is ``tests/unit/controller/test_dashboard_assets.py``."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import httpx
@@ -16,9 +16,6 @@ CONTENT_TYPES = {
     ".css": ("text/css",),
     ".js": ("text/javascript", "application/javascript"),
 }
-# An absolute URL anywhere (http://, https://, ws://, wss://) or a protocol-relative one in a
-# src/href/import/url() position: either would make the page depend on another host.
-EXTERNAL = re.compile(r"\b(?:https?|wss?)://|[\"'(]//\w")
 
 
 def assets() -> list[Path]:
@@ -48,26 +45,3 @@ def test_every_asset_is_served_with_its_content_type(single_node: LocalQuorum) -
         assert media_type in CONTENT_TYPES[path.suffix], f"{url}: {media_type}"
         assert r.headers.get("cache-control") == "no-cache", url
         assert r.content == path.read_bytes(), url
-
-
-def test_every_file_the_page_references_exists() -> None:
-    """href/src in the HTML and every relative ES module import resolve to a served file."""
-    references: list[Path] = []
-    for path in assets():
-        text = path.read_text()
-        if path.suffix == ".html":
-            targets = re.findall(r'(?:href|src)="([^"#:]+)"', text)
-        elif path.suffix == ".js":
-            targets = re.findall(r'^\s*(?:import|export)\b[^"\']*?from\s+"([^"]+)"', text, re.MULTILINE)
-        else:
-            targets = re.findall(r'url\(\s*["\']?([^"\')]+)', text)
-        references += [(path.parent / t).resolve() for t in targets if not t.startswith("data:")]
-    assert references, "the index page references nothing"
-    missing = [str(r) for r in references if not r.is_file() or UI_DIR.resolve() not in r.parents]
-    assert not missing, f"referenced but not served: {missing}"
-
-
-def test_no_asset_refers_to_another_host() -> None:
-    for path in assets():
-        found = EXTERNAL.findall(path.read_text())
-        assert not found, f"{path.name} refers to another host: {found} (the dashboard must work offline)"

@@ -1,4 +1,5 @@
-"""The gateway's protocol module: any version built from one description, frames checked, batches rewritten."""
+"""The Kafka wire protocol (``kafka_wire/protocol.py``): any version built from one description, frames checked,
+batches rewritten."""
 
 from __future__ import annotations
 
@@ -6,23 +7,13 @@ import datetime
 import io
 import struct
 import uuid
-from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from kio.index import load_entity_schema
 from kio.records.readers import read_batch
 from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_batch
-from kio.serial import entity_writer
-from kio.static.constants import EntityType
-from kio.static.primitive import Records
 
-from gateway.producers import PhysicalProducer, StrictSequence
 from kafka_wire import protocol as kp
-from kafka_wire.protocol import ErrorCode
-from kafka_wire.writer import compiled
 
 
 def test_one_metadata_description_encodes_in_every_served_version() -> None:
@@ -101,62 +92,3 @@ def test_rewriting_the_producer_keeps_every_batch_valid_and_its_records_unchange
     assert kp.batch_producer(rewritten) == kp.BatchProducer(1001, 0, 0, 4, False)
     with pytest.raises(kp.ProtocolError):
         kp.rewrite_producer(two[:-5], 1, 0)
-
-
-def test_a_physical_producer_takes_its_first_batch_the_next_one_or_a_recent_resend_and_nothing_else() -> None:
-    p = PhysicalProducer(7, 0)
-    assert p.follows(5, 9) and p.shift == 5, "the client's first sequence here is the broker's 0"
-    assert p.follows(10, 10) and p.follows(11, 14)
-    assert p.follows(5, 9), "a resend of a recent batch goes through (the broker deduplicates it)"
-    assert not p.follows(16, 17), "a gap: the client went on elsewhere"
-    assert not p.follows(6, 9), "an old sequence that was never a batch of this producer"
-    for start in range(15, 15 + 5):
-        assert p.follows(start, start)
-    assert not p.follows(5, 9), "a batch older than the last five is not a resend"
-
-
-def test_a_strict_topics_client_sequence_writes_in_order_answers_resends_and_refuses_the_rest() -> None:
-    """What a broker does for an idempotent producer, kept by the gateway for strict topics' regrouped batches."""
-    s = StrictSequence()
-    assert s.verdict(5, 9) is None, "a first batch here starts the sequence wherever the client is"
-    s.written(5, 9)
-    assert s.verdict(10, 12) is None
-    assert s.verdict(5, 9) == ErrorCode.none, "a resend of a written batch: answered, not written again"
-    assert s.verdict(13, 14) == ErrorCode.out_of_order_sequence_number, "a gap: the client sends again in order"
-    s.refused(10)
-    assert s.verdict(13, 14) == ErrorCode.out_of_order_sequence_number, "a refused batch is not skipped"
-    fresh = StrictSequence()
-    fresh.refused(20)
-    assert fresh.verdict(25, 30) == ErrorCode.out_of_order_sequence_number, "a refused first batch goes first"
-    assert fresh.verdict(20, 24) is None
-
-
-def _every_served_schema() -> list[tuple[str, Any]]:
-    schemas = []
-    for key, (low, high) in sorted({**kp.SERVED_VERSIONS, **kp.SASL_VERSIONS}.items()):
-        for version in range(low, high + 1):
-            request, response = kp.request_class(key, version), kp.response_class(key, version)
-            schemas += [(f"{request.__name__} v{version}", request), (f"{response.__name__} v{version}", response)]
-            schemas += [(f"{request.__header_schema__.__name__} v{version}", request.__header_schema__)]
-    for name in ("consumer_protocol_subscription", "consumer_protocol_assignment"):
-        for version in range(4):
-            cls = load_entity_schema(name, version, EntityType.data)
-            schemas.append((f"{name} v{version}", cls))
-    return schemas
-
-
-SCHEMAS = _every_served_schema()
-st.register_type_strategy(Records, st.binary(max_size=40).map(Records))
-
-
-@pytest.mark.slow  # some 370 schemas: minutes on a loaded machine
-@pytest.mark.parametrize(("name", "cls"), SCHEMAS, ids=[name for name, _ in SCHEMAS])
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(data=st.data())
-def test_the_compiled_writers_write_what_kio_writes(name: str, cls: Any, data: st.DataObject) -> None:
-    entity = data.draw(st.from_type(cls))
-    expected = io.BytesIO()
-    entity_writer(cls)(expected, entity)
-    got = bytearray()
-    compiled(cls)(got, entity)
-    assert bytes(got) == expected.getvalue()

@@ -1,7 +1,7 @@
 """A fetch's part still under way at one broker when the answer goes out is parked, not dropped
 (``gateway/fetch.fetch``): the client's next fetch of the same offsets takes it. The brokers here are
 stand-ins that count the fetches they are sent; the gateway's real consumer paths, on real brokers and
-clients, are in the other suites of this folder."""
+clients, are in ``tests/gateway``."""
 
 from __future__ import annotations
 

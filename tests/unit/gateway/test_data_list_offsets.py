@@ -1,10 +1,10 @@
 """A client reset to "earliest" starts at a partition's true first offset. Tansu's ListOffsets(earliest) now
 and then answers its second batch's offset (two batches reached an empty partition at once: 1 topic in 40 with
 four producers, measured in ``docs/TANSU.md``), and a group reading from there skipped the first batch: the key
-order test lost the first message of 83 keys that way. ``metadata_client.brokers`` knows Tansu's log starts at 0; the
-gateway answers ListOffsets(earliest) with that, and the SDK's members start a partition without a commit
-there. The brokers here are stand-ins answering as Tansu did; the paths on real brokers are in the other
-suites."""
+order test lost the first message of 83 keys that way. ``metadata_client.brokers`` knows Tansu's log starts at 0;
+the gateway (``gateway/fetch.py``) answers ListOffsets(earliest) with that (the SDK's part is
+``tests/unit/sdk/test_sdk_log_start.py``). The brokers here are stand-ins answering as Tansu did; the paths on
+real brokers are in the process suites."""
 
 from __future__ import annotations
 
@@ -13,15 +13,9 @@ import dataclasses
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
-from confluent_kafka import OFFSET_STORED, TopicPartition
-
 from gateway import fetch
 from gateway.view import PartitionRoute
 from metadata_client import brokers
-from metadata_log.image import PartitionLocation
-from sdk import brokers as probing
-from sdk.consumer import FederatedConsumer
 
 SKIPPED_TO = 69  # what Tansu answered for the partition whose first batch a group skipped
 
@@ -67,34 +61,3 @@ def test_the_gateway_answers_earliest_with_tansus_log_start_and_passes_kafkas_on
     assert answered(tansu=True, timestamp=fetch.EARLIEST) == 0
     assert answered(tansu=False, timestamp=fetch.EARLIEST) == SKIPPED_TO  # Apache Kafka's is right: as it said
     assert answered(tansu=True, timestamp=-1) == SKIPPED_TO  # latest, or a time: the broker's answer
-
-
-class Consumer:
-    """A physical consumer that has no commit of the group, or ``committed``."""
-
-    def __init__(self, committed: int = -1001) -> None:
-        self.offset = committed
-
-    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
-        return [TopicPartition(p.topic, p.partition, self.offset) for p in partitions]
-
-
-def start_of(broker: brokers.BrokerKind, consumer: Consumer, reset_to_earliest: bool = True) -> int:
-    bootstrap = f"{broker.name}:9092"
-    probing._KNOWN[bootstrap] = broker  # as the probe found it
-    member = SimpleNamespace(
-        group="g", _reset_to_earliest=reset_to_earliest,
-        _follower=SimpleNamespace(image=SimpleNamespace(clusters={"c1": SimpleNamespace(bootstrap_servers=bootstrap)})),
-    )  # fmt: skip
-    start = FederatedConsumer._start_at(member, consumer, PartitionLocation("c1", "T", 0))  # type: ignore[arg-type]
-    return int(start.offset)
-
-
-@pytest.mark.parametrize("broker", [brokers.TANSU, brokers.APACHE_KAFKA], ids=lambda b: b.name)
-def test_an_sdk_member_starts_a_partition_without_a_commit_at_tansus_log_start(broker: brokers.BrokerKind) -> None:
-    if broker.log_start is None:  # Apache Kafka: librdkafka looks the commit up, then resets by ListOffsets
-        assert start_of(broker, Consumer()) == OFFSET_STORED
-    else:
-        assert start_of(broker, Consumer()) == 0
-        assert start_of(broker, Consumer(committed=500)) == 500
-    assert start_of(broker, Consumer(), reset_to_earliest=False) == OFFSET_STORED

@@ -1,4 +1,4 @@
-"""A strict topic's batches taken apart and regrouped by target partition (``gateway/protocol/batches.py``),
+"""A strict topic's batches taken apart and regrouped by target partition (``kafka_wire/batches.py``),
 by the C module (``_records.c``) and by its Python fallback alike.
 
 Batches are built and read back by kafka-python's record code, an implementation independent of the one
