@@ -88,8 +88,8 @@ def create_topic(
         TopicCreated(topic_id, name, region, retention_ms),
         *map(PartitionsAdded, repeat(name), *columns),
     )
-    # The reply without applying the records to the whole image first (a third of this command's time for
-    # a 500-partition topic): every check that apply makes holds by construction here (a new name, the
+    # The reply without applying the records to the whole image first (a large share of this command's time
+    # for a big topic): every check that apply makes holds by construction here (a new name, the
     # region's active clusters, ids from 0, distinct physical partitions), and the commit applies them.
     topic = TopicImage(topic_id, name, region, retention_ms, tuple(new_partitions(*columns)))
     reply = topic_view(image, topic)

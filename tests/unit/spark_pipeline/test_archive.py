@@ -17,7 +17,7 @@ def test_the_archive_is_built_once_per_content_and_holds_only_python_sources(tmp
     again = archive.build_archive(tmp_path)
     assert again == first and again.read_bytes() == first.read_bytes()
     names = zipfile.ZipFile(first).namelist()
-    assert "spark_pipeline/source.py" in names and "metadata_log/follower.py" in names
+    assert "spark_pipeline/source.py" in names and "metadata_client/follower.py" in names
     assert all(n.endswith(".py") and "__pycache__" not in n for n in names)
     assert [p.name for p in tmp_path.iterdir()] == [first.name], "no partial file is left behind"
 
