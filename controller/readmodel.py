@@ -32,8 +32,8 @@ DEFAULT_RETENTION_RECORDS: Final = 100_000
 class Entry:
     """One committed record; its JSON encoding is made on first read and shared by every later reader.
 
-    Lazily: most records are never read by offset (encoding each at publish was 15-18 % of a bulk
-    write's CPU). Only the loop thread publishes and reads, so the cache needs no lock."""
+    Lazily: most records are never read by offset, and encoding each at publish would be a sizeable part of a
+    bulk write's CPU. Only the loop thread publishes and reads, so the cache needs no lock."""
 
     __slots__ = ("_json", "offset", "record")
 

@@ -1,9 +1,8 @@
 """The hot path: leader-only routes answered before FastAPI routes them (ASGI middleware).
 
-Measured (py-spy on the leader, 64 clients toggling partition states, BENCHMARKS.md): the leader's event-loop
-thread is saturated, and 56 % of its time per write went to FastAPI/Starlette routing (the included
-router matches every request twice, route by route) and dependency solving, against 14 % in the write
-itself. So, for the routes the routers declare leader-only (``routing.py``, nothing listed here):
+Under many small writes the leader's event-loop thread is saturated, and FastAPI/Starlette routing (the included
+router matches every request twice, route by route) and dependency solving cost it several times what the write
+itself does (a py-spy profile of the leader under the writes benchmark shows it). So, for the routes the routers declare leader-only (``routing.py``, nothing listed here):
 
 - on a follower, the request is passed on to the leader (``LeaderForwarder``) without being parsed, for
   every path FastAPI would route to such a route;
