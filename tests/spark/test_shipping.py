@@ -24,7 +24,7 @@ def test_the_source_imports_from_the_archive_alone(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-S", "-c", code, str(zip_path), sysconfig.get_path("purelib")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == [f"{zip_path}/spark_pipeline/source.py", f"{zip_path}/metadata_log/follower.py"]
+    assert done.stdout.split() == [f"{zip_path}/spark_pipeline/source.py", f"{zip_path}/metadata_client/follower.py"]
 
 
 def test_the_submit_file_names_the_jobs_when_given_none(tmp_path: Path) -> None:
