@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
 from metadata_log.records import (
     LATEST_METADATA_VERSION,
     ClusterFenced,
@@ -90,3 +91,21 @@ BATCH_ENDS: list[int] = [
 ]
 """Where a batch of ``ONE_OF_EACH`` may end (every cut but those inside a key-order epoch, whose records are
 one batch: a switch to strict with its first epoch, an epoch with its moves)."""
+
+
+def two_clusters() -> MetadataImage:
+    """Clusters c1 and c2 in region r1; topic A on c1 (physical 0, 1) and c2 (physical 0); topic B on c1 (its
+    physical topic ``phys-b``, partition 4): what the lease, group and reconcile tests start from."""
+    return apply(
+        EMPTY_IMAGE,
+        [
+            ClusterRegistered("c1", "r1", "h:1"),
+            ClusterRegistered("c2", "r1", "h:2"),
+            TopicCreated("i", "A", "r1"),
+            PartitionsAdded("A", 0, "c1", "A", 0),
+            PartitionsAdded("A", 1, "c1", "A", 1),
+            PartitionsAdded("A", 2, "c2", "A", 0),
+            TopicCreated("j", "B", "r1"),
+            PartitionsAdded("B", 0, "c1", "phys-b", 4),
+        ],
+    )

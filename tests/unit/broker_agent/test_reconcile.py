@@ -13,19 +13,9 @@ from metadata_log.records import (
     TopicCreated,
 )
 
-BASE = apply(
-    EMPTY_IMAGE,
-    [
-        ClusterRegistered("c1", "r1", "h:1"),
-        ClusterRegistered("c2", "r1", "h:2"),
-        TopicCreated("i", "A", "r1"),
-        PartitionsAdded("A", 0, "c1", "A", 0),
-        PartitionsAdded("A", 1, "c1", "A", 1),
-        PartitionsAdded("A", 2, "c2", "A", 0),
-        TopicCreated("j", "B", "r1"),
-        PartitionsAdded("B", 0, "c1", "phys-b", 4),
-    ],
-)
+from ..samples import two_clusters
+
+BASE = two_clusters()
 
 
 def test_plan_creates_missing_topics_with_final_counts_and_leaves_foreign_topics_alone() -> None:

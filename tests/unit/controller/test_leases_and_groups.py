@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from controller.groups import GroupCoordinator
 from controller.leases import LEASE_EXPIRED, LeaseTable
-from metadata_log.image import EMPTY_IMAGE, apply
+from metadata_log.image import apply
 from metadata_log.records import (
     ClusterFenced,
     ClusterRegistered,
@@ -14,24 +14,12 @@ from metadata_log.records import (
     GroupCoordinatorAssigned,
     GroupGenerationStarted,
     GroupMember,
-    PartitionsAdded,
     PartitionStateChanged,
-    TopicCreated,
 )
 
-BASE = apply(
-    EMPTY_IMAGE,
-    [
-        ClusterRegistered("c1", "r1", "h:1"),
-        ClusterRegistered("c2", "r1", "h:2"),
-        TopicCreated("i", "A", "r1"),
-        PartitionsAdded("A", 0, "c1", "A", 0),
-        PartitionsAdded("A", 1, "c1", "A", 1),
-        PartitionsAdded("A", 2, "c2", "A", 0),
-        TopicCreated("j", "B", "r1"),
-        PartitionsAdded("B", 0, "c1", "phys-b", 4),
-    ],
-)
+from ..samples import two_clusters
+
+BASE = two_clusters()
 
 
 def test_a_new_leader_gives_every_agent_one_lease_before_fencing() -> None:
