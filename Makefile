@@ -39,7 +39,7 @@ run: $(STAMP) $(KAFKA_STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy metadata_log metadata_quorum metadata_client kafka_wire controller deploy broker_agent sdk spark_pipeline gateway kfed
+	$(BIN)/mypy metadata_log metadata_quorum metadata_client kafka_wire controller deploy broker_agent sdk spark_pipeline gateway kfed bench
 
 # The gateway's tests run on Apache Kafka sub-clusters with the rest; two client suites and the hostile input
 # again on Tansu (the light option, and a smaller matrix). The 30 slowest tests are listed at the end: where

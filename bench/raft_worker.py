@@ -2,7 +2,7 @@
 
 ``--impl kfed`` runs our ``RaftNode`` around a ``LogState`` (decode, apply, idempotency keys, the asyncio
 bridge, optionally the fsynced journal); ``--impl raw`` runs a bare pysyncobj ``SyncObj`` with the same
-``SyncObjConf`` (built by ``RaftSettings.conf``; only the serializer hooks are pysyncobj's defaults), whose
+``SyncObjConf`` (built by ``bridge.sync_obj_conf``; only the serializer hooks are pysyncobj's defaults), whose
 single replicated method takes the same command bytes and only counts them. The voter that becomes
 leader drives the load for each phase of ``--plan`` and writes its measurements to ``--out``; the others
 serve as followers until they are stopped.
@@ -136,7 +136,7 @@ def drive_raw(obj: RawCounter, plan: list[tuple[int, float]], warmup_s: float, i
 
 
 class _NoHooks:
-    """Stands in for the RaftNode whose methods ``RaftSettings.conf`` wires in as hooks: every one is None,
+    """Stands in for the RaftNode whose methods ``bridge.sync_obj_conf`` wires in as hooks: every one is None,
     so pysyncobj uses its own serializer and calls no callbacks."""
 
     def __getattr__(self, name: str) -> None:
@@ -147,7 +147,7 @@ def raw_conf(data_dir: Path) -> Any:
     """Exactly the ``SyncObjConf`` our RaftNode uses, minus our hooks. pysyncobj's own journal, dump serializer,
     pickling and connections stay in place: a raw voter's process builds no RaftNode, so nothing installs
     the bridge (importing ``metadata_quorum`` changes nothing in pysyncobj)."""
-    return RaftSettings().conf(data_dir, cast(RaftNode, _NoHooks()))
+    return bridge.sync_obj_conf(RaftSettings(), data_dir, cast(bridge.NodeHooks, _NoHooks()))
 
 
 def conf_summary(conf: Any) -> dict[str, Any]:
