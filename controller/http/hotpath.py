@@ -2,7 +2,8 @@
 
 Under many small writes the leader's event-loop thread is saturated, and FastAPI/Starlette routing (the included
 router matches every request twice, route by route) and dependency solving cost it several times what the write
-itself does (a py-spy profile of the leader under the writes benchmark shows it). So, for the routes the routers declare leader-only (``routing.py``, nothing listed here):
+itself does (a py-spy profile of the leader under the writes benchmark shows it). So, for the routes the
+routers declare leader-only (``routing.py``, nothing listed here):
 
 - on a follower, the request is passed on to the leader (``LeaderForwarder``) without being parsed, for
   every path FastAPI would route to such a route;
