@@ -127,7 +127,7 @@ def producer_view(producer: TxnProducer) -> dict[str, Any]:
             "started_at_ms": txn.started_at_ms,
             "decided_at_ms": txn.decided_at_ms,
             "reason": txn.reason,
-            "partitions": [[p.cluster_id, p.physical_topic, p.physical_partition] for p in sorted(txn.partitions)],
+            "partitions": [list(p) for p in sorted(txn.partitions)],
             "groups": [list(g) for g in sorted(txn.groups)],
             "pending": sorted(txn.pending),
         }

@@ -37,11 +37,8 @@ from metadata_client.client import ControllerClient
 from metadata_client.follower import LogFollower
 from metadata_log.commands import DEFAULT_TRANSACTION_TIMEOUT_MS
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
-from metadata_log.image.transactions import (
-    PARTICIPANT_TRANSACTION_TIMEOUT_MS,
-    TxnPartition,
-    participant_transactional_id,
-)
+from metadata_log.image import PartitionLocation
+from metadata_log.image.transactions import PARTICIPANT_TRANSACTION_TIMEOUT_MS, participant_transactional_id
 
 from .config import ClientConfig
 
@@ -123,7 +120,7 @@ class Transactions:
         self._identity: tuple[int, int] | None = None  # (producer_id, epoch) from init_transactions
         self._sequence = 0
         self._in_txn = False
-        self._partitions: set[TxnPartition] = set()
+        self._partitions: set[PartitionLocation] = set()
         self._groups: set[tuple[str, str]] = set()
         # topic -> metadata offset its partitions were registered at; emptied when a transaction starts or ends
         self._topics_at: dict[str, int] = {}
@@ -343,7 +340,7 @@ class Transactions:
             self._topics_at.pop(topic, None)
             return  # produce reports the unknown topic
         wanted = {
-            TxnPartition(p.cluster_id, p.physical_topic, p.physical_partition)
+            PartitionLocation(p.cluster_id, p.physical_topic, p.physical_partition)
             for p in t.partitions
             if p.state != "removed"
         } - self._partitions
@@ -352,7 +349,7 @@ class Transactions:
             self._partitions |= wanted
         self._topics_at[topic] = image.offset
 
-    def _add(self, partitions: list[TxnPartition], groups: list[tuple[str, str]], what: str) -> None:
+    def _add(self, partitions: list[PartitionLocation], groups: list[tuple[str, str]], what: str) -> None:
         with self._report_lock:  # the previous transaction's completions, if not written yet, ride along
             unreported = self._unreported
             previous = {**self._txn_id(), "sequence": self._sequence - 1}
@@ -362,7 +359,7 @@ class Transactions:
                 self._unreported = None
 
     def _add_with(
-        self, partitions: list[TxnPartition], groups: list[tuple[str, str]], completed: list[str], what: str
+        self, partitions: list[PartitionLocation], groups: list[tuple[str, str]], completed: list[str], what: str
     ) -> None:
         body = {
             **self._txn_id(),

@@ -27,8 +27,8 @@ from metadata_log.commands import (
     MAX_TRANSACTION_TIMEOUT_MS,
 )
 from metadata_log.errors import NotFound
-from metadata_log.image import MetadataImage
-from metadata_log.image.transactions import MAX_EPOCH, TxnPartition
+from metadata_log.image import MetadataImage, PartitionLocation
+from metadata_log.image.transactions import MAX_EPOCH
 from metadata_log.views import producer_view
 
 from .bodies import INT32_MAX, INT64_MAX
@@ -138,7 +138,7 @@ async def add_to_transaction(
     """A leader route rather than a plain write: the leader first asks the clusters' brokers whether they
     can take part (``TransactionDriver.refusal``), which a pure plan cannot."""
     at_ms = _now_ms()
-    partitions = [TxnPartition(p.cluster_id, p.physical_topic, p.physical_partition) for p in body.partitions]
+    partitions = [PartitionLocation(p.cluster_id, p.physical_topic, p.physical_partition) for p in body.partitions]
     groups = [(g.cluster_id, g.group) for g in body.groups]
     refusals: dict[str, str] = {}
     for cluster_id in sorted({p.cluster_id for p in partitions} | {c for c, _ in groups}):

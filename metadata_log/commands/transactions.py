@@ -33,12 +33,11 @@ from dataclasses import replace
 from typing import Any, Final
 
 from ..errors import Conflict, InvalidRequest, NotFound, Unavailable
-from ..image import MetadataImage, apply
+from ..image import MetadataImage, PartitionLocation, apply
 from ..image.transactions import (
     MAX_EPOCH,
     Transaction,
     Transactions,
-    TxnPartition,
     TxnProducer,
 )
 from ..records import (
@@ -198,7 +197,7 @@ def add_to_transaction(
     epoch: int,
     sequence: int,
     at_ms: int,
-    partitions: Sequence[TxnPartition] = (),
+    partitions: Sequence[PartitionLocation] = (),
     groups: Sequence[tuple[str, str]] = (),
     completed: Collection[str] = (),
     min_offset: int | None = None,
@@ -260,7 +259,7 @@ def add_to_transaction(
         txn = None
     known = (txn.partitions, txn.groups) if txn is not None else (frozenset(), frozenset())
     for p in sorted(set(partitions) - known[0]):
-        records.append(TxnPartitionAdded(transactional_id, producer_id, epoch, sequence, *_fields(p), at_ms))
+        records.append(TxnPartitionAdded(transactional_id, producer_id, epoch, sequence, *p, at_ms))
     for cluster_id, group in sorted(set(groups) - known[1]):
         records.append(TxnGroupAdded(transactional_id, producer_id, epoch, sequence, cluster_id, group, at_ms))
     return Result(tuple(records), _producer_after(image, records, transactional_id))
@@ -408,7 +407,3 @@ def _pid_after(fence: tuple[TxnRecord, ...]) -> int:
     init = fence[0]
     assert isinstance(init, TxnProducerInitialized)
     return init.producer_id + 1 if init.epoch == 0 else 0
-
-
-def _fields(p: TxnPartition) -> tuple[str, str, int]:
-    return p.cluster_id, p.physical_topic, p.physical_partition

@@ -27,6 +27,7 @@ from ..records import (
     TxnRestored,
 )
 from .common import InvalidRecord
+from .topics import PartitionLocation
 
 TxnState = Literal["ongoing", "committing", "aborting", "complete_commit", "complete_abort"]
 """Kafka's TransactionState without its Empty (no transaction yet: ``TxnProducer.txn is None``) and
@@ -41,15 +42,6 @@ transaction.max.timeout.ms): it must outlive the federated transaction's decisio
 Kafka never aborts a part the log decided to commit (docs/TRANSACTIONS.md)."""
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class TxnPartition:
-    """One physical partition of a transaction (not a record: a value)."""
-
-    cluster_id: str
-    physical_topic: str
-    physical_partition: int
-
-
 @dataclass(frozen=True, slots=True)
 class Transaction:
     """The current or last transaction of a transactional.id, named by (producer_id, epoch, sequence)."""
@@ -59,7 +51,7 @@ class Transaction:
     sequence: int
     state: TxnState
     started_at_ms: int
-    partitions: frozenset[TxnPartition] = frozenset()
+    partitions: frozenset[PartitionLocation] = frozenset()  # where it wrote
     groups: frozenset[tuple[str, str]] = frozenset()  # (cluster_id, group)
     pending: frozenset[str] = frozenset()  # decided: clusters not completed yet
     decided_at_ms: int | None = None
@@ -183,7 +175,7 @@ def snapshot_records(txns: Transactions) -> Iterator[TxnRecord]:
             yield TxnRestored(tid, txn.producer_id, txn.epoch, txn.sequence, txn.started_at_ms)
             key = (tid, txn.producer_id, txn.epoch, txn.sequence)
             for p in sorted(txn.partitions):
-                yield TxnPartitionAdded(*key, *_fields(p), txn.started_at_ms)
+                yield TxnPartitionAdded(*key, *p, txn.started_at_ms)
             for cluster_id, group in sorted(txn.groups):
                 yield TxnGroupAdded(*key, cluster_id, group, txn.started_at_ms)
             if txn.decided:
@@ -235,7 +227,7 @@ def _replay_add(producer: TxnProducer, r: TxnPartitionAdded | TxnGroupAdded) -> 
             raise InvalidRecord(f"{r.transactional_id!r}: transaction {txn.sequence} is not complete")
         txn = Transaction(r.producer_id, r.epoch, r.sequence, "ongoing", r.at_ms)
     if isinstance(r, TxnPartitionAdded):
-        part = TxnPartition(r.cluster_id, r.physical_topic, r.physical_partition)
+        part = PartitionLocation(r.cluster_id, r.physical_topic, r.physical_partition)
         return replace(txn, partitions=txn.partitions | {part})
     return replace(txn, groups=txn.groups | {(r.cluster_id, r.group)})
 
@@ -268,10 +260,6 @@ def _replay_completed(producer: TxnProducer, r: TxnParticipantCompleted) -> Tran
     if not pending:
         state = "complete_commit" if txn.commit else "complete_abort"
     return replace(txn, pending=pending, state=state)
-
-
-def _fields(p: TxnPartition) -> tuple[str, str, int]:
-    return p.cluster_id, p.physical_topic, p.physical_partition
 
 
 def completion_tasks(txns: Transactions) -> tuple[CompletionTask, ...]:

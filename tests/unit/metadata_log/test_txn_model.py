@@ -28,7 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from metadata_log import commands
 from metadata_log.errors import KfedError
-from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply
+from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, PartitionLocation, apply
 from metadata_log.image import transactions as T
 from metadata_log.records import ClusterRegistered, TxnDecided, TxnProducerInitialized, TxnRecord
 
@@ -250,7 +250,7 @@ class TxnMachine(RuleBasedStateMachine):
         if (cluster, partition) not in inst.registered:
             result = self.command(
                 commands.add_to_transaction, inst.tid, inst.pid, inst.epoch, inst.sequence, self.now_ms,
-                partitions=[T.TxnPartition(cluster, "t", partition)], completed=inst.completed,
+                partitions=[PartitionLocation(cluster, "t", partition)], completed=inst.completed,
             )  # fmt: skip
             if result is None:
                 producer = self.txns.producers[inst.tid]
