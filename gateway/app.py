@@ -39,6 +39,11 @@ for this long: the SDK's ``kfed.key.order.lease.ms`` default, below the 2 s grac
 (docs/KEY_ORDER.md, decision 3)."""
 FOLLOW_WAIT_MS: Final = 500
 """The follower's long poll: a third of the lease, so that an idle log still confirms the image in time."""
+QUORUM_DEADLINE_S: Final = 5.0
+"""All the attempts of one call to the controllers (registration, heartbeats, topic admin); a group call says
+its own, shorter one. Shorter than a command's: a Kafka client is waiting on the answer."""
+QUORUM_TIMEOUT_S: Final = 5.0
+QUORUM_CONNECT_TIMEOUT_S: Final = 1.0
 
 
 @dataclass(frozen=True)
@@ -68,10 +73,6 @@ class GatewayConfig:
         return self.access.token
 
 
-API_KEYS: Final = frozenset({*admin.HANDLERS, *produce.HANDLERS, *fetch.HANDLERS, *groups.HANDLERS})
-"""Every API key the gateway serves."""
-
-
 class Gateway:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
@@ -80,7 +81,11 @@ class Gateway:
         self.producers = ProducerIds()
         self.upstream = Upstream(client_id="kfed-gateway")
         self.quorum = AsyncControllerClient(
-            config.controllers, deadline_s=5.0, timeout_s=5.0, connect_timeout_s=1.0, access=config.access
+            config.controllers,
+            deadline_s=QUORUM_DEADLINE_S,
+            timeout_s=QUORUM_TIMEOUT_S,
+            connect_timeout_s=QUORUM_CONNECT_TIMEOUT_S,
+            access=config.access,
         )
         self.follower = LogFollower(config.controllers, wait_ms=FOLLOW_WAIT_MS, access=config.access)
         self.members = Members()
@@ -124,10 +129,11 @@ class Gateway:
         """What serves each API key, and whether it is ordered (see ``KafkaServer``): each handler bound to
         what its job may use (``context.py``), never to this gateway."""
         config = self.config
+        tables = (admin.HANDLERS, produce.HANDLERS, fetch.HANDLERS, groups.HANDLERS)
         admin_context = AdminContext(
             view=self.view,
             topic_metadata=self.topic_metadata,
-            served_versions=served_versions(API_KEYS, config.sasl),
+            served_versions=served_versions({key for table in tables for key in table}, config.sasl),  # ApiVersions
             producers=self.producers,
             quorum=self.quorum,
             cluster_name=config.cluster_name,
@@ -218,7 +224,7 @@ class Gateway:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         await self.server.stop()
-        await self.members.stop()
+        self.members.stop()
         self.upstream.close()
         await self.quorum.close()
         await asyncio.to_thread(self.follower.stop)

@@ -34,7 +34,8 @@ from metadata_log.errors import Conflict, InvalidRequest, KfedError
 
 from . import offsets
 from .context import GroupContext, JobHandler
-from .members import Member, TopicPartition
+from .holdback import TopicPartition
+from .members import Member
 from .server import ClientConnection
 
 SESSION_TIMEOUT_MS_MIN: Final = 1_000  # the quorum's bounds (controller/groups.py)

@@ -11,9 +11,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from .holdback import GroupKeyOrder
-
-TopicPartition = tuple[str, int]
+from .holdback import GroupKeyOrder, TopicPartition
 
 
 @dataclass(slots=True)
@@ -69,7 +67,8 @@ class Members:
                 self._locks.pop(key, None)
         self.key_order.forget(self.members.values())
 
-    async def stop(self) -> None:
+    def stop(self) -> None:
         self.members.clear()
         self.by_client.clear()
+        self._locks.clear()
         self.key_order.forget(())

@@ -20,7 +20,7 @@ from kafka_wire.upstream import PRODUCE_CONNECTIONS, ClusterClient, UpstreamErro
 from .context import JobHandler, ProduceContext
 from .producers import STATE_LOST, ProducerIds, StrictBatch
 from .routing import REQUEST_MARGIN_S, STALE, Refused, Routed, cluster_of, leader_of
-from .server import NO_RESPONSE, ClientConnection
+from .server import NO_RESPONSE, ClientConnection, done
 from .strict import route_strict
 from .view import ClusterView, PartitionRoute
 
@@ -59,7 +59,7 @@ async def produce(ctx: ProduceContext, conn: ClientConnection, request: kp.Reque
     if acks == 0:
         for sent in routes.sequences:
             sent.sent(None)
-        return _done(NO_RESPONSE)
+        return done(NO_RESPONSE)
     answer = asyncio.ensure_future(_produce_answer(ctx.producers, body, routes.errors, routes.spread, sends, timeout_s))
     for sent in routes.sequences:
         sent.sent(answer)
@@ -127,12 +127,6 @@ async def _send(routes: _Routes, acks: int, timeout_ms: int) -> list[Send]:
 
 HANDLERS: Final[Mapping[int, tuple[JobHandler[ProduceContext], bool]]] = {kp.PRODUCE: (produce, True)}
 """Produce is ordered: batches reach brokers in the order the client sent them (see ``KafkaServer``)."""
-
-
-def _done(value: Any) -> asyncio.Future[Any]:
-    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    future.set_result(value)
-    return future
 
 
 def _refuse(errors: Errors, spread: Spread, r: Routed, refused: Refused) -> None:

@@ -333,7 +333,7 @@ class KafkaServer:
         if ordered:
             answer = await handler(conn, request)
             if not inspect.isawaitable(answer):
-                answer = _done(answer)
+                answer = done(answer)
         else:
             answer = asyncio.ensure_future(handler(conn, request))
         return _InFlight(request, answer, size)
@@ -358,7 +358,8 @@ async def _finish(conn: ClientConnection, answering: asyncio.Future[None]) -> No
             log.error("%s: answering failed: %r", conn.peer_host, error, exc_info=error)
 
 
-def _done(value: Any) -> asyncio.Future[Any]:
+def done(value: Any) -> asyncio.Future[Any]:
+    """A future that already holds ``value``: an answer ready at once, where an answer may be awaited later."""
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     future.set_result(value)
     return future

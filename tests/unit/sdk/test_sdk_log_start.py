@@ -2,7 +2,7 @@
 ListOffsets(earliest) now and then answers its second batch's offset (two batches reached an empty partition at
 once: 1 topic in 40 with four producers, measured in ``docs/TANSU.md``), and a group reading from there skipped
 the first batch. ``metadata_client.brokers`` knows Tansu's log starts at 0: the SDK's members start a partition
-without a commit there (the gateway's part is ``tests/unit/gateway/test_data_list_offsets.py``). The consumer
+without a commit there (the gateway's part is ``tests/unit/gateway/test_fetch_list_offsets.py``). The consumer
 here is a stand-in; the paths on real brokers are in the process suites."""
 
 from __future__ import annotations

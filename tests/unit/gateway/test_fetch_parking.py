@@ -13,6 +13,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from gateway import fetch
+from gateway.context import FetchContext
+from gateway.members import Members
 from gateway.server import ClientConnection, ClientMemory, Limits
 from gateway.view import PartitionRoute
 from metadata_log.image import EMPTY_IMAGE
@@ -62,19 +64,16 @@ class Cluster:
         yield self.broker
 
 
-class Context:  # a FetchContext's stand-in
-    """Logical T/0 is physical T/0 on c1, logical T/1 physical T/0 on c2."""
-
-    def __init__(self, c1: Broker, c2: Broker) -> None:
-        self.clusters = {"c1": Cluster(c1), "c2": Cluster(c2)}
-        self.limits = Limits()
-        self.upstream = SimpleNamespace(cluster=lambda cluster_id, bootstrap: self.clusters[cluster_id])
-
-    def view(self) -> Any:
-        placements = {("T", 0): PartitionRoute("T", 0, "c1", "T", 0, True, True),
-                      ("T", 1): PartitionRoute("T", 1, "c2", "T", 0, True, True)}  # fmt: skip
-        return SimpleNamespace(placement=lambda t, p: placements.get((t, p)), bootstrap_of=lambda c: f"{c}:9092",
-                               image=EMPTY_IMAGE)  # fmt: skip
+def context(c1: Broker, c2: Broker) -> FetchContext:
+    """A fetch's context over stand-in sub-clusters: logical T/0 is physical T/0 on c1, logical T/1 physical
+    T/0 on c2."""
+    clusters = {"c1": Cluster(c1), "c2": Cluster(c2)}
+    placements = {("T", 0): PartitionRoute("T", 0, "c1", "T", 0, True, True),
+                  ("T", 1): PartitionRoute("T", 1, "c2", "T", 0, True, True)}  # fmt: skip
+    view = SimpleNamespace(placement=lambda t, p: placements.get((t, p)), bootstrap_of=lambda c: f"{c}:9092",
+                           image=EMPTY_IMAGE)  # fmt: skip
+    upstream = SimpleNamespace(cluster=lambda cluster_id, bootstrap: clusters[cluster_id])
+    return FetchContext(view=lambda: view, upstream=upstream, limits=Limits(), members=Members())  # type: ignore[arg-type]  # the stand-ins
 
 
 def fetch_request(offset_0: int, offset_1: int) -> Any:
@@ -91,21 +90,21 @@ def records_by_partition(answer: dict[str, Any]) -> dict[int, bytes]:
 
 async def test_a_second_brokers_data_is_kept_for_the_next_fetch_of_the_same_offsets() -> None:
     c1, c2 = Broker(b"one", ready=True), Broker(b"two", ready=False)
-    ctx = Context(c1, c2)
+    ctx = context(c1, c2)
     conn = ClientConnection("127.0.0.1", ClientMemory())
 
-    first = await fetch.fetch(ctx, conn, fetch_request(5, 7))  # type: ignore[arg-type]  # the stand-ins
+    first = await fetch.fetch(ctx, conn, fetch_request(5, 7))
     assert records_by_partition(first) == {0: b"one", 1: b""}, "answered with c1's data, c2 still fetching"
     c2.ready.set()  # c2's answer arrives after the client was answered
     await asyncio.sleep(0.01)
 
-    second = await fetch.fetch(ctx, conn, fetch_request(6, 7))  # type: ignore[arg-type]
+    second = await fetch.fetch(ctx, conn, fetch_request(6, 7))
     assert records_by_partition(second)[1] == b"two", "c2's data reached the client"
     assert c2.asked == [[(0, 7)]], "c2's parked part answered the second fetch: it was asked once"
     assert c1.asked == [[(0, 5)], [(0, 6)]]
 
     c2.ready.clear()
-    third = asyncio.ensure_future(fetch.fetch(ctx, conn, fetch_request(6, 8)))  # type: ignore[arg-type]
+    third = asyncio.ensure_future(fetch.fetch(ctx, conn, fetch_request(6, 8)))
     await asyncio.sleep(0.05)
     c2.ready.set()
     await third
