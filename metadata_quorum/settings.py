@@ -32,6 +32,9 @@ class RaftSettings:
     # framed by ``wire.zlib_stored``) costs a copy instead of a deflate. Raise it for links where bandwidth
     # costs more than CPU.
     wire_compression: int = 0
+    # pysyncobj's own thread ticks the node (timers, reading sockets). Off only where a caller delivers every
+    # message and tick itself, step by step: the bridge's unit tests.
+    auto_tick: bool = True
 
     def options(self, data_dir: Path) -> dict[str, Any]:
         """Every pysyncobj option kfed sets, explicitly, with its reason (the node's hooks: ``conf``)."""
@@ -74,4 +77,5 @@ class RaftSettings:
             logCompactionSplit=True,  # nodes compact at different times, never all at once
             password=self.password,
             bindAddress=self.bind_address,
+            autoTick=self.auto_tick,
         )

@@ -8,7 +8,6 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -44,19 +43,14 @@ async def restart_and_replay(
         node.close()
 
 
-class ManualTick(RaftSettings):
-    def conf(self, data_dir: Path, node: RaftNode) -> Any:
-        conf = super().conf(data_dir, node)
-        conf.autoTick = False  # messages and ticks are delivered by the test only: no thread, no races
-        return conf
-
-
 def manual_tick_node(tmp_path: Path) -> tuple[RaftNode, str]:
     """A follower of a 3-voter quorum whose peers never answer, and one of those peers' address."""
     self_port, leader_port, other_port = free_ports(3)
     leader = f"127.0.0.1:{leader_port}"
+    # messages and ticks are delivered by the test only: no thread, no races
     node = RaftNode(f"127.0.0.1:{self_port}", [leader, f"127.0.0.1:{other_port}"], tmp_path, LogState(),
-                    ManualTick())  # fmt: skip
+                    RaftSettings(auto_tick=False))  # fmt: skip
+    assert node._conf.autoTick is False, "the node must not tick itself"
     return node, leader
 
 
