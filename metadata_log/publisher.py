@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from .image import EMPTY_IMAGE, MetadataChanges, MetadataDelta, MetadataImage, Touched, changes_between
+from .image import EMPTY_IMAGE, MetadataChanges, MetadataImage, Touched, changes_between
 from .records import Record
 
 __all__ = ["LogDelta", "MetadataPublisher", "Publishers"]
@@ -30,25 +30,20 @@ class LogDelta:
     split), or, with ``snapshot``, an image loaded whole (a node's dump, a snapshot from another node, the
     catch-up of a late subscriber): no records, and the log continues after the new image's offset.
 
-    ``changes`` is settled on first read, so that a publisher that reads only the records (the controller's
-    read model) costs nothing more: from what replay ``touched`` when whoever applied the records passed it
-    (``committed``), else by replaying the records again; for a snapshot, by comparing the two images."""
+    Made by ``committed`` or ``replaced``. ``changes`` is settled on first read, so that a publisher that reads
+    only the records (the controller's read model) costs nothing more: from what replay ``touched``, or for a
+    snapshot by comparing the two images."""
 
     __slots__ = ("_changes", "_image", "_touched", "base", "records", "snapshot")
 
     def __init__(
-        self,
-        base: MetadataImage,
-        records: Sequence[Record] = (),
-        snapshot: bool = False,
-        image: MetadataImage | None = None,
-        touched: Touched | None = None,
+        self, base: MetadataImage, records: Sequence[Record], snapshot: bool, image: MetadataImage, touched: Touched
     ) -> None:
         self.base = base
         self.records = records
         self.snapshot = snapshot
         self._image = image
-        self._touched = touched
+        self._touched = touched  # of the records' replay (empty for a snapshot)
         self._changes: MetadataChanges | None = None
 
     @classmethod
@@ -61,7 +56,7 @@ class LogDelta:
     @classmethod
     def replaced(cls, base: MetadataImage, image: MetadataImage) -> LogDelta:
         """The snapshot delta of ``image`` loaded whole over ``base``."""
-        return cls(base, (), True, image)
+        return cls(base, (), True, image, Touched())
 
     @property
     def first_offset(self) -> int:
@@ -77,16 +72,9 @@ class LogDelta:
         return changes
 
     def _settle(self) -> MetadataChanges:
-        image, touched = self._image, self._touched
         if self.snapshot:
-            if image is None:
-                raise ValueError("the changes of a snapshot delta need the image it loaded")
-            return changes_between(self.base, image)
-        if image is None or touched is None:
-            delta = MetadataDelta(self.base)
-            delta.replay_records(self.records)
-            image, touched = delta.apply(), delta.touched()
-        return touched.settle(self.base, image)
+            return changes_between(self.base, self._image)
+        return self._touched.settle(self.base, self._image)
 
     def __repr__(self) -> str:
         kind = "snapshot" if self.snapshot else f"{len(self.records)} records"

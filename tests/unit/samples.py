@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
+from collections.abc import Sequence
+
+from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply, apply_touched
+from metadata_log.publisher import LogDelta
 from metadata_log.records import (
     LATEST_METADATA_VERSION,
     ClusterFenced,
@@ -109,3 +112,9 @@ def two_clusters() -> MetadataImage:
             PartitionsAdded("B", 0, "c1", "phys-b", 4),
         ],
     )
+
+
+def log_delta(base: MetadataImage, records: Sequence[Record]) -> LogDelta:
+    """The delta a state machine or a follower publishes for ``records`` committed over ``base``."""
+    image, touched = apply_touched(base, records)
+    return LogDelta.committed(base, records, image, touched)

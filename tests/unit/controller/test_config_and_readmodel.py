@@ -16,6 +16,8 @@ from metadata_log.records import NoOp, Record
 from metadata_log.snapshot import write_records, write_rows, write_runs
 from tests.unit.samples import ONE_OF_EACH
 
+from ..samples import log_delta
+
 
 def test_quorum_round_trip() -> None:
     import tomllib
@@ -50,7 +52,7 @@ def test_bad_quorum_configs_name_the_problem(data: dict, message: str) -> None:
 
 def publish_noops(model: ReadModel, count: int) -> None:
     records: list[Record] = [NoOp() for _ in range(count)]
-    model.on_update(LogDelta(model.image, records), apply(model.image, records))
+    model.on_update(log_delta(model.image, records), apply(model.image, records))
 
 
 async def test_window_keeps_between_n_and_five_quarters_n() -> None:
@@ -81,13 +83,13 @@ async def test_read_past_the_end_is_empty_and_wait_wakes_on_publish() -> None:
 async def test_a_gap_in_published_offsets_is_a_crash_not_a_skip() -> None:
     model = ReadModel()
     with pytest.raises(AssertionError):
-        model.on_update(LogDelta(apply(EMPTY_IMAGE, [NoOp()] * 5), [NoOp()]), apply(EMPTY_IMAGE, [NoOp()] * 6))
+        model.on_update(log_delta(apply(EMPTY_IMAGE, [NoOp()] * 5), [NoOp()]), apply(EMPTY_IMAGE, [NoOp()] * 6))
 
 
 async def test_reset_starts_the_window_after_the_loaded_image() -> None:
     model = ReadModel()
     image = apply(EMPTY_IMAGE, [NoOp()] * 10)
-    model.on_update(LogDelta(EMPTY_IMAGE, snapshot=True), image)
+    model.on_update(LogDelta.replaced(EMPTY_IMAGE, image), image)
     assert model.log_start_offset == 10 and model.high_watermark == 10
     assert model.snapshot().offset == 9
 

@@ -12,8 +12,9 @@ from controller.readmodel import ReadModel
 from deploy.launcher import free_ports
 from metadata_log.errors import OutcomeUnknown, Unavailable
 from metadata_log.image import apply
-from metadata_log.publisher import LogDelta
 from metadata_log.records import NoOp
+
+from ..samples import log_delta
 
 
 @dataclass
@@ -156,7 +157,7 @@ def _committed_at(offset: int) -> object:
 
 def _advance(model: ReadModel, count: int) -> None:
     records = [NoOp()] * count
-    model.on_update(LogDelta(model.image, records), apply(model.image, records))
+    model.on_update(log_delta(model.image, records), apply(model.image, records))
 
 
 async def test_a_forwarded_write_is_answered_once_this_node_has_applied_it() -> None:

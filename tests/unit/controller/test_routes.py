@@ -27,9 +27,10 @@ from controller.readmodel import ReadModel
 from controller.service import WriteReply, fingerprint
 from metadata_log.commands import Result
 from metadata_log.image import MetadataImage, apply
-from metadata_log.publisher import LogDelta
 from metadata_log.records import Record
 from tests.unit.samples import ONE_OF_EACH
+
+from ..samples import log_delta
 
 VOTERS = QuorumConfig(tuple(Voter(i, f"127.0.0.1:{9100 + i}", f"http://127.0.0.1:{8000 + i}") for i in (1, 2, 3)))
 
@@ -52,7 +53,7 @@ class _Raft:
 
 def committed(rm: ReadModel, records: Sequence[Record]) -> None:
     """``records`` committed: the read model gets them as a node's publisher hands them over."""
-    rm.on_update(LogDelta(rm.image, tuple(records)), apply(rm.image, records))
+    rm.on_update(log_delta(rm.image, tuple(records)), apply(rm.image, records))
 
 
 class FakeService:

@@ -21,6 +21,8 @@ from metadata_log.records import ClusterFenced, ClusterRegistered, ClusterStateC
 from sdk import FederatedConsumer, FederatedProducer
 from tests.waiting import wait_until
 
+from ..samples import log_delta
+
 
 @pytest.fixture
 def nowhere() -> str:
@@ -175,12 +177,12 @@ def test_a_planned_decommission_keeps_queued_messages_and_a_fence_reports_them(
     for state in ("read_only", "draining"):
         records = [ClusterStateChanged("c1", state)]
         before, image = image, apply(image, records)
-        producer.on_update(LogDelta(before, records), image)
+        producer.on_update(log_delta(before, records), image)
         producer.poll(0.1)
         assert reports == [] and len(producer) == 1, state
     records = [ClusterFenced("c1", "broker down", 0)]
     before, image = image, apply(image, records)
-    producer.on_update(LogDelta(before, records), image)
+    producer.on_update(log_delta(before, records), image)
     wait_until(lambda: producer.poll(0.05) or reports, 10, "the fenced cluster's queue reported")
     assert [e.code() for e in reports] == [KafkaError._PURGE_QUEUE] and len(producer) == 0
     producer.close(0)
