@@ -5,9 +5,9 @@ Used by broker agents, the SDK and Spark jobs. It long-polls ``GET /v1/log`` fro
 window), checks that offsets are contiguous, and fails over between controller URLs. It never moves its
 image backwards: a snapshot older than what it already has (a lagging node) is ignored.
 
-Its loop is not a ``retry.Call``: a tail has no deadline, and it tries every URL before it waits. Its wait
-honours a controller's ``Retry-After`` as the clients do (read by ``retry.retry_after_s``, bounded by
-``retry.WAIT_MAX_S``).
+Its loop is not a ``retry.Call``: a tail has no deadline, and it tries every URL before it waits. It waits as
+the clients do between attempts (``retry.backoff_s``: the back-off, or a controller's ``Retry-After``, within
+the one cap).
 """
 
 from __future__ import annotations
@@ -29,15 +29,13 @@ from metadata_log.records import Record
 from metadata_log.snapshot import read_body
 
 from .access import NO_ACCESS, Access
-from .retry import WAIT_MAX_S, controller_urls, reply_error, retry_after_s
+from .retry import backoff_s, controller_urls, reply_error, retry_after_s
 
 log = logging.getLogger(__name__)
 
 MSGPACK: Final = "application/msgpack"
 DEFAULT_WAIT_MS: Final = 10_000
 DEFAULT_LIMIT: Final = 5_000
-BACKOFF_MIN_S: Final = 0.05
-BACKOFF_MAX_S: Final = 2.0
 
 
 class FollowerError(Unavailable):
@@ -209,20 +207,20 @@ class LogFollower:
         return self
 
     def _run(self) -> None:
-        backoff_s = BACKOFF_MIN_S
+        failures = 0
         while not self._stopping.is_set():
             try:
                 self.poll()
-                backoff_s = BACKOFF_MIN_S
+                failures = 0
             except Exception as e:  # never let the thread die: its users would silently stop following
-                # the last controller's Retry-After, bounded like every client's (retry.WAIT_MAX_S)
-                wait_s = max(backoff_s, min(self._retry_after_s or 0.0, WAIT_MAX_S))
+                # every controller was tried: the clients' back-off, or the last one's Retry-After
+                failures += 1
+                wait_s = backoff_s(failures, self._retry_after_s)
                 if isinstance(e, FollowerError):
                     log.warning("log follower: %s; retrying in %.2f s", e, wait_s)
                 else:
                     log.exception("log follower: unexpected error; retrying in %.2f s", wait_s)
                 self._stopping.wait(wait_s)
-                backoff_s = min(BACKOFF_MAX_S, backoff_s * 2)
 
     def wait_for(self, offset: int, timeout_s: float) -> bool:
         """Block until the image reflects ``offset`` (True) or ``timeout_s`` passes (False)."""

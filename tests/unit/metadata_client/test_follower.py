@@ -1,5 +1,5 @@
-"""The log follower's tail loop honours a controller's ``Retry-After`` within the clients' one cap
-(``retry.WAIT_MAX_S``); without one it keeps its own back-off."""
+"""The log follower's tail loop waits as the clients do (``retry.backoff_s``): a controller's ``Retry-After``
+within the one cap (``retry.WAIT_MAX_S``), else the back-off."""
 
 from __future__ import annotations
 
