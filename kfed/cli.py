@@ -17,9 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, cast
 
-from controller.config import ConfigError
-from metadata_client.access import AccessError
-from metadata_quorum.state import CorruptState
+from metadata_log.errors import InvalidSetting
 
 
 class CommandGroup(Protocol):
@@ -96,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         return _BY_NAME[args.command].load().run(args)
-    except (ConfigError, CorruptState, AccessError) as e:
+    except InvalidSetting as e:  # a config, token or CA file, a source option, jars not installed: say which
         print(f"kfed: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

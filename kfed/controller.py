@@ -182,7 +182,18 @@ def _refuse_insecure(args: argparse.Namespace) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the node until it is stopped; a setting that cannot be used raises ``ConfigError``."""
+    """Run the node until it is stopped; a setting that cannot be used raises ``ConfigError``, and a damaged
+    dump or snapshot in the data dir is said in one line (status 2), not as a traceback."""
+    from metadata_quorum.state import CorruptState
+
+    try:
+        return _run(args)
+    except CorruptState as e:
+        print(f"kfed: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     if _refuse_insecure(args):  # before anything is imported, read or bound
         return 2
     from controller.auth import Tokens
