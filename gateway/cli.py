@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO
 
 from metadata_client.access import Access, read_secret
+from metadata_client.arguments import positive_int
 from metadata_log.errors import InvalidSetting
 
 from .app import Gateway, GatewayConfig
@@ -51,13 +52,6 @@ def _broker_id(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 2**31 - 1:
         raise argparse.ArgumentTypeError("a Kafka broker id is an integer in 0..2147483647")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer")
     return value
 
 
@@ -102,19 +96,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
     parser.add_argument(
         "--max-frame-bytes",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_LIMITS.max_frame_bytes,
         help=f"largest request, in bytes (default {DEFAULT_LIMITS.max_frame_bytes})",
     )
     parser.add_argument(
         "--max-connections",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_LIMITS.max_connections,
         help=f"client connections open at once (default {DEFAULT_LIMITS.max_connections})",
     )
     parser.add_argument(
         "--max-in-flight",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_LIMITS.max_in_flight,
         help=f"unanswered requests per client (default {DEFAULT_LIMITS.max_in_flight})",
     )

@@ -6,8 +6,7 @@ import argparse
 from pathlib import Path
 
 from controller.config import ConfigError
-
-from .ops import positive_int
+from metadata_client.arguments import positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

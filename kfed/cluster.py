@@ -31,10 +31,8 @@ seconds and unfenced when healthy; `kfed cluster status` shows why and since whe
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Fill the ``kfed cluster`` parser: one subcommand per action."""
-    parser.epilog = _HELP
-    parser.formatter_class = ops.RAW
     client = ops.controller_flags()
-    actions = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    actions = ops.actions(parser, _HELP, "cluster_command")
     add = actions.add_parser("add", parents=[client], help="register a cluster into a region (scale up)")
     add.add_argument("cluster_id")
     add.add_argument("--region", required=True, help="region (federation group) the cluster serves")
@@ -56,9 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     decommission.set_defaults(func=cluster_decommission)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the ``kfed cluster`` action of ``args`` (``ops.run``)."""
-    return ops.run(args)
+run = ops.run
+"""Run the ``kfed cluster`` action of ``args``."""
 
 
 def cluster_add(client: ControllerClient, args: argparse.Namespace, out: TextIO) -> int:

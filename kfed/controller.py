@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from controller.config import ConfigError
-
-from .ops import positive_int
+from metadata_client.arguments import non_negative_int, positive_int
 
 if TYPE_CHECKING:
     from metadata_quorum import RaftSettings
@@ -73,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_node_arguments(parser: argparse.ArgumentParser) -> None:
     """Which node this is, where it keeps its data, and its timings and retention."""
     parser.add_argument("--config", required=True, type=Path, help="quorum.toml listing the voters")
-    parser.add_argument("--node-id", required=True, type=_non_negative_int, help="this node's id in the config")
+    parser.add_argument("--node-id", required=True, type=non_negative_int, help="this node's id in the config")
     parser.add_argument("--data-dir", required=True, type=Path, help="journal and state dump of this node")
     parser.add_argument(
         "--retention-records",
@@ -150,13 +149,6 @@ def _add_secret_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="CA bundle to verify the other voters' HTTPS certificates (default: the system's CAs)",
     )
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be a non-negative integer")
-    return value
 
 
 def missing_secrets(args: argparse.Namespace) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .ops import positive_int
+from metadata_client.arguments import positive_int
 
 _UP = (
     "Start the local federation on loopback, its data and logs under --data-dir: 3 controllers "

@@ -26,6 +26,14 @@ Action = Callable[[ControllerClient, argparse.Namespace, TextIO], int]
 
 
 # -- parsers -----------------------------------------------------------------------------------------
+def actions(parser: argparse.ArgumentParser, help_text: str, dest: str) -> Any:
+    """Fill an operator group's parser: ``help_text`` below its options, and the subparsers of its actions
+    (one required, its name in ``args.<dest>``), which are returned."""
+    parser.epilog = help_text
+    parser.formatter_class = RAW
+    return parser.add_subparsers(dest=dest, required=True, metavar="ACTION")
+
+
 def controller_flags() -> argparse.ArgumentParser:
     """A parent parser with the flags that reach the controllers: ``--controller``, ``--token-file``, ``--tls-ca``."""
     client = argparse.ArgumentParser(add_help=False)
@@ -126,11 +134,3 @@ def table(rows: list[list[str]], out: TextIO) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip(), file=out)
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return value

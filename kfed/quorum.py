@@ -21,10 +21,8 @@ Replace a controller node without downtime, one change at a time:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Fill the ``kfed quorum`` parser: one subcommand per action."""
-    parser.epilog = _HELP
-    parser.formatter_class = ops.RAW
     client = ops.controller_flags()
-    actions = parser.add_subparsers(dest="quorum_command", required=True, metavar="ACTION")
+    actions = ops.actions(parser, _HELP, "quorum_command")
     status = actions.add_parser("status", parents=[client], help="voters, roles, leader and applied offsets")
     status.set_defaults(func=quorum_status)
     add = actions.add_parser(
@@ -41,9 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     remove.set_defaults(func=quorum_remove_voter)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the ``kfed quorum`` action of ``args`` (``ops.run``)."""
-    return ops.run(args)
+run = ops.run
+"""Run the ``kfed quorum`` action of ``args``."""
 
 
 def quorum_status(client: ControllerClient, args: argparse.Namespace, out: TextIO) -> int:

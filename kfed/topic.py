@@ -6,11 +6,11 @@ import argparse
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from metadata_client.arguments import positive_int
 from metadata_client.client import ControllerClient
 from metadata_log.records import KEY_ORDERS
 
 from . import ops
-from .ops import positive_int
 
 _HELP = """\
 Scale up adds partitions on a cluster (no data moves); producers use them at their next metadata
@@ -22,10 +22,8 @@ that no group reads keeps its data until retention. Logical partition ids are ne
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Fill the ``kfed topic`` parser: one subcommand per action."""
-    parser.epilog = _HELP
-    parser.formatter_class = ops.RAW
     client, waits = ops.controller_flags(), ops.wait_flags()
-    actions = parser.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
+    actions = ops.actions(parser, _HELP, "topic_command")
     create = actions.add_parser("create", parents=[client], help="create a logical topic over its region's clusters")
     create.add_argument("name")
     create.add_argument("--region", required=True)
@@ -79,9 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shrink.set_defaults(func=topic_shrink)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the ``kfed topic`` action of ``args`` (``ops.run``)."""
-    return ops.run(args)
+run = ops.run
+"""Run the ``kfed topic`` action of ``args``."""
 
 
 def topic_create(client: ControllerClient, args: argparse.Namespace, out: TextIO) -> int:

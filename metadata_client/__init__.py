@@ -6,7 +6,8 @@
 - ``follower``: ``LogFollower``, which tails the log by offset and keeps a local image;
 - ``access``: the credentials a client presents;
 - ``brokers``: facts about a sub-cluster's broker kind (Apache Kafka, Tansu), read from its ApiVersions;
-- ``holdback``: a consumer's rule of strict key order, which records a group member may hand out now.
+- ``holdback``: a consumer's rule of strict key order, which records a group member may hand out now;
+- ``arguments``: the argparse types every kfed command line shares.
 
 The SDK, the agents, Spark jobs and the gateway build on it; it imports only the pure core, ``metadata_log``.
 Its errors (``metadata_log.errors``' tree):
