@@ -45,28 +45,45 @@ def imported_modules(source: str, module: str, is_package: bool = False) -> Iter
             for alias in node.names:
                 yield alias.name, node.lineno
         elif isinstance(node, ast.ImportFrom):
-            if node.level == 0:
-                yield node.module or "", node.lineno
-                continue
-            parts = module.split(".")
-            base = parts if is_package else parts[:-1]
-            base = base[: len(base) - (node.level - 1)]
-            yield ".".join([*base, *([node.module] if node.module else [])]), node.lineno
+            yield imported_from(node, module, is_package), node.lineno
+
+
+def imported_from(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute name of the module a ``from ... import`` in ``module`` imports from."""
+    if node.level == 0:
+        return node.module or ""
+    parts = module.split(".")
+    base = parts if is_package else parts[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
 
 
 def package_edges(root: Path) -> Edges:
     packages = top_level_packages(root)
     edges: defaultdict[tuple[str, str], list[str]] = defaultdict(list)
-    for package in sorted(packages):
-        for path in sorted((root / package).rglob("*.py")):
-            relative = path.relative_to(root)
-            is_package = path.name == "__init__.py"
-            module = ".".join((relative.parent if is_package else relative.with_suffix("")).parts)
-            for imported, line in imported_modules(path.read_text(encoding="utf-8"), module, is_package):
-                target = imported.split(".")[0]
-                if target in packages and target != package:
-                    edges[package, target].append(f"{relative}:{line}")
+    for module, (path, is_package) in modules_of(root).items():
+        if path.suffix != ".py":
+            continue
+        package = module.split(".")[0]
+        for imported, line in imported_modules(path.read_text(encoding="utf-8"), module, is_package):
+            target = imported.split(".")[0]
+            if target in packages and target != package:
+                edges[package, target].append(f"{path.relative_to(root)}:{line}")
     return edges
+
+
+def modules_of(root: Path) -> dict[str, tuple[Path, bool]]:
+    """Every module of the product packages under ``root``, in path order: name -> (file, is a package's
+    ``__init__``). A C extension built from ``<module>.c`` counts as a module (it imports nothing of kfed)."""
+    modules: dict[str, tuple[Path, bool]] = {}
+    for package in sorted(top_level_packages(root)):
+        for path in sorted((root / package).rglob("*.py")):
+            is_package = path.name == "__init__.py"
+            relative = path.relative_to(root)
+            modules[".".join((relative.parent if is_package else relative.with_suffix("")).parts)] = (path, is_package)
+        for path in sorted((root / package).rglob("*.c")):
+            modules[".".join(path.relative_to(root).with_suffix("").parts)] = (path, False)
+    return modules
 
 
 def cycles(edges: Edges) -> list[list[str]]:
@@ -179,24 +196,10 @@ def test_relative_imports_resolve_against_their_package() -> None:
 # -- modules ------------------------------------------------------------------------------------------------
 
 
-def product_modules(root: Path) -> dict[str, tuple[Path, bool]]:
-    """Every module of the product packages: name -> (file, is a package's ``__init__``). A C extension built
-    from ``<module>.c`` counts as a module (it imports nothing of kfed)."""
-    modules: dict[str, tuple[Path, bool]] = {}
-    for package in top_level_packages(root):
-        for path in sorted((root / package).rglob("*.py")):
-            is_package = path.name == "__init__.py"
-            relative = path.relative_to(root)
-            modules[".".join((relative.parent if is_package else relative.with_suffix("")).parts)] = (path, is_package)
-        for path in sorted((root / package).rglob("*.c")):
-            modules[".".join(path.relative_to(root).with_suffix("").parts)] = (path, False)
-    return modules
-
-
 def module_edges(root: Path) -> Edges:
     """(importer, imported) of modules of one top-level package; ``from package import name`` is an import of
     the module ``package.name`` when there is one, else of the package's face."""
-    modules = product_modules(root)
+    modules = modules_of(root)
     edges: defaultdict[tuple[str, str], list[str]] = defaultdict(list)
     for module, (path, is_package) in modules.items():
         if path.suffix != ".py":
@@ -207,7 +210,7 @@ def module_edges(root: Path) -> Edges:
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             else:
-                base = next(iter(imported_modules(ast.unparse(node), module, is_package)))[0]
+                base = imported_from(node, module, is_package)
                 names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
             for name in names:
                 parts = name.split(".")
