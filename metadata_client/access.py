@@ -88,6 +88,9 @@ class Access:
     def http_client(self, timeout: httpx.Timeout | float) -> httpx.Client:
         return httpx.Client(timeout=timeout, headers=self.headers, verify=tls_context(self.ca_file))
 
+    def async_http_client(self, timeout: httpx.Timeout | float, limits: httpx.Limits) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=timeout, headers=self.headers, verify=tls_context(self.ca_file), limits=limits)
+
 
 @functools.cache
 def tls_context(ca_file: str | None) -> ssl.SSLContext:

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import httpx
 
-from .access import NO_ACCESS, Access, tls_context
+from .access import NO_ACCESS, Access
 from .retry import Call, Decision, Raise, Return, controller_urls
 
 DEFAULT_DEADLINE_S: Final = 15.0
@@ -60,9 +60,12 @@ class ControllerClient(BaseControllerClient):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         access: Access = NO_ACCESS,
+        client: httpx.Client | None = None,
     ) -> None:
+        """``client``: the HTTP client to send with (by default one with ``access``'s token and CA, and these
+        timeouts); closed with this one."""
         super().__init__(controllers, deadline_s)
-        self._http = access.http_client(httpx.Timeout(timeout_s, connect=connect_timeout_s))
+        self._http = client or access.http_client(httpx.Timeout(timeout_s, connect=connect_timeout_s))
 
     def request(
         self,
@@ -129,14 +132,12 @@ class AsyncControllerClient(BaseControllerClient):
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         access: Access = NO_ACCESS,
         max_connections: int = 64,
+        client: httpx.AsyncClient | None = None,
     ) -> None:
+        """``client``: as ``ControllerClient``'s."""
         super().__init__(controllers, deadline_s)
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            headers=access.headers,
-            verify=tls_context(access.ca_file),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections // 4),
-        )
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections // 4)
+        self._http = client or access.async_http_client(httpx.Timeout(timeout_s, connect=connect_timeout_s), limits)
 
     async def request(
         self,

@@ -86,8 +86,7 @@ def test_the_sync_client_drives_the_policy(monkeypatch: pytest.MonkeyPatch) -> N
     quorum, clock = Quorum(), Clock()
     monkeypatch.setattr(time, "sleep", clock.sleep)
     monkeypatch.setattr(time, "monotonic", clock.monotonic)
-    with ControllerClient(URLS) as client:
-        client._http = httpx.Client(transport=httpx.MockTransport(quorum))
+    with ControllerClient(URLS, client=httpx.Client(transport=httpx.MockTransport(quorum))) as client:
         reply = client.post("/v1/topics", {"name": "T"})
         again = client.get("/v1/metadata")
         with pytest.raises(Conflict):
@@ -97,9 +96,7 @@ def test_the_sync_client_drives_the_policy(monkeypatch: pytest.MonkeyPatch) -> N
 
 async def test_the_async_client_drives_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     quorum, clock = Quorum(), Clock()
-    async with AsyncControllerClient(URLS) as client:
-        await client._http.aclose()
-        client._http = httpx.AsyncClient(transport=httpx.MockTransport(quorum))
+    async with AsyncControllerClient(URLS, client=httpx.AsyncClient(transport=httpx.MockTransport(quorum))) as client:
         with clock.on_the_loop(monkeypatch):
             reply = await client.post("/v1/topics", {"name": "T"})
             again = await client.get("/v1/metadata")
@@ -112,18 +109,17 @@ def test_the_deadline_of_one_call_overrides_the_clients(monkeypatch: pytest.Monk
     quorum, clock = Quorum(), Clock()
     monkeypatch.setattr(time, "sleep", clock.sleep)
     monkeypatch.setattr(time, "monotonic", clock.monotonic)
-    with ControllerClient(URLS[:2], deadline_s=60.0) as client:
-        client._http = httpx.Client(transport=httpx.MockTransport(quorum))
-        with pytest.raises(Unavailable, match="no leader elected yet"):  # the last error, b's
-            client.post("/v1/topics", {}, 0.5)  # a's back-off fits in 0.5 s; b's Retry-After does not
+    mock = httpx.Client(transport=httpx.MockTransport(quorum))
+    client = ControllerClient(URLS[:2], deadline_s=60.0, client=mock)
+    with client, pytest.raises(Unavailable, match="no leader elected yet"):  # the last error, b's
+        client.post("/v1/topics", {}, 0.5)  # a's back-off fits in 0.5 s; b's Retry-After does not
     assert [host for host, _ in quorum.seen] == ["a", "b"] and clock.slept == [BACKOFF_MIN_S]
 
 
 async def test_the_async_client_takes_the_deadline_of_one_call_too(monkeypatch: pytest.MonkeyPatch) -> None:
     quorum, clock = Quorum(), Clock()
-    async with AsyncControllerClient(URLS[:2], deadline_s=60.0) as client:
-        await client._http.aclose()
-        client._http = httpx.AsyncClient(transport=httpx.MockTransport(quorum))
+    mock = httpx.AsyncClient(transport=httpx.MockTransport(quorum))
+    async with AsyncControllerClient(URLS[:2], deadline_s=60.0, client=mock) as client:
         with clock.on_the_loop(monkeypatch), pytest.raises(Unavailable, match="no leader elected yet"):
             await client.post("/v1/topics", {}, 0.5)
     assert [host for host, _ in quorum.seen] == ["a", "b"] and clock.slept == [BACKOFF_MIN_S]
