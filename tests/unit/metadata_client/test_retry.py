@@ -109,8 +109,9 @@ def test_the_back_off_doubles_from_its_minimum_up_to_the_one_cap() -> None:
         decision = call.decide(unavailable(), now=0.0)
         assert isinstance(decision, Wait)
         waits.append(decision.wait_s)
-    assert waits == [0.05, 0.1, 0.2, 0.4, 0.8, WAIT_MAX_S, WAIT_MAX_S, WAIT_MAX_S]
-    assert BACKOFF_MIN_S == 0.05 and WAIT_MAX_S == 1.0
+    doubling = [BACKOFF_MIN_S * 2**i for i in range(8)]
+    assert waits == [min(wait, WAIT_MAX_S) for wait in doubling]
+    assert waits[0] < waits[4] < WAIT_MAX_S == waits[5] == waits[7], "it doubles, then the cap holds"
 
 
 @pytest.mark.parametrize(

@@ -44,9 +44,8 @@ from metadata_log.views import key_order_view
 Records = Sequence[Record | KeyOrderRecord]
 
 
-def run(image: MetadataImage, key_orders: KeyOrders, records: Records) -> tuple[MetadataImage, KeyOrders]:
+def run(image: MetadataImage, records: Records) -> tuple[MetadataImage, KeyOrders]:
     """``records`` applied as one batch: the image after them, and its key-order map."""
-    assert key_orders is image.key_orders or key_orders == image.key_orders, "the map is the image's own"
     after = apply(image, records)
     return after, after.key_orders
 
@@ -78,7 +77,7 @@ def region() -> MetadataImage:
 def strict(region: MetadataImage) -> tuple[MetadataImage, KeyOrders]:
     """U_TopicA, strict: 2 partitions on each of c1, c2, c3, leaders known."""
     result = commands.create_topic(region, "U_TopicA", "r1", 2, "id-a", key_order="strict")
-    image, key_orders = run(region, EMPTY_KEY_ORDERS, result.records)
+    image, key_orders = run(region, result.records)
     return with_leaders(image, "U_TopicA"), key_orders
 
 
@@ -103,7 +102,7 @@ def test_a_strict_topic_is_created_with_its_first_epoch_in_the_same_batch(region
     assert result.reply["key_order"] == "strict" and result.reply["key_epoch"] == 1
     assert result.reply["key_ranges"][0] == [0, 2731, 0] and result.reply["key_ranges"][-1][1:] == [KEY_SLOTS, 5]
     assert len(result.reply["partitions"]) == 6, "the topic's own reply is kept"
-    _, key_orders = run(region, EMPTY_KEY_ORDERS, result.records)
+    _, key_orders = run(region, result.records)
     history = strict_history(key_orders, "U_TopicA")
     assert history is not None and history == strict_topic(range(6), "created strict")
     plain = commands.create_topic(region, "B", "r1", 1, "id-b")
@@ -119,17 +118,17 @@ def test_a_bad_key_order_names_its_field(region: MetadataImage) -> None:
 
 
 def test_an_operator_switches_a_topic_to_strict_and_back(region: MetadataImage) -> None:
-    image, key_orders = run(region, EMPTY_KEY_ORDERS, core.create_topic(region, "t", "r1", 1, "i").records)
+    image, key_orders = run(region, core.create_topic(region, "t", "r1", 1, "i").records)
     with pytest.raises(Conflict, match="no writable partition with a leader"):
         commands.change_key_order(image, "t", "strict")
     image = with_leaders(image, "t")
     on = commands.change_key_order(image, "t", "strict")
     assert on.reply["key_order"] == "strict" and on.reply["key_epoch"] == 1
-    image, key_orders = run(image, key_orders, on.records)
+    image, key_orders = run(image, on.records)
     assert commands.change_key_order(image, "t", "strict").records == ()
     off = commands.change_key_order(image, "t", "none")
     assert off.records == (TopicKeyOrderChanged("t", "none"),) and off.reply == {"name": "t", "key_order": "none"}
-    image, key_orders = run(image, key_orders, off.records)
+    image, _ = run(image, off.records)
     again = commands.change_key_order(image, "t", "strict")
     assert again.reply["key_epoch"] == 2, "a new strict period continues the epochs of the last one"
     with pytest.raises(NotFound):
@@ -142,7 +141,7 @@ def test_a_shrink_starts_the_next_epoch_in_its_own_batch(strict: tuple[MetadataI
     image, key_orders = strict
     shrink = core.shrink_partitions(image, "U_TopicA", [4, 5])
     result = commands.with_epochs(image, shrink, "U_TopicA shrunk")
-    image, key_orders = run(image, key_orders, result.records)
+    image, key_orders = run(image, result.records)
     history = strict_history(key_orders, "U_TopicA")
     assert history is not None and history.epoch == 2 and history.map.partitions() == {0, 1, 2, 3}
     assert {m.from_partition for m in history.changes[-1].moves} == {4, 5}
@@ -155,10 +154,10 @@ def test_an_expand_joins_the_map_once_its_partitions_have_leaders(strict: tuple[
     added = core.add_partitions(image, "U_TopicA", "c4", 2)
     result = commands.with_epochs(image, added, "expand onto c4")
     assert result.records == added.records, "no leaders yet: producers keep routing to the map they have"
-    image, key_orders = run(image, key_orders, result.records)
+    image, key_orders = run(image, result.records)
     image = with_leaders(image, "U_TopicA")
     planned = commands.plan_epoch(image, "U_TopicA", "expand onto c4")
-    image, key_orders = run(image, key_orders, planned.records)
+    image, key_orders = run(image, planned.records)
     history = strict_history(key_orders, "U_TopicA")
     assert history is not None and history.map.partitions() == set(range(8))
     assert {m.to_partition for m in history.changes[-1].moves} == {6, 7}
@@ -171,7 +170,6 @@ def test_the_next_epoch_waits_for_measurable_seals_and_not_for_a_fenced_cluster(
     image, key_orders = strict
     image, key_orders = run(
         image,
-        key_orders,
         core.shrink_partitions(image, "U_TopicA", [5]).records,
     )
     assert commands.seals_to_measure(image, "c3") == [("U_TopicA", 2, 5)]
@@ -183,7 +181,7 @@ def test_the_next_epoch_waits_for_measurable_seals_and_not_for_a_fenced_cluster(
     assert commands.plan_epoch(fenced, "U_TopicA", "c3 fenced").records != (), "a fenced seal is abandoned"
     sealed = commands.record_seals(image, "U_TopicA", 2, {5: 40})
     assert sealed.records == (KeyOrderSealed("U_TopicA", 2, 5, 40),) and sealed.reply["pending_seals"] == []
-    image, key_orders = run(image, key_orders, sealed.records)
+    image, _ = run(image, sealed.records)
     assert commands.record_seals(image, "U_TopicA", 2, {5: 41}).records == (), "a retried report"
     assert commands.plan_epoch(image, "U_TopicA", "shrink 4").records != ()
 
@@ -201,9 +199,8 @@ def test_a_bad_seal_report_names_its_field(
     strict: tuple[MetadataImage, KeyOrders], epoch: int, seals: dict[int, int], error: type[Exception], field: str
 ) -> None:
     image, key_orders = strict
-    image, key_orders = run(
+    image, _ = run(
         image,
-        key_orders,
         core.shrink_partitions(image, "U_TopicA", [5]).records,
     )
     with pytest.raises(error) as e:
@@ -217,10 +214,9 @@ def test_the_coordinator_releases_what_a_group_read_and_gives_up_only_on_what_it
     image, key_orders = strict
     image, key_orders = run(
         image,
-        key_orders,
         core.shrink_partitions(image, "U_TopicA", [4, 5]).records,
     )
-    image, key_orders = run(image, key_orders, commands.record_seals(image, "U_TopicA", 2, {4: 10}).records)
+    image, key_orders = run(image, commands.record_seals(image, "U_TopicA", 2, {4: 10}).records)
     assert commands.release_parents(image, "g", "U_TopicA", {4: 9}).records == ()
     released = commands.release_parents(image, "g", "U_TopicA", {4: 10})
     assert released.records == (KeyRangeReleased("g", "U_TopicA", 2, 4, False, ""),) and released.reply["released"] == [
@@ -232,7 +228,7 @@ def test_the_coordinator_releases_what_a_group_read_and_gives_up_only_on_what_it
     fenced = apply(image, [ClusterFenced("c3", "lease expired", 1)])
     broken = commands.give_up(fenced, "g", "U_TopicA", 2, 5, "waited 60 s; c3 fenced")
     assert broken.records == (KeyRangeReleased("g", "U_TopicA", 2, 5, True, "waited 60 s; c3 fenced"),)
-    image, key_orders = run(fenced, key_orders, broken.records)
+    image, _ = run(fenced, broken.records)
     assert commands.give_up(image, "g", "U_TopicA", 2, 5, "again").records == ()
     with pytest.raises(NotFound):
         commands.give_up(image, "g", "U_TopicA", 2, 1, "not a parent")
@@ -243,7 +239,7 @@ def test_the_coordinator_releases_what_a_group_read_and_gives_up_only_on_what_it
 
 
 def test_commands_on_a_topic_that_is_not_strict_are_refused(region: MetadataImage) -> None:
-    image, _ = run(region, EMPTY_KEY_ORDERS, core.create_topic(region, "t", "r1", 1, "i").records)
+    image, _ = run(region, core.create_topic(region, "t", "r1", 1, "i").records)
     with pytest.raises(Conflict, match="not strict"):
         commands.plan_epoch(image, "t", "x")
     with pytest.raises(NotFound):
@@ -271,16 +267,16 @@ def test_commands_on_a_topic_that_is_not_strict_are_refused(region: MetadataImag
 def test_records_that_do_not_fit_the_history_are_refused(
     strict: tuple[MetadataImage, KeyOrders], records: list[KeyOrderRecord], error: str
 ) -> None:
-    image, key_orders = strict
+    image, _ = strict
     with pytest.raises(InvalidRecord, match=error):
-        run(image, key_orders, records)
+        run(image, records)
 
 
 def test_a_deleted_topic_forgets_its_key_order(strict: tuple[MetadataImage, KeyOrders], region: MetadataImage) -> None:
     image, key_orders = strict
-    image, key_orders = run(image, key_orders, [TopicDeleted("U_TopicA")])
+    image, key_orders = run(image, [TopicDeleted("U_TopicA")])
     assert key_orders == {}
-    image, key_orders = run(image, key_orders, core.create_topic(image, "U_TopicA", "r1", 1, "id-2").records)
+    image, key_orders = run(image, core.create_topic(image, "U_TopicA", "r1", 1, "id-2").records)
     assert key_order_view(key_orders, "U_TopicA") == {"key_order": "none"}
 
 
@@ -294,16 +290,16 @@ def test_a_snapshot_replays_to_an_equal_key_order_map(strict: tuple[MetadataImag
         lambda i: commands.give_up(apply(i, [ClusterFenced("c3", "x", 1)]), "g2", "U_TopicA", 3, 4, "c3").records,
     ]
     for step in steps:
-        image, key_orders = run(image, key_orders, step(image))
-    image, key_orders = run(image, key_orders, core.create_topic(image, "B", "r1", 1, "id-b").records)
+        image, key_orders = run(image, step(image))
+    image, key_orders = run(image, core.create_topic(image, "B", "r1", 1, "id-b").records)
     image = with_leaders(image, "B")
     for switch in ("strict", "none"):
-        image, key_orders = run(image, key_orders, commands.change_key_order(image, "B", switch).records)
+        image, key_orders = run(image, commands.change_key_order(image, "B", switch).records)
     history = strict_history(key_orders, "U_TopicA")
     assert history is not None and history.epoch == 3 and len(history.releases) == 2
     assert key_orders["B"].key_order == "none" and key_orders["B"].last_epoch == 1
     without = dataclasses.replace(image, key_orders=EMPTY_KEY_ORDERS)
-    _, replayed = run(without, EMPTY_KEY_ORDERS, list(snapshot_records(key_orders)))
+    _, replayed = run(without, list(snapshot_records(key_orders)))
     assert replayed == key_orders
 
 
@@ -311,7 +307,6 @@ def test_the_metadata_view_shows_the_map_the_seals_and_the_releases(strict: tupl
     image, key_orders = strict
     image, key_orders = run(
         image,
-        key_orders,
         core.shrink_partitions(image, "U_TopicA", [5]).records,
     )
     view = key_order_view(key_orders, "U_TopicA")
@@ -341,7 +336,7 @@ def test_every_planned_change_and_a_fence_start_an_epoch_in_their_batch(
 ) -> None:
     image, key_orders = strict
     result = commands.with_epochs(image, change(image), "change")
-    image, key_orders = run(image, key_orders, result.records)
+    image, key_orders = run(image, result.records)
     history = strict_history(key_orders, "U_TopicA")
     assert history is not None and history.epoch == 2
     assert history.map.partitions() == set(range(6)) - gone
