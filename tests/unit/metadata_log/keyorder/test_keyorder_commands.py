@@ -118,13 +118,13 @@ def test_a_bad_key_order_names_its_field(region: MetadataImage) -> None:
 
 
 def test_an_operator_switches_a_topic_to_strict_and_back(region: MetadataImage) -> None:
-    image, key_orders = run(region, core.create_topic(region, "t", "r1", 1, "i").records)
+    image, _ = run(region, core.create_topic(region, "t", "r1", 1, "i").records)
     with pytest.raises(Conflict, match="no writable partition with a leader"):
         commands.change_key_order(image, "t", "strict")
     image = with_leaders(image, "t")
     on = commands.change_key_order(image, "t", "strict")
     assert on.reply["key_order"] == "strict" and on.reply["key_epoch"] == 1
-    image, key_orders = run(image, on.records)
+    image, _ = run(image, on.records)
     assert commands.change_key_order(image, "t", "strict").records == ()
     off = commands.change_key_order(image, "t", "none")
     assert off.records == (TopicKeyOrderChanged("t", "none"),) and off.reply == {"name": "t", "key_order": "none"}
@@ -167,8 +167,8 @@ def test_an_expand_joins_the_map_once_its_partitions_have_leaders(strict: tuple[
 def test_the_next_epoch_waits_for_measurable_seals_and_not_for_a_fenced_cluster(
     strict: tuple[MetadataImage, KeyOrders],
 ) -> None:
-    image, key_orders = strict
-    image, key_orders = run(
+    image, _ = strict
+    image, _ = run(
         image,
         core.shrink_partitions(image, "U_TopicA", [5]).records,
     )
@@ -198,7 +198,7 @@ def test_the_next_epoch_waits_for_measurable_seals_and_not_for_a_fenced_cluster(
 def test_a_bad_seal_report_names_its_field(
     strict: tuple[MetadataImage, KeyOrders], epoch: int, seals: dict[int, int], error: type[Exception], field: str
 ) -> None:
-    image, key_orders = strict
+    image, _ = strict
     image, _ = run(
         image,
         core.shrink_partitions(image, "U_TopicA", [5]).records,
@@ -211,12 +211,12 @@ def test_a_bad_seal_report_names_its_field(
 def test_the_coordinator_releases_what_a_group_read_and_gives_up_only_on_what_it_cannot_read(
     strict: tuple[MetadataImage, KeyOrders],
 ) -> None:
-    image, key_orders = strict
-    image, key_orders = run(
+    image, _ = strict
+    image, _ = run(
         image,
         core.shrink_partitions(image, "U_TopicA", [4, 5]).records,
     )
-    image, key_orders = run(image, commands.record_seals(image, "U_TopicA", 2, {4: 10}).records)
+    image, _ = run(image, commands.record_seals(image, "U_TopicA", 2, {4: 10}).records)
     assert commands.release_parents(image, "g", "U_TopicA", {4: 9}).records == ()
     released = commands.release_parents(image, "g", "U_TopicA", {4: 10})
     assert released.records == (KeyRangeReleased("g", "U_TopicA", 2, 4, False, ""),) and released.reply["released"] == [
