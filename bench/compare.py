@@ -56,9 +56,12 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> str:
 
 
 def latest_goals(runs: Sequence[dict[str, Any]]) -> str:
-    """One row per figure with a goal: the last run that measured it wins."""
+    """One row per figure with a goal: the last run that measured it wins; a ``--quick`` run's tiny sizes are
+    not comparable with the goals, so it measures none of them."""
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for run in runs:
+        if run.get("sizes", {}).get("quick"):
+            continue
         for result in run["results"]:
             for row in result["rows"]:
                 if row["goal"]:

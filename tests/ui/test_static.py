@@ -4,22 +4,17 @@ is ``tests/unit/controller/test_dashboard_assets.py``."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import httpx
 
 from controller.dashboard import UI_DIR
 from deploy.launcher import LocalQuorum
+from tests.unit.controller.test_dashboard_assets import assets
 
 CONTENT_TYPES = {
     ".html": ("text/html",),
     ".css": ("text/css",),
     ".js": ("text/javascript", "application/javascript"),
 }
-
-
-def assets() -> list[Path]:
-    return sorted(p for p in UI_DIR.rglob("*") if p.is_file())
 
 
 def test_ui_redirects_to_the_index_page(single_node: LocalQuorum) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from metadata_log import commands
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply, apply_touched
 from metadata_log.publisher import LogDelta
 from metadata_log.records import (
@@ -118,3 +120,12 @@ def log_delta(base: MetadataImage, records: Sequence[Record]) -> LogDelta:
     """The delta a state machine or a follower publishes for ``records`` committed over ``base``."""
     image, touched = apply_touched(base, records)
     return LogDelta.committed(base, records, image, touched)
+
+
+def register_gateway(
+    image: MetadataImage, gateway_id: int | None, port: int, instance: str
+) -> tuple[MetadataImage, dict[str, Any]]:
+    """A gateway at 127.0.0.1:``port`` registered as ``commands.register_gateway`` does it: the image after, and
+    the reply."""
+    result = commands.register_gateway(image, gateway_id, "127.0.0.1", port, instance)
+    return apply(image, result.records), result.reply

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 from controller.gateways import GatewayLeases
-from metadata_log import commands
-from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
+from metadata_log.image import EMPTY_IMAGE
 from metadata_log.records import GatewayExpired
 
-
-def register(image: MetadataImage, gateway_id: int | None, port: int, instance: str) -> tuple[MetadataImage, dict]:
-    result = commands.register_gateway(image, gateway_id, "127.0.0.1", port, instance)
-    return apply(image, result.records), result.reply
+from ..samples import register_gateway as register
 
 
 def test_a_lease_that_runs_out_expires_its_gateway_and_a_new_leader_gives_a_full_lease() -> None:

@@ -7,13 +7,10 @@ import pytest
 
 from metadata_log import commands, snapshot
 from metadata_log.errors import Conflict, InvalidRequest
-from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
+from metadata_log.image import EMPTY_IMAGE, apply
 from metadata_log.records import GatewayExpired
 
-
-def register(image: MetadataImage, gateway_id: int | None, port: int, instance: str) -> tuple[MetadataImage, dict]:
-    result = commands.register_gateway(image, gateway_id, "127.0.0.1", port, instance)
-    return apply(image, result.records), result.reply
+from ..samples import register_gateway as register
 
 
 def test_ids_are_assigned_kept_per_address_and_a_restart_is_a_new_incarnation() -> None:
