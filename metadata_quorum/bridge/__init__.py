@@ -27,18 +27,14 @@ from pysyncobj.config import SERIALIZER_STATE
 
 from .connections import (
     MAX_UNKNOWN_CONNECTIONS,
-    SAFE_FRAMES,
     SAFE_PICKLE,
     BoundedConnection,
     GuardedTransport,
-    received_node,
 )
 from .replica import (
     DumpSerializer,
-    Failure,
     NodeHooks,
     Replica,
-    _create_journal,
     excuse_stall,
     failure,
     install,
@@ -49,21 +45,17 @@ from .replica import (
 
 __all__ = [
     "MAX_UNKNOWN_CONNECTIONS",
-    "SAFE_FRAMES",
     "SAFE_PICKLE",
     "SERIALIZER_STATE",
     "BoundedConnection",
     "DumpSerializer",
-    "Failure",
     "GuardedTransport",
     "NodeHooks",
     "Replica",
-    "_create_journal",
     "excuse_stall",
     "failure",
     "install",
     "journal_of",
     "leads",
-    "received_node",
     "sync_obj_conf",
 ]

@@ -31,6 +31,7 @@ from pysyncobj.poller import createPoller
 
 from deploy.launcher import free_ports
 from metadata_quorum import bridge, journal, privates, wire
+from metadata_quorum.bridge import replica
 from metadata_quorum.rules import PreVote, TickMark
 from tests.unit.metadata_quorum.raft_support import manual_tick_node
 
@@ -43,7 +44,7 @@ def test_pinned_pysyncobj_internals_are_routed_through_ours() -> None:
     # an upgrade that changes them must fail here, not in production.
     assert importlib.metadata.version("pysyncobj") == "0.3.17"
     bridge.install(0)
-    assert pso.createJournal is bridge._create_journal
+    assert pso.createJournal is replica._create_journal
     assert pso.Serializer is bridge.DumpSerializer
     # Replica overrides or calls these SyncObj privates by their mangled names.
     for name in ("onMessageReceived", "sendNextNodeIdx", "getEntries", "getCurrentLogIndex", "deleteEntriesFrom",
