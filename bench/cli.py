@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from bench import (
+from . import (
     failover,
     federation,
     gateway,
@@ -30,7 +30,7 @@ from bench import (
     throughput,
     transactions,
 )
-from bench.common import (
+from .common import (
     RESULTS_DIR,
     BenchResult,
     Sizes,

@@ -20,12 +20,13 @@ from typing import Any, Literal, Self
 
 import httpx
 
-from bench.httpconn import TRANSPORT_ERRORS, Connection
 from deploy.launcher import LocalFederation, LocalQuorum, ready_demo_topic, stop_processes
 from metadata_client.follower import LogFollower
 from metadata_log.image import MetadataImage
 from metadata_log.publisher import LogDelta
 from sdk import FederatedProducer
+
+from .httpconn import TRANSPORT_ERRORS, Connection
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 NO_FSYNC = "--no-journal-fsync"

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from bench.common import fmt, markdown_table
+from .common import fmt, markdown_table
 
 
 def load(path: Path) -> dict[str, Any]:

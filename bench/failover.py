@@ -18,7 +18,9 @@ from typing import Any
 
 import orjson
 
-from bench.common import (
+from deploy.launcher import LocalQuorum
+
+from .common import (
     BenchResult,
     Goal,
     Row,
@@ -30,8 +32,7 @@ from bench.common import (
     percentile,
     running_quorum,
 )
-from bench.httpconn import TRANSPORT_ERRORS, Connection
-from deploy.launcher import LocalQuorum
+from .httpconn import TRANSPORT_ERRORS, Connection
 
 GOAL = Goal("<=", 1.0, "s")
 WRITERS = 4

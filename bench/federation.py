@@ -23,10 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import BenchResult, FenceWatch, Goal, Row, Sizes, fmt, median
 from deploy.launcher import BrokerKind, LocalFederation, LocalQuorum
 from deploy.local_up import LocalLayout
 from deploy.processes import port_in_use, stop_processes
+
+from .common import BenchResult, FenceWatch, Goal, Row, Sizes, fmt, median
 
 FENCING_GOAL_S = 3.0
 

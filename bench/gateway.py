@@ -38,8 +38,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench import sdk
-from bench.common import (
+from deploy.launcher import DEMO_TOPIC as TOPIC
+from deploy.launcher import LocalFederation, free_ports
+from deploy.processes import wait_port
+from gateway.cli import spawn
+
+from . import sdk
+from .common import (
     BenchResult,
     Goal,
     Row,
@@ -52,10 +57,6 @@ from bench.common import (
     ratios,
     start_demo_federation,
 )
-from deploy.launcher import DEMO_TOPIC as TOPIC
-from deploy.launcher import LocalFederation, free_ports
-from deploy.processes import wait_port
-from gateway.cli import spawn
 
 VALUE = b"x" * 100
 PRODUCER_CONFIG = {"linger.ms": 5, "acks": "all", "enable.metrics.push": False}

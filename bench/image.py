@@ -40,7 +40,12 @@ import httpx
 import msgpack
 import orjson
 
-from bench.common import (
+from deploy.launcher import LocalQuorum, stop_processes
+from metadata_client.follower import MSGPACK, FollowerError, LogFollower
+from metadata_log.codec import MAX_DECODE_BYTES, CodecError, unpack
+from metadata_quorum import RaftSettings
+
+from .common import (
     NO_FSYNC,
     Agents,
     Background,
@@ -56,11 +61,7 @@ from bench.common import (
     running_quorum,
     wait_unfenced,
 )
-from bench.httpconn import TRANSPORT_ERRORS, Connection
-from deploy.launcher import LocalQuorum, stop_processes
-from metadata_client.follower import MSGPACK, FollowerError, LogFollower
-from metadata_log.codec import MAX_DECODE_BYTES, CodecError, unpack
-from metadata_quorum import RaftSettings
+from .httpconn import TRANSPORT_ERRORS, Connection
 
 RSS_GOAL = Goal("<=", 2048, "MiB")
 NO_LEADER_CHANGE = Goal("<=", 0, "")

@@ -21,9 +21,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bench.common import BenchResult, Goal, Producing, Row, Sizes, fmt, median, produce_when_room
 from deploy.launcher import LocalFederation
 from sdk import FederatedProducer
+
+from .common import BenchResult, Goal, Producing, Row, Sizes, fmt, median, produce_when_room
 
 KEYS = 10_000
 

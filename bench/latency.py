@@ -21,7 +21,9 @@ from typing import Any
 
 import orjson
 
-from bench.common import (
+from deploy.launcher import LocalQuorum
+
+from .common import (
     BenchResult,
     Children,
     Goal,
@@ -33,8 +35,7 @@ from bench.common import (
     percentile,
     running_quorum,
 )
-from bench.httpconn import TRANSPORT_ERRORS, Connection
-from deploy.launcher import LocalQuorum
+from .httpconn import TRANSPORT_ERRORS, Connection
 
 GOAL = Goal("<=", 50, "ms")
 GOAL_TAILERS = 100

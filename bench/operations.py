@@ -19,10 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchResult, FenceWatch, Goal, Producing, Row, Sizes, fmt, median, start_demo_federation
 from deploy.launcher import DEMO_TOPIC as TOPIC
 from deploy.launcher import LocalFederation
 from sdk import FederatedConsumer
+
+from .common import BenchResult, FenceWatch, Goal, Producing, Row, Sizes, fmt, median, start_demo_federation
 
 
 def _wait(predicate: Any, timeout_s: float, what: str) -> None:

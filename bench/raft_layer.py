@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchResult, Children, Goal, Row, Sizes, count_log_errors, fmt, median
-from bench.raft_worker import records_for
 from deploy.launcher import free_ports
 from metadata_quorum.state import Proposal, encode_command
+
+from .common import BenchResult, Children, Goal, Row, Sizes, count_log_errors, fmt, median
+from .raft_worker import records_for
 
 VARIANTS: tuple[tuple[str, str, bool], ...] = (
     ("raw pysyncobj (no fsync)", "raw", False),

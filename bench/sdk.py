@@ -26,7 +26,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench.common import (
+from deploy.launcher import DEMO_TOPIC as TOPIC
+from deploy.launcher import LocalFederation
+from sdk import FederatedConsumer, FederatedProducer
+
+from .common import (
     BenchResult,
     Goal,
     Row,
@@ -38,9 +42,6 @@ from bench.common import (
     ratios,
     start_demo_federation,
 )
-from deploy.launcher import DEMO_TOPIC as TOPIC
-from deploy.launcher import LocalFederation
-from sdk import FederatedConsumer, FederatedProducer
 
 VALUE = b"x" * 100
 PRODUCER_CONFIG = {"linger.ms": 5, "enable.metrics.push": False}

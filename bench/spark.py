@@ -36,7 +36,11 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench.common import (
+from deploy.launcher import DEMO_TOPIC as TOPIC
+from deploy.launcher import LocalFederation
+from deploy.maven import SPARK_KAFKA_CONNECTOR
+
+from .common import (
     BenchResult,
     Goal,
     Row,
@@ -48,9 +52,6 @@ from bench.common import (
     ratios,
     start_demo_federation,
 )
-from deploy.launcher import DEMO_TOPIC as TOPIC
-from deploy.launcher import LocalFederation
-from deploy.maven import SPARK_KAFKA_CONNECTOR
 
 VALUE = b"x" * 100
 PARTITIONS_PER_CLUSTER = 4

@@ -26,11 +26,12 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from bench.common import BenchResult, Row, Sizes, fmt, median, start_demo_federation
-from bench.spark import VALUE, produce
 from deploy.launcher import DEMO_TOPIC as TOPIC
 from deploy.launcher import LocalFederation
 from deploy.spark import SparkCluster
+
+from .common import BenchResult, Row, Sizes, fmt, median, start_demo_federation
+from .spark import VALUE, produce
 
 PARTITIONS = 8  # the demo topic: 4 on each of c1 and c2
 WARMUP_READS = 4

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from bench.httpconn import TRANSPORT_ERRORS, Connection
+from .httpconn import TRANSPORT_ERRORS, Connection
 
 POLL_WAIT_MS = 10_000
 

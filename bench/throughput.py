@@ -23,7 +23,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from bench.common import (
+from deploy.launcher import LocalQuorum
+
+from .common import (
     NO_FSYNC,
     Agents,
     BenchResult,
@@ -36,8 +38,7 @@ from bench.common import (
     running_quorum,
     wait_unfenced,
 )
-from bench.httpconn import TRANSPORT_ERRORS, Connection
-from deploy.launcher import LocalQuorum
+from .httpconn import TRANSPORT_ERRORS, Connection
 
 SINGLE_GOAL = Goal(">=", 2000, "records/s")
 BULK_GOAL = Goal(">=", 100_000, "records/s")

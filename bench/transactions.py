@@ -21,7 +21,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from bench.common import (
+from deploy.launcher import DEMO_TOPIC as TOPIC
+from deploy.launcher import LocalFederation
+from sdk import FederatedProducer
+
+from .common import (
     BenchResult,
     Goal,
     Row,
@@ -33,9 +37,6 @@ from bench.common import (
     ratios,
     start_demo_federation,
 )
-from deploy.launcher import DEMO_TOPIC as TOPIC
-from deploy.launcher import LocalFederation
-from sdk import FederatedProducer
 
 VALUE = b"x" * 100
 PER_TXN = 100

@@ -9,7 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.faults.run import AGENTS, FAULTS, replay_command, run
+from .run import AGENTS, FAULTS, replay_command, run
 
 DESCRIPTION = """\
 Seeded fault injection against a real 3-node kfed quorum on loopback (free ports).

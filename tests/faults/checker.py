@@ -50,7 +50,8 @@ from typing import Any
 from metadata_log.codec import record_from_dict
 from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply
 from metadata_log.views import metadata_view
-from tests.faults.history import record_digest
+
+from .history import record_digest
 
 ALWAYS_RECORDS = frozenset({"register", "create_topic", "delete_topic"})
 """Write kinds that never succeed as a no-op in the harness: every name they carry is fresh."""

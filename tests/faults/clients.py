@@ -25,7 +25,8 @@ import httpx
 from metadata_log.codec import record_from_dict
 from metadata_log.snapshot import read_records
 from metadata_log.views import metadata_view
-from tests.faults.history import History, record_digest
+
+from .history import History, record_digest
 
 HEARTBEAT_THREADS = 8
 REQUEST_TIMEOUT_S = 8.0  # above the controllers' 5 s commit timeout: their 504 comes first when they can answer

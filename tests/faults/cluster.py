@@ -23,7 +23,8 @@ from metadata_client.access import write_secret
 from metadata_log.codec import record_from_dict
 from metadata_log.snapshot import read_records
 from metadata_log.views import metadata_view
-from tests.faults.proxy import HttpProxies, RaftProxies
+
+from .proxy import HttpProxies, RaftProxies
 
 NODE_IDS = (1, 2, 3)
 # A real lease: a killed agent's cluster is fenced once it runs out. The clusters the writers register

@@ -14,10 +14,10 @@ from typing import Any
 
 import httpx
 
-from tests.faults.checker import Anomaly, Summary, check
-from tests.faults.clients import Heartbeater, Observer, Tailer, Writer
-from tests.faults.cluster import AGENT_REGION, NODE_IDS, FaultQuorum
-from tests.faults.history import History
+from .checker import Anomaly, Summary, check
+from .clients import Heartbeater, Observer, Tailer, Writer
+from .cluster import AGENT_REGION, NODE_IDS, FaultQuorum
+from .history import History
 
 log = logging.getLogger("faults")
 

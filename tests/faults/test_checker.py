@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tests.faults.checker import Summary, check
-from tests.faults.history import record_digest
+from .checker import Summary, check
+from .history import record_digest
 
 CLUSTER = {"region": "r-w0", "bootstrap_servers": "127.0.0.1:9"}
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.cluster import NODE_IDS, FaultQuorum
-from tests.faults.run import FAULTS, SCHEDULE, run
+from .cluster import NODE_IDS, FaultQuorum
+from .run import FAULTS, SCHEDULE, run
 
 SEED = 12
 

@@ -6,9 +6,10 @@ import threading
 import uuid
 
 from deploy.launcher import LocalFederation
-from tests.gateway.clients import Member, MemberFactory, Producer
-from tests.gateway.conftest import Gateways, physical_messages
 from tests.waiting import wait_until
+
+from .clients import Member, MemberFactory, Producer
+from .conftest import Gateways, physical_messages
 
 MESSAGES = 3000
 

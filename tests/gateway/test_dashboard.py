@@ -8,8 +8,9 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from deploy.launcher import LocalFederation
-from tests.gateway.conftest import Gateways
 from tests.ui.conftest import headless_chromium, page  # noqa: F401 - the dashboard tests' page fixture
+
+from .conftest import Gateways
 
 pytestmark = pytest.mark.slow
 TIMEOUT_MS = 30_000

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from gateway.server import STREAM_LIMIT
 from kafka_wire import protocol as kp
-from tests.gateway.conftest import TOPIC, Gateways
+
+from .conftest import TOPIC, Gateways
 
 pytestmark = pytest.mark.slow
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from deploy.launcher import LocalFederation
-from tests.gateway.clients import java_classpath, java_member, java_produce
-from tests.gateway.conftest import Gateways
-from tests.gateway.scenario import group_scenario
+
+from .clients import java_classpath, java_member, java_produce
+from .conftest import Gateways
+from .scenario import group_scenario
 
 pytestmark = pytest.mark.slow
 

@@ -9,9 +9,10 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from deploy.launcher import LocalFederation
-from tests.gateway.clients import KafkaPythonMember, kafka_python_produce
-from tests.gateway.conftest import TOPIC, Gateways, physical_messages
-from tests.gateway.scenario import group_scenario
+
+from .clients import KafkaPythonMember, kafka_python_produce
+from .conftest import TOPIC, Gateways, physical_messages
+from .scenario import group_scenario
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,10 @@ import uuid
 import pytest
 
 from deploy.launcher import LocalFederation
-from tests.gateway.clients import KcatMember, kcat_produce
-from tests.gateway.conftest import TOPIC, Gateways, physical_messages
-from tests.gateway.scenario import group_scenario
+
+from .clients import KcatMember, kcat_produce
+from .conftest import TOPIC, Gateways, physical_messages
+from .scenario import group_scenario
 
 pytestmark = [
     pytest.mark.slow,

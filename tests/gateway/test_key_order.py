@@ -16,8 +16,9 @@ from deploy.launcher import LocalFederation
 from kafka_wire import protocol as kp
 from kafka_wire.protocol import ErrorCode
 from metadata_log.keymap import slot_of
-from tests.gateway.test_hostile import connect, read_frame
 from tests.waiting import wait_until
+
+from .test_hostile import connect, read_frame
 
 pytestmark = pytest.mark.slow
 

@@ -11,10 +11,11 @@ import uuid
 import pytest
 
 from deploy.launcher import LocalFederation
-from tests.gateway.clients import JavaStream, KcatMember, KcatStream, java_classpath, java_member
-from tests.gateway.conftest import TOPIC, Gateways
-from tests.gateway.scenario import received
 from tests.waiting import wait_until
+
+from .clients import JavaStream, KcatMember, KcatStream, java_classpath, java_member
+from .conftest import TOPIC, Gateways
+from .scenario import received
 
 pytestmark = [
     pytest.mark.slow,

@@ -13,9 +13,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from deploy.launcher import LocalFederation
 from metadata_client.access import write_secret
-from tests.gateway.conftest import Gateways
 from tests.integration.test_security import _certificates
 from tests.waiting import wait_until
+
+from .conftest import Gateways
 
 pytestmark = pytest.mark.slow
 

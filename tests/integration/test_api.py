@@ -18,8 +18,9 @@ from metadata_log.errors import InvalidRequest
 from metadata_log.records import LATEST_METADATA_VERSION
 from metadata_log.snapshot import read_rows, read_runs
 from metadata_log.views import metadata_view
-from tests.integration.conftest import log_of
 from tests.waiting import wait_until
+
+from .conftest import log_of
 
 MSGPACK = {"Accept": "application/msgpack"}
 

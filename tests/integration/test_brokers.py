@@ -20,9 +20,10 @@ from metadata_client.brokers import APACHE_KAFKA, TANSU
 from sdk import FederatedProducer
 from sdk.brokers import BrokerUnknown, broker_at
 from spark_pipeline.kafka_io import watermarks
-from tests.conftest import KafkaPool
-from tests.integration.conftest import controllers, physical_topics
 from tests.waiting import wait_until
+
+from ..conftest import KafkaPool
+from .conftest import controllers, physical_topics
 
 
 @pytest.fixture

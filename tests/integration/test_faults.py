@@ -21,8 +21,9 @@ from metadata_client.client import ControllerClient
 from metadata_client.follower import LogFollower
 from metadata_log.errors import KfedError
 from metadata_log.views import metadata_view
-from tests.integration.conftest import log_of
 from tests.waiting import wait_until
+
+from .conftest import log_of
 
 pytestmark = pytest.mark.slow
 

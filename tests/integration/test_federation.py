@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from deploy.launcher import BrokerKind, BrokerSource, LocalFederation, create_demo_topic
-from tests.integration.conftest import log_of, partitions, physical_topics
 from tests.waiting import wait_until
+
+from .conftest import log_of, partitions, physical_topics
 
 pytestmark = pytest.mark.slow
 

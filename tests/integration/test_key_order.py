@@ -13,8 +13,9 @@ import pytest
 from deploy.launcher import LocalFederation, kfed_command
 from metadata_log.keymap import slot_of
 from sdk import FederatedConsumer, FederatedProducer
-from tests.integration.conftest import KeyedReader, controllers
 from tests.waiting import wait_until
+
+from .conftest import KeyedReader, controllers
 
 pytestmark = pytest.mark.slow
 

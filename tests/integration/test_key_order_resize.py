@@ -31,9 +31,10 @@ from kafka import KafkaConsumer
 from deploy.launcher import LocalFederation, free_ports, kfed_command
 from deploy.processes import stop_processes, wait_port
 from gateway.cli import spawn
-from tests.integration.conftest import KeyedReader, controllers
 from tests.physical import physical_records
 from tests.waiting import wait_until
+
+from .conftest import KeyedReader, controllers
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,9 @@ from kfed.cli import main as kfed
 from metadata_log.codec import record_from_dict
 from metadata_log.image import EMPTY_IMAGE, apply, is_writable
 from sdk import FederatedProducer
-from tests.integration.conftest import TOPIC, Member, controllers, partitions, physical_topics, wait_for
 from tests.waiting import wait_until
+
+from .conftest import TOPIC, Member, controllers, partitions, physical_topics, wait_for
 
 pytestmark = pytest.mark.slow
 

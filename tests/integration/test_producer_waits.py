@@ -12,8 +12,9 @@ from confluent_kafka import KafkaError
 
 from deploy.launcher import LocalFederation, kfed_command
 from sdk import FederatedConsumer, FederatedProducer
-from tests.integration.conftest import TOPIC, controllers
 from tests.waiting import wait_until
+
+from .conftest import TOPIC, controllers
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,9 @@ from confluent_kafka import TopicPartition
 
 from deploy.launcher import LocalFederation
 from sdk import FederatedConsumer, FederatedProducer
-from tests.integration.conftest import TOPIC, Member, controllers, log_of, wait_for
 from tests.waiting import wait_until
+
+from .conftest import TOPIC, Member, controllers, log_of, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,9 @@ from confluent_kafka import KafkaError, KafkaException
 
 from deploy.launcher import LocalFederation
 from sdk import FederatedConsumer, FederatedProducer
-from tests.integration.conftest import TOPIC, controllers
 from tests.waiting import wait_until
+
+from .conftest import TOPIC, controllers
 
 pytestmark = pytest.mark.slow
 

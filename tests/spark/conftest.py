@@ -17,7 +17,8 @@ import pytest
 
 from deploy.launcher import LocalFederation, ready_demo_topic
 from deploy.maven import SPARK_KAFKA_CONNECTOR
-from tests.conftest import KafkaPool
+
+from ..conftest import KafkaPool
 
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 

@@ -24,7 +24,8 @@ from deploy.spark import MARKER_ENV, SparkCluster, pids_with_env
 from spark_pipeline.archive import build_archive
 from spark_pipeline.events import ensure_topic, produce_events
 from spark_pipeline.jobs import audit, dwd_clean, dws_aggregate, ods_ingest
-from tests.spark.cluster import (
+
+from .cluster import (
     SMALL_JVMS,
     Driver,
     application_id,

@@ -22,7 +22,8 @@ from spark_pipeline.events import ensure_topic
 from spark_pipeline.jobs import ods_ingest
 from spark_pipeline.jobs.common import layer
 from spark_pipeline.transforms import ods
-from tests.conftest import KafkaPool
+
+from ..conftest import KafkaPool
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,8 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from deploy.launcher import DEMO_TOPIC, LocalFederation
-from tests.ui.conftest import ARTIFACTS, admin_token
+
+from .conftest import ARTIFACTS, admin_token
 
 TIMEOUT_MS = 30_000  # fencing needs a lease to run out on a shared, slow machine; never a sleep
 

@@ -13,7 +13,8 @@ from playwright.sync_api import Page, expect
 
 from deploy.launcher import LocalQuorum
 from metadata_client.access import write_secret
-from tests.ui.conftest import admin_token
+
+from .conftest import admin_token
 
 TIMEOUT_MS = 20_000  # a shared 2-core machine: generous, and never a sleep
 TOPIC = "T_one"

@@ -8,7 +8,8 @@ import httpx
 
 from controller.dashboard import UI_DIR
 from deploy.launcher import LocalQuorum
-from tests.unit.controller.test_dashboard_assets import assets
+
+from ..unit.controller.test_dashboard_assets import assets
 
 CONTENT_TYPES = {
     ".html": ("text/html",),

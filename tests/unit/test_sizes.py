@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.unit.test_errors import ROOT, product_packages
+from .test_errors import ROOT, product_packages
 
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80

@@ -8,7 +8,8 @@ from controller.http import build_app
 from metadata_log.commands import change_key_order, plan_epochs
 from metadata_log.image.key_orders import strict_history
 from metadata_log.records import KeyOrderEpochStarted, KeyOrderSealed, KeyRangeMoved, PhysicalPartitionsReported
-from tests.unit.controller.test_routes import FakePeers, FakeService, client, committed, routers_only
+
+from .test_routes import FakePeers, FakeService, client, committed, routers_only
 
 STRICT = {"name": "S", "region": "r1", "partitions_per_cluster": 2, "key_order": "strict"}
 

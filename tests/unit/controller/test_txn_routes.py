@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 
 from controller.http import build_app
-from tests.unit.controller.test_routes import FakePeers, FakeService, client, routers_only
+
+from .test_routes import FakePeers, FakeService, client, routers_only
 
 
 class FakeDriver:

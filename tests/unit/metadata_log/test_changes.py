@@ -42,9 +42,8 @@ from metadata_log.records import (
     TopicCreated,
     TopicDeleted,
 )
-from tests.unit.samples import BATCH_ENDS, ONE_OF_EACH
 
-from ..samples import log_delta
+from ..samples import BATCH_ENDS, ONE_OF_EACH, log_delta
 
 BASE = apply(
     EMPTY_IMAGE,

@@ -20,8 +20,9 @@ from metadata_log.errors import Unavailable
 from metadata_log.records import ClusterRegistered, NoOp
 from metadata_quorum import Mailboxes, RaftNode, RaftSettings, journal, wire
 from metadata_quorum.state import LogState, Proposal
-from tests.unit.metadata_quorum.raft_support import private_name, restart_and_replay, tmpfs, wait_leader
 from tests.waiting import wait_until
+
+from .raft_support import private_name, restart_and_replay, tmpfs, wait_leader
 
 
 async def test_a_journal_pickled_by_pysyncobjs_own_protocol_replays(tmp_path: Path) -> None:

@@ -33,7 +33,8 @@ from deploy.launcher import free_ports
 from metadata_quorum import bridge, journal, privates, wire
 from metadata_quorum.bridge import replica
 from metadata_quorum.rules import PreVote, TickMark
-from tests.unit.metadata_quorum.raft_support import manual_tick_node
+
+from .raft_support import manual_tick_node
 
 REPO = Path(__file__).resolve().parents[3]
 PRODUCT_PACKAGES = ("metadata_log", "controller", "broker_agent", "sdk", "spark_pipeline", "deploy", "kfed")

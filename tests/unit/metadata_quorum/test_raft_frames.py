@@ -31,7 +31,8 @@ from metadata_log.records import ClusterRegistered
 from metadata_quorum import RaftNode, RaftSettings, bridge, wire
 from metadata_quorum import node as raft_node
 from metadata_quorum.state import LogState, Proposal
-from tests.unit.metadata_quorum.raft_support import wait_leader
+
+from .raft_support import wait_leader
 
 HEAD = struct.Struct("i")  # pysyncobj's frame length: struct.pack('i', len(data))
 

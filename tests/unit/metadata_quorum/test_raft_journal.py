@@ -14,7 +14,8 @@ import pytest
 
 from metadata_quorum import journal as raft_journal
 from metadata_quorum.state import CorruptState
-from tests.unit.metadata_quorum.raft_support import tmpfs
+
+from .raft_support import tmpfs
 
 
 def checked_journal(path: Path, entries: int = 5) -> raft_journal.CheckedJournal:
