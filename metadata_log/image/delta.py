@@ -223,12 +223,8 @@ class MetadataDelta:
         topics, clusters = self._topics, self._clusters
         whole, partitions = topics.touched() if topics is not None else ((), {})
         changed, leaders = clusters.touched() if clusters is not None else ((), ())
-        return Touched(
-            frozenset(whole),
-            {name: frozenset(indices) for name, indices in partitions.items()},
-            frozenset(changed),
-            frozenset(leaders),
-        )
+        # not copied: read once the delta is applied, when nothing replays into it any more (apply_touched)
+        return Touched(whole, partitions, changed, leaders)
 
 
 def _is_run(item: Run | Record) -> bool:
