@@ -1,8 +1,8 @@
 """Consumer groups coordinated by the quorum leader.
 
 Membership is soft state on the leader, rebuilt from heartbeats (a heartbeat is also the join: it
-carries the member's subscription). Generations and assignments are log records
-(``GroupGenerationStarted``); the coordinator is recorded with ``GroupCoordinatorAssigned``.
+carries the member's subscription). What it decides is logged by the
+group commands (``metadata_log.commands.groups``): the coordinator, and each generation's assignment.
 
 Exclusive ownership: every heartbeat reports the logical partitions the member is *consuming now*. A
 member may start a partition of its assignment only when no other live member still consumes it
@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from metadata_log import commands
-from metadata_log.errors import Conflict, NotFound
+from metadata_log.errors import Conflict
 from metadata_log.image import MetadataImage
-from metadata_log.image.key_order_history import acted_on, open_parents
+from metadata_log.image.key_order_history import acted_on
 from metadata_log.image.key_orders import strict_history
-from metadata_log.records import GroupCoordinatorAssigned, GroupGenerationStarted, GroupMember, KeyRangeReleased, Record
+from metadata_log.records import GroupGenerationStarted, Record
 
 SESSION_TIMEOUT_MS_DEFAULT: Final = 10_000
 SESSION_TIMEOUT_MS_MIN: Final = 1_000
@@ -86,37 +86,22 @@ class GroupCoordinator:
             for member_id in [m.member_id for m in members.values() if now_s - m.last_seen_s > m.session_timeout_s]:
                 del members[member_id]
 
-    def desired(self, group: str, image: MetadataImage) -> tuple[GroupMember, ...]:
-        """Round-robin per topic over the members subscribed to it, in member-id order; removed partitions
-        are dropped, read-only ones stay assigned (they are read to their end)."""
-        members = sorted(self._groups.get(group, {}).values(), key=lambda m: m.member_id)
-        assignment: dict[str, list[TopicPartition]] = {m.member_id: [] for m in members}
-        for topic_name in sorted({t for m in members for t in m.topics}):
-            topic = image.topics.get(topic_name)
-            if topic is None:
-                continue
-            subscribers = [m.member_id for m in members if topic_name in m.topics]
-            live = [p.partition for p in topic.partitions if p.state != "removed"]
-            for i, partition in enumerate(live):
-                assignment[subscribers[i % len(subscribers)]].append((topic_name, partition))
-        return tuple(GroupMember(m, tuple(assignment[m])) for m in sorted(assignment))
+    def subscriptions(self, group: str) -> dict[str, tuple[str, ...]]:
+        """The live members of ``group`` and the topics each subscribes to."""
+        return {m.member_id: m.topics for m in self._groups.get(group, {}).values()}
 
     def decide(self, image: MetadataImage, node_id: int, now_s: float) -> list[Record]:
         """Records that make each group's generation match its live members and the topics' partitions."""
         self.expire(now_s)
         records: list[Record] = []
         for group in sorted(self._groups):
+            records += commands.claim_group(image, group, node_id).records
             current = image.groups.get(group)
-            if current is None or current.coordinator_id != node_id:
-                records.append(GroupCoordinatorAssigned(group, node_id))
             if now_s < self._grace_until_s and current is not None:
                 heard = self._heard.get(group, set())
                 if any(m.member_id not in heard for m in current.members):
                     continue  # a new leader waits for the current members to re-report before rebalancing
-            desired = self.desired(group, image)
-            if current is None or desired != current.members:
-                generation = current.generation + 1 if current else 1
-                records.append(GroupGenerationStarted(group, generation, desired))
+            records += commands.start_generation(image, group, self.subscriptions(group)).records
         for group in [g for g, members in self._groups.items() if not members]:
             if not any(isinstance(r, GroupGenerationStarted) and r.group == group for r in records):
                 del self._groups[group]  # empty and recorded as such: forget it
@@ -157,35 +142,3 @@ class GroupCoordinator:
             seen = {p: m.metadata_offset for m in self._groups.get(group, {}).values() for t, p in m.owned if t == name}
             out[name] = [[epoch, p] for epoch, p in sorted(acted_on(history, group, seen))]
         return out
-
-    def key_order_records(
-        self,
-        group: str,
-        image: MetadataImage,
-        topics: Iterable[str],
-        committed: Iterable[tuple[str, int, int]],
-        give_up: Iterable[tuple[str, int, int]],
-    ) -> list[Record]:
-        """The releases a member's heartbeat calls for, over the strict ones of the ``topics`` it subscribes
-        to: parents the group committed up to their seal (``committed``, as the member read them) or that
-        were drained (``release_parents``), and parents it waited too long for that cannot be read to
-        their seal (``give_up``; one that can be read is waited for: refused, nothing recorded)."""
-        by_topic: dict[str, dict[int, int]] = {}
-        for name, partition, offset in committed:
-            by_topic.setdefault(name, {})[partition] = offset
-        records: list[Record] = []
-        for name in sorted(set(topics) | set(by_topic)):
-            history = strict_history(image.key_orders, name)
-            if history is not None and open_parents(history, group):
-                offsets = by_topic.get(name, {})
-                records += commands.release_parents(image, group, name, offsets).records
-        released = {(r.topic, r.epoch, r.partition) for r in records if isinstance(r, KeyRangeReleased)}
-        for name, epoch, partition in give_up:
-            if (name, epoch, partition) in released or strict_history(image.key_orders, name) is None:
-                continue
-            try:
-                reason = f"group {group} waited its kfed.key.order.max.wait.ms"
-                records += commands.give_up(image, group, name, epoch, partition, reason).records
-            except (Conflict, NotFound):
-                continue  # readable (the group is to read it) or not an open parent: nothing to record
-        return records

@@ -515,7 +515,7 @@ class ControllerService:
             group, member_id, topics, owned, session_timeout_ms, time.monotonic(), metadata_offset
         )
         if self.state.image.key_orders:
-            releases = self.groups.key_order_records(group, self.state.image, topics, committed, give_up)
+            releases = commands.heartbeat_releases(self.state.image, group, topics, committed, give_up).records
             if releases:
                 await self._commit_own(releases, f"key-order releases of group {group}")
         await self.enforce_groups()

@@ -5,7 +5,7 @@ A command never mutates anything; the controller proposes ``Result.records`` and
 field; ``apply`` re-checks every record at commit time, so two writers validated against the same image
 cannot both win. Every limit is a named constant with its reason.
 
-One module per feature, each with the same shape: ``clusters``, ``topics``, ``gateways``, ``key_order``
+One module per feature, each with the same shape: ``clusters``, ``topics``, ``groups``, ``gateways``, ``key_order``
 (strict key order's epochs, seals and releases) and ``transactions`` (the coordinator of transactions across
 sub-clusters); ``common`` holds ``Result`` and the checks they share. A feature's state and replay are its part
 of the image (``metadata_log.image``), its JSON views are ``metadata_log.views``.
@@ -32,6 +32,7 @@ from .common import (
     check_name,
 )
 from .gateways import MAX_INSTANCE_CHARS, expire_gateway, register_gateway
+from .groups import claim_group, group_assignment, heartbeat_releases, start_generation
 from .key_order import (
     change_key_order,
     check_key_order,
@@ -88,6 +89,7 @@ __all__ = [
     "check_key_order",
     "check_name",
     "check_transactional_id",
+    "claim_group",
     "complete_participants",
     "create_topic",
     "decommission_cluster",
@@ -99,6 +101,8 @@ __all__ = [
     "expire_transactions",
     "fence_cluster",
     "give_up",
+    "group_assignment",
+    "heartbeat_releases",
     "init_transactions",
     "placement_clusters",
     "plan_epoch",
@@ -111,6 +115,7 @@ __all__ = [
     "routable_partitions",
     "seals_to_measure",
     "shrink_partitions",
+    "start_generation",
     "txn_refusal",
     "unfence_cluster",
     "unreadable_partitions",

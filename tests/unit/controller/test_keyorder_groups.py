@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from controller.groups import GroupCoordinator
 from metadata_log import commands
-from metadata_log import commands as key_order
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
 from metadata_log.image.key_orders import strict_history
 from metadata_log.records import ClusterFenced, ClusterRegistered, KeyOrderSealed, KeyRangeReleased, Record
@@ -17,9 +16,15 @@ NOW = 100.0
 def strict_topic_after_shrink() -> MetadataImage:
     """S strict over P0-P3 (P0, P1 on c1; P2, P3 on c2), then P3 shrunk: epoch 2 moved P3's keys away."""
     image = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1"), ClusterRegistered("c2", "r1", "h:2")])
-    image = apply(image, key_order.create_topic(image, "S", "r1", 2, "id", key_order="strict").records)
-    shrunk = key_order.with_epochs(image, commands.shrink_partitions(image, "S", [3]), "shrink")
+    image = apply(image, commands.create_topic(image, "S", "r1", 2, "id", key_order="strict").records)
+    shrunk = commands.with_epochs(image, commands.shrink_partitions(image, "S", [3]), "shrink")
     return apply(image, shrunk.records)
+
+
+def releases(
+    image: MetadataImage, committed: list[tuple[str, int, int]], given_up: list[tuple[str, int, int]]
+) -> list[Record]:
+    return list(commands.heartbeat_releases(image, "g", ["S"], committed, given_up).records)
 
 
 def member(coordinator: GroupCoordinator, owned: list[tuple[str, int]], offset: int) -> str:
@@ -28,22 +33,20 @@ def member(coordinator: GroupCoordinator, owned: list[tuple[str, int]], offset: 
 
 def test_a_parent_is_released_once_the_group_committed_it_up_to_its_seal() -> None:
     image = strict_topic_after_shrink()
-    coordinator = GroupCoordinator()
-    assert coordinator.key_order_records("g", image, ["S"], [("S", 3, 50)], []) == [], "no seal recorded yet"
+    assert releases(image, [("S", 3, 50)], []) == [], "no seal recorded yet"
     image = apply(image, [KeyOrderSealed("S", 2, 3, 40)])
-    assert coordinator.key_order_records("g", image, ["S"], [("S", 3, 39)], []) == [], "committed below the seal"
-    records = coordinator.key_order_records("g", image, ["S"], [("S", 3, 40)], [])
+    assert releases(image, [("S", 3, 39)], []) == [], "committed below the seal"
+    records = releases(image, [("S", 3, 40)], [])
     assert records == [KeyRangeReleased("g", "S", 2, 3, False, "")]
     image = apply(image, records)
-    assert coordinator.key_order_records("g", image, ["S"], [("S", 3, 40)], []) == [], "released once"
+    assert releases(image, [("S", 3, 40)], []) == [], "released once"
 
 
 def test_a_group_gives_up_only_a_parent_it_cannot_read_to_its_seal() -> None:
     image = strict_topic_after_shrink()
-    coordinator = GroupCoordinator()
-    assert coordinator.key_order_records("g", image, ["S"], [], [("S", 2, 3)]) == [], "c2 is up: read P3"
+    assert releases(image, [], [("S", 2, 3)]) == [], "c2 is up: read P3"
     image = apply(image, [ClusterFenced("c2", "broker died", 1)])
-    records: list[Record] = coordinator.key_order_records("g", image, ["S"], [], [("S", 2, 3)])
+    records: list[Record] = releases(image, [], [("S", 2, 3)])
     assert len(records) == 1 and isinstance(records[0], KeyRangeReleased) and records[0].broken
     image = apply(image, records)
     history = strict_history(image.key_orders, "S")
@@ -55,7 +58,7 @@ def test_members_act_on_a_release_only_once_the_parents_owner_has_seen_it() -> N
     coordinator = GroupCoordinator()
     owner = member(coordinator, [("S", 3)], image.offset)
     other = member(coordinator, [("S", 0), ("S", 1)], image.offset)
-    image = apply(image, coordinator.key_order_records("g", image, ["S"], [("S", 3, 40)], []))
+    image = apply(image, releases(image, [("S", 3, 40)], []))
     assert coordinator.reply("g", other, image)["key_releases"] == {"S": []}, "P3's owner has not seen it"
     member_again = coordinator.heartbeat("g", owner, ["S"], [("S", 3)], 10_000, NOW, metadata_offset=image.offset)
     assert member_again == owner
