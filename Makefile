@@ -42,11 +42,15 @@ lint: $(STAMP)
 	$(BIN)/mypy metadata_log metadata_quorum metadata_client kafka_wire controller deploy broker_agent sdk spark_pipeline gateway kfed bench
 
 # The gateway's tests run on Apache Kafka sub-clusters with the rest; two client suites and the hostile input
-# again on Tansu (the light option, and a smaller matrix). The 30 slowest tests are listed at the end: where
-# the suite's time goes (the aim is 25 minutes on 2 cores).
+# again on Tansu (the light option, and a smaller matrix). The process tests mostly wait on their processes,
+# so the suite runs on TEST_WORKERS pytest-xdist workers, a file per worker at a time (the longest first:
+# tests/conftest.py; deploy/processes.py splits the free ports between them). The 30 slowest tests are listed
+# at the end: where the suite's time goes (the aim is 25 minutes on 2 cores).
+TEST_WORKERS ?= 3
+XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: lint browser kcat kafka mutants
-	$(BIN)/pytest -q --durations=30
-	KFED_TEST_BROKER=tansu $(BIN)/pytest -q tests/gateway/test_kcat.py tests/gateway/test_kafka_python.py \
+	$(BIN)/pytest -q $(XDIST) --durations=30
+	KFED_TEST_BROKER=tansu $(BIN)/pytest -q $(XDIST) tests/gateway/test_kcat.py tests/gateway/test_kafka_python.py \
 		tests/gateway/test_hostile.py
 
 # Every branch of the fault checker deleted or negated in turn must fail one of its tests (about 25 s of CPU).

@@ -37,7 +37,8 @@ def free_ports(count: int) -> list[int]:
     except (OSError, ValueError, IndexError):
         low = 0
     first = low - PORTS_BELOW_EPHEMERAL
-    candidates = random.sample(range(first, low), PORTS_BELOW_EPHEMERAL) if first >= 1024 else []
+    share = range(first, low)[_worker_slice()]
+    candidates = random.sample(share, len(share)) if first >= 1024 else []
     sockets: list[socket.socket] = []
     try:
         while len(sockets) < count:
@@ -51,6 +52,19 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def _worker_slice() -> slice:
+    """The share of the ports below the ephemeral range this process picks from: all of them, or, in a test
+    run split over pytest-xdist's workers (its ``PYTEST_XDIST_WORKER`` ``gwN`` of ``PYTEST_XDIST_WORKER_COUNT``,
+    inherited by every process a test starts), every N-th one from the worker's index. A port another worker
+    picked but has not bound yet is then never picked here."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    try:
+        index, count = int(worker.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    except (KeyError, ValueError):
+        return slice(None)
+    return slice(index % count, None, count) if count > 0 else slice(None)
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:

@@ -31,6 +31,26 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "brokers(*kinds): run the test once per kind of broker (kafka, tansu)")
 
 
+# Split over pytest-xdist's workers (``make test``), a file's tests run on one worker, so its module fixtures
+# start once. The longest files go first, so that no worker is left with a long one at the end: Spark's, then
+# the other process tests' slow files, then the other process tests, then the pure ones.
+PROCESS_TESTS = ("faults", "gateway", "hostile", "integration", "spark", "ui")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+
+    def weight(item: pytest.Item) -> int:
+        path = item.nodeid.split("::")[0]
+        if path.startswith("tests/spark/"):
+            return 0
+        if path in slow_files:
+            return 1
+        return 2 if path.split("/")[1] in PROCESS_TESTS else 3
+
+    items.sort(key=weight)  # stable: a file's tests stay together, in their order
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     mark = metafunc.definition.get_closest_marker("brokers")
     if mark is not None and "broker" in metafunc.fixturenames:
