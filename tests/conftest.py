@@ -46,7 +46,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             return 0
         if path in slow_files:
             return 1
-        return 2 if path.split("/")[1] in PROCESS_TESTS else 3
+        folder = path.split("/")[1] if path.count("/") > 1 else ""  # tests/<folder>/...
+        return 2 if folder in PROCESS_TESTS else 3
 
     items.sort(key=weight)  # stable: a file's tests stay together, in their order
 
