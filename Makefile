@@ -79,7 +79,7 @@ faults: $(STAMP)
 
 # Everything except the multi-process scenarios marked slow.
 test-fast: lint kafka
-	$(BIN)/pytest -q -m 'not slow'
+	$(BIN)/pytest -q $(XDIST) -m 'not slow'
 
 bench: $(STAMP) kafka
 	$(BIN)/python -m bench
