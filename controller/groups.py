@@ -1,8 +1,8 @@
 """Consumer groups coordinated by the quorum leader.
 
 Membership is soft state on the leader, rebuilt from heartbeats (a heartbeat is also the join: it
-carries the member's subscription). What it decides is logged by the
-group commands (``metadata_log.commands.groups``): the coordinator, and each generation's assignment.
+carries the member's subscription). What it decides is logged by the group commands
+(``metadata_log.commands.groups``): the coordinator, and each generation's assignment.
 
 Exclusive ownership: every heartbeat reports the logical partitions the member is *consuming now*. A
 member may start a partition of its assignment only when no other live member still consumes it
