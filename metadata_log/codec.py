@@ -71,8 +71,7 @@ MAX_DECODE_BYTES: Final = 64 * 1024 * 1024
 """Largest msgpack blob decode() accepts (a 1M-partition snapshot is ~40 MB)."""
 
 MAX_RUN_RECORDS: Final = 4_000_000
-"""Most records one run may say it holds: a column written once is repeated ``n`` times when read, so ``n``
-is bounded like the bytes are (the largest real run is one topic's partitions or one cluster's leaders)."""
+"""Most records one run may say it holds (a column written once is repeated ``n`` times when read)."""
 
 PACK_CHUNK_ITEMS: Final = 4096
 """Items of a big list packed per call by ``pack_chunked``: each call holds the GIL, so a big image is packed
@@ -182,6 +181,33 @@ def _field_types_for(cls: type[Record]) -> tuple[frozenset[type], ...] | None:
 
 
 _FIELD_TYPES: Final = {cls: _field_types_for(cls) for cls in RECORD_TYPES}
+
+
+def _tuple_fields_for(cls: type[Record]) -> tuple[tuple[int, str, type], ...]:
+    """(position, field, item type) of each ``tuple[str, ...]`` or ``tuple[int, ...]`` field: a list on the wire."""
+    hints = typing.get_type_hints(cls)
+    return tuple(
+        (at, f.name, args[0])
+        for at, f in enumerate(dataclasses.fields(cls))
+        if typing.get_origin(hints[f.name]) is tuple
+        and (args := typing.get_args(hints[f.name]))[1:] == (Ellipsis,)
+        and args[0] in (str, int)
+    )
+
+
+_TUPLE_FIELDS: Final = {cls: spec for cls in RECORD_TYPES if (spec := _tuple_fields_for(cls))}
+
+
+def _tuple_values(cls: type[Record], fields: Sequence[Any]) -> list[Any]:
+    """``fields`` (in order) with each list field of ``cls`` as a tuple, each item exactly of its type."""
+    values = list(fields)
+    for at, name, item in (spec for spec in _TUPLE_FIELDS[cls] if spec[0] < len(values)):
+        if not isinstance(values[at], list | tuple) or not set(map(type, values[at])) <= {item}:
+            raise CodecError(f"{cls.TYPE}.{name} must be a list of {'strings' if item is str else 'integers'}")
+        values[at] = tuple(values[at])
+    return values
+
+
 _COLUMNAR: Final[dict[type[Record], tuple[frozenset[type], ...]]] = {
     cls: types
     for cls, types in _FIELD_TYPES.items()
@@ -226,6 +252,8 @@ def record_from_wire(value: Any) -> Record:
                 generation=generation,
                 members=tuple(GroupMember(member_id=m[0], assignment=tuple((t, p) for t, p in m[1])) for m in members),
             )
+        if cls in _TUPLE_FIELDS:
+            fields = _tuple_values(cls, fields)
         record = cls(*fields)
     except (TypeError, ValueError, IndexError) as e:
         raise CodecError(f"malformed {tag}: {e}") from e
@@ -243,7 +271,9 @@ def record_to_dict(record: Record) -> dict[str, Any]:
                 {"member_id": m.member_id, "assignment": [list(tp) for tp in m.assignment]} for m in record.members
             ],
         }
-    return {name: getattr(record, name) for name in _FIELDS[type(record)]}
+    values = {name: getattr(record, name) for name in _FIELDS[type(record)]}
+    values.update((name, list(values[name])) for _at, name, _item in _TUPLE_FIELDS.get(type(record), ()))
+    return values
 
 
 def record_from_dict(type_tag: str, data: Mapping[str, Any]) -> Record:
@@ -258,7 +288,10 @@ def record_from_dict(type_tag: str, data: Mapping[str, Any]) -> Record:
     missing = [n for n in names[: _REQUIRED[cls]] if n not in data]
     if missing:
         raise CodecError(f"{type_tag} is missing {', '.join(missing)}")
-    record = cls(**{n: data[n] for n in names if n in data})
+    values = {n: data[n] for n in names if n in data}
+    if cls in _TUPLE_FIELDS:
+        values = dict(zip(values, _tuple_values(cls, [values[n] for n in names if n in values]), strict=True))
+    record = cls(**values)
     _check_types(record)
     return record
 
@@ -285,7 +318,12 @@ def _round_trips(records: Iterable[Record]) -> bool:
     for record in records:
         cls = type(record)
         types = _FIELD_TYPES[cls]
-        if types is None or not all(map(operator.contains, types, map(type, _GETTERS[cls](record)))):
+        try:  # a record with list fields: whether it decodes to itself
+            if types is None and (cls not in _TUPLE_FIELDS or record_from_wire(record_to_wire(record)) != record):
+                return False
+        except CodecError:
+            return False
+        if types is not None and not all(map(operator.contains, types, map(type, _GETTERS[cls](record)))):
             return False
     return True
 
@@ -297,13 +335,10 @@ def pack(value: Any) -> bytes:
 
 
 def pack_chunked(value: Mapping[str, Any], chunk_items: int = PACK_CHUNK_ITEMS) -> bytes:
-    """``pack(value)``, byte for byte, for a map with huge lists among its values (an image's records),
-    packed ``chunk_items`` items per call. A value may also be an iterator, packed as the list of what it
-    yields, taken ``chunk_items`` at a time: the whole list is never held.
-
-    msgpack packs in one C call that holds the GIL throughout: for a 1M-partition image that is ~0.5 s in
-    which the node's Raft thread cannot send a heartbeat, long enough for its followers to elect another
-    leader. Between calls the interpreter hands the GIL over."""
+    """``pack(value)``, byte for byte, for a map with huge lists (or iterators) among its values (an image's
+    records), packed ``chunk_items`` items per call, the whole list never held. msgpack packs in one C call that
+    holds the GIL: for a 1M-partition image ~0.5 s in which the Raft thread sends no heartbeat, long enough for
+    its followers to elect another leader. Between calls the interpreter hands the GIL over."""
     packer = msgpack.Packer(use_bin_type=True)
     parts = [packer.pack_map_header(len(value))]
     for key, item in value.items():
@@ -337,8 +372,7 @@ def encode(records: Iterable[Record]) -> bytes:
 
 def decode(data: bytes) -> list[Record]:
     """Records from ``encode`` output; ``CodecError`` on malformed or oversize input."""
-    values = unpack(data)
-    if not isinstance(values, list):
+    if not isinstance(values := unpack(data), list):
         raise CodecError(f"expected a list of records, got {type(values).__name__}")
     return [record_from_wire(v) for v in values]
 

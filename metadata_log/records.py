@@ -4,9 +4,11 @@ Every record is a frozen dataclass with a ``TYPE`` tag. The wire form (see ``cod
 so a field is only ever *appended*, with a default; a type is never renamed, renumbered or retyped.
 Each class says in its comment what changed in each version.
 
-Granularity follows Kafka's metadata log: one record per logical partition (``PartitionsAdded`` carries
-one partition; the plural name is the v0 contract), so a record stays small and bounded whatever the
-size of the request that produced it.
+Granularity: until metadata version 4, one record per logical partition (``PartitionsAdded`` carries one
+partition; the plural name is the v0 contract) and per physical partition's leader. From version 4 a record
+is sized by the change, not by the partition count: a range of partitions (``PartitionRangeAdded``,
+``PartitionRangeStateChanged``) or a bounded list of leaders (``PhysicalLeadersReported``). Old records
+still replay.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ PartitionState = Literal["writable", "read_only", "removed"]
 
 CLUSTER_STATES: Final[tuple[ClusterState, ...]] = ("active", "read_only", "draining", "decommissioned")
 PARTITION_STATES: Final[tuple[PartitionState, ...]] = ("writable", "read_only", "removed")
-LATEST_METADATA_VERSION: Final = 3
+LATEST_METADATA_VERSION: Final = 4
 """The newest ``MetadataVersionChanged.version`` this software reads and writes."""
 
 
@@ -113,6 +115,51 @@ class TopicDeleted:  # v0: initial
     name: str
 
 
+# -- ranges (metadata version 4): records sized by the change, not by the partition count ----------------------
+@dataclass(frozen=True, slots=True)
+class PartitionRangeAdded:  # v0: initial. Partitions first.. (count of them) on physical first_physical.. of a cluster.
+    """What ``count`` consecutive ``PartitionsAdded`` say when logical and physical ids both go up by one: a topic
+    created over four clusters is four of these, whatever its size."""
+
+    TYPE: ClassVar[str] = "PartitionRangeAdded"
+    topic: str
+    first_partition: int
+    count: int
+    cluster_id: str
+    physical_topic: str
+    first_physical_partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRangeStateChanged:  # v0: initial. Logical partitions first..first+count-1 of a topic go to `state`.
+    TYPE: ClassVar[str] = "PartitionRangeStateChanged"
+    topic: str
+    first_partition: int
+    count: int
+    state: PartitionState
+
+
+@dataclass(frozen=True, slots=True)
+class PhysicalLeadersReported:  # v0: initial. Leaders of partition ranges of one physical topic of one cluster.
+    """What many ``PhysicalPartitionsReported`` of one physical topic of one cluster say, in compact form:
+    ``ranges`` are (first partition, count) pairs, and ``leaders`` the leader of each partition they cover, in
+    order, as an index into ``brokers`` (-1: none or missing). A snapshot writes a topic's leaders as one range
+    of small integers; a broker failure that moves 100,000 leaders is a few dozen of these."""
+
+    TYPE: ClassVar[str] = "PhysicalLeadersReported"
+    cluster_id: str
+    physical_topic: str
+    brokers: tuple[str, ...]
+    ranges: tuple[int, ...]
+    leaders: tuple[int, ...]
+
+
+MAX_LEADERS_PER_RECORD: Final = 4096
+"""Most partitions one ``PhysicalLeadersReported`` that kfed writes names (a record stays a few kilobytes)."""
+
+RANGE_RECORD_TYPES: Final = (PartitionRangeAdded, PartitionRangeStateChanged, PhysicalLeadersReported)
+
+
 @dataclass(frozen=True, slots=True)
 class GroupCoordinatorAssigned:  # v0: initial
     TYPE: ClassVar[str] = "GroupCoordinatorAssigned"
@@ -153,7 +200,8 @@ class QuorumVoterChanged:  # v0: initial. A controller joined (voter=True) or le
 @dataclass(frozen=True, slots=True)
 class MetadataVersionChanged:  # v0: initial. The quorum's nodes all read this version of the Raft commands.
     """Version 1: a command's records are rows; 2: runs of one record type may be columns (``state.py``);
-    3: the gateway's, key order's and transactions' records (``FIRST_VERSION``). The leader raises it once
+    3: the gateway's, key order's and transactions' records; 4: range records (``RANGE_RECORD_TYPES``), which
+    commands and snapshots write instead of one record per partition (``FIRST_VERSION``). The leader raises it once
     every voter says it reads the new version; it never goes down."""
 
     TYPE: ClassVar[str] = "MetadataVersionChanged"
@@ -365,7 +413,8 @@ TXN_RECORD_TYPES: Final[tuple[type[TxnRecord], ...]] = (
 
 
 FIRST_VERSION: Final[dict[type, int]] = {
-    cls: 3 for cls in (GatewayRegistered, GatewayExpired, *KEY_ORDER_RECORD_TYPES, *TXN_RECORD_TYPES)
+    **{cls: 3 for cls in (GatewayRegistered, GatewayExpired, *KEY_ORDER_RECORD_TYPES, *TXN_RECORD_TYPES)},
+    **{cls: 4 for cls in RANGE_RECORD_TYPES},
 }
 """The metadata version that introduced each record type newer than version 1. A quorum writes one only once
 its version is at least that: a controller of an older kfed reads the version of every command, and stops
@@ -387,6 +436,9 @@ Record = (
     | PartitionsAdded
     | PartitionStateChanged
     | TopicDeleted
+    | PartitionRangeAdded
+    | PartitionRangeStateChanged
+    | PhysicalLeadersReported
     | GroupCoordinatorAssigned
     | GroupGenerationStarted
     | NoOp
@@ -408,6 +460,9 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     PartitionsAdded,
     PartitionStateChanged,
     TopicDeleted,
+    PartitionRangeAdded,
+    PartitionRangeStateChanged,
+    PhysicalLeadersReported,
     GroupCoordinatorAssigned,
     GroupGenerationStarted,
     NoOp,

@@ -12,8 +12,11 @@ it is checked like the log is (``CodecError``, ``InvalidRecord``) and equals the
 
 The msgpack *body* of a snapshot is ``{"offset": S, "records": rows}`` or ``{"offset": S, "runs": runs}``;
 a node's dump is that body plus its own keys (``pack_body(..., extra)``), and ``read_body`` reads either.
-Rows and runs are written and read without building a record object per partition: a 1M-partition image is
-almost all ``PartitionsAdded`` and ``PhysicalPartitionsReported``.
+From metadata version 4 the image is written with range records: a topic's placement runs and state runs
+(``PartitionRangeAdded``, ``PartitionRangeStateChanged``), each cluster's leaders as ``PhysicalLeadersReported``
+of a few thousand partitions each; so the snapshot's size follows the federation's shape, and the leaders
+(2 bytes each in the image, about 3 in the snapshot). Before version 4, rows and runs of one record per
+partition, written and read without building a record object per partition.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import fields as dataclass_fields
 from dataclasses import replace
+from itertools import groupby
 from typing import Any, Final, Literal
 
 from .codec import (
@@ -35,10 +39,13 @@ from .codec import (
     wire_runs,
 )
 from .heap import gc_paused
-from .image import EMPTY_IMAGE, MetadataDelta, MetadataImage, apply
+from .image import EMPTY_IMAGE, ClusterImage, MetadataDelta, MetadataImage, TopicImage, apply
 from .image.key_orders import snapshot_records as key_order_records
 from .image.transactions import snapshot_records
 from .records import (
+    FIRST_VERSION,
+    MAX_LEADERS_PER_RECORD,
+    PARTITION_STATES,
     ClusterFenced,
     ClusterRegistered,
     ClusterState,
@@ -48,9 +55,12 @@ from .records import (
     GroupCoordinatorAssigned,
     GroupGenerationStarted,
     MetadataVersionChanged,
+    PartitionRangeAdded,
+    PartitionRangeStateChanged,
     PartitionsAdded,
     PartitionState,
     PartitionStateChanged,
+    PhysicalLeadersReported,
     PhysicalPartitionsReported,
     QuorumVoterChanged,
     Record,
@@ -93,6 +103,7 @@ def _fields(image: MetadataImage) -> Iterator[RecordFields]:
     # replayed after the topics.
     if image.metadata_version != EMPTY_IMAGE.metadata_version:
         yield MetadataVersionChanged, (image.metadata_version,)
+    ranges = image.metadata_version >= FIRST_VERSION[PartitionRangeAdded]
     decommissioned: list[str] = []
     for c in sorted(image.clusters.values(), key=lambda c: c.cluster_id):
         yield ClusterRegistered, (c.cluster_id, c.region, c.bootstrap_servers)
@@ -104,15 +115,10 @@ def _fields(image: MetadataImage) -> Iterator[RecordFields]:
             yield ClusterStateChanged, (c.cluster_id, cluster_state)
         if c.fenced:
             yield ClusterFenced, (c.cluster_id, c.fenced_reason or "", c.fenced_since_ms or 0)
-        for (physical_topic, physical_partition), leader in sorted(c.leaders.items()):
-            yield PhysicalPartitionsReported, (c.cluster_id, physical_topic, physical_partition, leader)
+        yield from _leaders(c, ranges)
     for t in sorted(image.topics.values(), key=lambda t: t.name):
         yield TopicCreated, (t.topic_id, t.name, t.region, t.retention_ms)
-        for p in t.partitions:
-            yield PartitionsAdded, (t.name, p.partition, p.cluster_id, p.physical_topic, p.physical_partition)
-        for p in t.partitions:
-            for partition_state in _PARTITION_PATH[p.state]:
-                yield PartitionStateChanged, (t.name, p.partition, partition_state)
+        yield from _partitions(t, ranges)
     for cluster_id in decommissioned:
         yield ClusterStateChanged, (cluster_id, "decommissioned")
     for g in sorted(image.groups.values(), key=lambda g: g.group):
@@ -131,6 +137,43 @@ def _fields(image: MetadataImage) -> Iterator[RecordFields]:
     # key order: after the topics, whose partitions its ranges name
     for record in key_order_records(image.key_orders):
         yield type(record), tuple(getattr(record, f.name) for f in dataclass_fields(record))
+
+
+def _leaders(cluster: ClusterImage, ranges: bool) -> Iterator[RecordFields]:
+    """A cluster's leaders: per physical topic, ``PhysicalLeadersReported`` of up to ``MAX_LEADERS_PER_RECORD``
+    partitions (metadata version 4), or one ``PhysicalPartitionsReported`` per partition, in partition order."""
+    if not ranges:
+        for (physical_topic, physical_partition), leader in sorted(cluster.leaders.items()):
+            yield PhysicalPartitionsReported, (cluster.cluster_id, physical_topic, physical_partition, leader)
+        return
+    brokers = cluster.leaders.brokers
+    for physical_topic, indexes in sorted(cluster.leaders.indexes()):
+        for at in range(0, len(indexes), MAX_LEADERS_PER_RECORD):  # a partition without a leader says -1
+            leaders = tuple(indexes[at : at + MAX_LEADERS_PER_RECORD])
+            yield PhysicalLeadersReported, (cluster.cluster_id, physical_topic, brokers, (at, len(leaders)), leaders)
+
+
+def _partitions(topic: TopicImage, ranges: bool) -> Iterator[RecordFields]:
+    """A topic's partitions and the states they reached: a range per placement run and per run of a state
+    (metadata version 4), or a record per partition and per step of its state's path."""
+    parts = topic.partitions
+    if not ranges:
+        for p in parts:
+            yield PartitionsAdded, (topic.name, p.partition, p.cluster_id, p.physical_topic, p.physical_partition)
+        for p in parts:
+            for partition_state in _PARTITION_PATH[p.state]:
+                yield PartitionStateChanged, (topic.name, p.partition, partition_state)
+        return
+    for run in parts.runs:
+        yield PartitionRangeAdded, (topic.name, *run)
+    if parts.states is None:
+        return
+    first = 0
+    for code, same in groupby(parts.states):
+        n = sum(1 for _ in same)
+        for partition_state in _PARTITION_PATH[PARTITION_STATES[code]]:
+            yield PartitionRangeStateChanged, (topic.name, first, n, partition_state)
+        first += n
 
 
 # -- records ----------------------------------------------------------------------------------------------

@@ -207,6 +207,7 @@ _DECODERS: Final[dict[int, Callable[[str | None, str | None, list[Any]], _Write]
     1: _write_from_rows,
     2: _write_from_runs,
     3: _write_from_runs,  # the layout of 2; what is new are record types (``records.FIRST_VERSION``)
+    4: _write_from_runs,  # the same: range records
 }
 
 

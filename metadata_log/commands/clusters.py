@@ -12,14 +12,17 @@ from dataclasses import dataclass, replace
 
 from ..errors import Conflict, InvalidRequest
 from ..image import CLUSTER_TRANSITIONS, ClusterImage, MetadataImage
+from ..image.partitions import MAX_PHYSICAL_PARTITION, ranges_of
 from ..records import (
     CLUSTER_STATES,
+    MAX_LEADERS_PER_RECORD,
     ClusterFenced,
     ClusterRegistered,
     ClusterState,
     ClusterStateChanged,
     ClusterUnfenced,
     PartitionStateChanged,
+    PhysicalLeadersReported,
     PhysicalPartitionsReported,
     Record,
 )
@@ -32,6 +35,7 @@ from .common import (
     check_bootstrap,
     check_name,
     registered_cluster,
+    writes_ranges,
 )
 from .key_order import with_epochs
 
@@ -129,16 +133,19 @@ class PhysicalPartition:
 def report_physical_partitions(
     image: MetadataImage, cluster_id: str, partitions: Sequence[PhysicalPartition]
 ) -> Result:
-    """Record the leaders an agent reports, only where they differ from the image (no record per scan)."""
+    """Record the leaders an agent reports, only where they differ from the image (no record per scan): from
+    metadata version 4 as ``PhysicalLeadersReported`` per physical topic (``MAX_LEADERS_PER_RECORD`` each)."""
     cluster = registered_cluster(image, cluster_id)
     if len(partitions) > MAX_PARTITIONS_PER_REQUEST:
         raise InvalidRequest("partitions", f"at most {MAX_PARTITIONS_PER_REQUEST} partitions per report")
-    records: list[Record] = []
+    changed: list[PhysicalPartition] = []
     seen: set[tuple[str, int]] = set()
     for i, p in enumerate(partitions):
         check_name(p.physical_topic, f"partitions.{i}.physical_topic")
-        if not isinstance(p.physical_partition, int) or p.physical_partition < 0:
-            raise InvalidRequest(f"partitions.{i}.physical_partition", "physical_partition must be >= 0")
+        if not isinstance(p.physical_partition, int) or not 0 <= p.physical_partition <= MAX_PHYSICAL_PARTITION:
+            raise InvalidRequest(
+                f"partitions.{i}.physical_partition", f"physical_partition must be 0 to {MAX_PHYSICAL_PARTITION}"
+            )
         if p.leader is not None:
             check_bootstrap(p.leader, f"partitions.{i}.leader")
         key = (p.physical_topic, p.physical_partition)
@@ -146,9 +153,33 @@ def report_physical_partitions(
             raise InvalidRequest(f"partitions.{i}", f"{p.physical_topic}/{p.physical_partition} is listed twice")
         seen.add(key)
         if cluster.leaders.get(key) != p.leader:
-            records.append(PhysicalPartitionsReported(cluster_id, p.physical_topic, p.physical_partition, p.leader))
+            changed.append(p)
+    records = (
+        _leader_records(cluster_id, changed)
+        if writes_ranges(image)
+        else tuple(
+            PhysicalPartitionsReported(cluster_id, p.physical_topic, p.physical_partition, p.leader) for p in changed
+        )
+    )
     after = apply_checked(image, records)
-    return Result(tuple(records), cluster_view(after.clusters[cluster_id]))
+    return Result(records, cluster_view(after.clusters[cluster_id]))
+
+
+def _leader_records(cluster_id: str, changed: Sequence[PhysicalPartition]) -> tuple[Record, ...]:
+    """``changed`` as ``PhysicalLeadersReported``: per physical topic, in order, each address written once."""
+    by_topic: dict[str, list[PhysicalPartition]] = {}
+    for p in changed:
+        by_topic.setdefault(p.physical_topic, []).append(p)
+    records: list[Record] = []
+    for physical_topic, rows in by_topic.items():
+        for at in range(0, len(rows), MAX_LEADERS_PER_RECORD):
+            chunk = rows[at : at + MAX_LEADERS_PER_RECORD]
+            brokers = list(dict.fromkeys(p.leader for p in chunk if p.leader is not None))
+            index = {address: i for i, address in enumerate(brokers)}
+            leaders = tuple(index[p.leader] if p.leader is not None else -1 for p in chunk)
+            ranges = tuple(n for pair in ranges_of([p.physical_partition for p in chunk]) for n in pair)
+            records.append(PhysicalLeadersReported(cluster_id, physical_topic, tuple(brokers), ranges, leaders))
+    return tuple(records)
 
 
 def decommission_cluster(image: MetadataImage, cluster_id: str) -> Result:

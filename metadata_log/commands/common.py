@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from ..errors import InvalidRequest, NotFound
 from ..image import ClusterImage, InvalidRecord, MetadataImage, TopicImage, apply
-from ..records import Record
+from ..records import FIRST_VERSION, PartitionRangeAdded, Record
 
 MAX_PARTITIONS_PER_REQUEST: Final = 100_000
 """Most logical partitions one request may create (keeps one Raft command a few MB at most)."""
@@ -64,6 +64,12 @@ def check_count(value: Any, field_name: str) -> None:
         raise InvalidRequest(field_name, f"{field_name} must be a positive integer")
     if value > MAX_PARTITIONS_PER_REQUEST:
         raise InvalidRequest(field_name, f"{field_name} must be at most {MAX_PARTITIONS_PER_REQUEST}")
+
+
+def writes_ranges(image: MetadataImage) -> bool:
+    """Whether commands write range records (``PartitionRangeAdded``...): from metadata version 4, once every
+    voter reads them; before, one record per partition, which every version reads."""
+    return image.metadata_version >= FIRST_VERSION[PartitionRangeAdded]
 
 
 def registered_cluster(image: MetadataImage, cluster_id: str) -> ClusterImage:

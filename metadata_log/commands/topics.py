@@ -9,14 +9,16 @@ leaders (docs/KEY_ORDER.md).
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
-from itertools import repeat
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from ..errors import Conflict, InvalidRequest, NotFound
-from ..image import PARTITION_TRANSITIONS, MetadataImage, TopicImage, apply, new_partitions
+from ..image import PARTITION_TRANSITIONS, MetadataImage, Partitions, TopicImage, apply
+from ..image.partitions import MAX_PHYSICAL_PARTITION, PlacementRun, ranges_of
 from ..records import (
     PARTITION_STATES,
+    PartitionRangeAdded,
+    PartitionRangeStateChanged,
     PartitionsAdded,
     PartitionState,
     PartitionStateChanged,
@@ -34,13 +36,15 @@ from .common import (
     check_count,
     check_name,
     existing_topic,
+    writes_ranges,
 )
 from .key_order import check_key_order, first_epoch, with_epochs
 
 
-def _check_keeps_a_writable(topic: TopicImage, leaving: Container[int], field_name: str, hint: str = "") -> None:
+def _check_keeps_a_writable(topic: TopicImage, leaving: Collection[int], field_name: str, hint: str = "") -> None:
     """Producers must keep somewhere to write: a writable partition outside ``leaving`` must remain."""
-    if not any(p.state == "writable" and p.partition not in leaving for p in topic.partitions):
+    parts = topic.partitions
+    if parts.count_in_state("writable") <= sum(1 for p in leaving if parts.state(p) == "writable"):
         raise Conflict(f"topic {topic.name!r} must keep at least one writable partition{hint}", field=field_name)
 
 
@@ -80,18 +84,16 @@ def create_topic(
             f"{total} partitions ({len(clusters)} clusters x {partitions_per_cluster}) exceed "
             f"{MAX_PARTITIONS_PER_REQUEST} per request",
         )
-    # Columns of the partitions' fields: logical ids 0.. cluster by cluster, physical 0..N-1 on each.
-    cluster_ids = [cluster_id for cluster_id in clusters for _ in range(partitions_per_cluster)]
-    physical_partitions = list(range(partitions_per_cluster)) * len(clusters)
-    columns = (range(total), cluster_ids, [physical] * total, physical_partitions)  # each read twice
-    records: tuple[Record, ...] = (
-        TopicCreated(topic_id, name, region, retention_ms),
-        *map(PartitionsAdded, repeat(name), *columns),
+    # Logical ids 0.. cluster by cluster, physical 0..N-1 on each: one range per cluster.
+    runs = tuple(
+        PlacementRun(i * partitions_per_cluster, partitions_per_cluster, cluster_id, physical, 0)
+        for i, cluster_id in enumerate(clusters)
     )
+    records: tuple[Record, ...] = (TopicCreated(topic_id, name, region, retention_ms), *_added(image, name, runs))
     # The reply without applying the records to the whole image first (a large share of this command's time
     # for a big topic): every check that apply makes holds by construction here (a new name, the
     # region's active clusters, ids from 0, distinct physical partitions), and the commit applies them.
-    topic = TopicImage(topic_id, name, region, retention_ms, tuple(new_partitions(*columns)))
+    topic = TopicImage(topic_id, name, region, retention_ms, Partitions(runs))
     reply = topic_view(image, topic)
     if order == "none":
         return Result(records, reply)
@@ -129,16 +131,18 @@ def add_partitions(
         )
     if len(image_topic.partitions) + count > MAX_PARTITIONS_PER_TOPIC:
         raise InvalidRequest("count", f"topic would exceed {MAX_PARTITIONS_PER_TOPIC:,} logical partitions")
-    used = [
-        p.physical_partition
-        for p in image_topic.partitions
-        if p.cluster_id == cluster_id and p.physical_topic == physical
-    ]
-    first_physical = max(used) + 1 if used else 0
-    first_logical = len(image_topic.partitions)
-    records: tuple[Record, ...] = tuple(
-        PartitionsAdded(topic, first_logical + i, cluster_id, physical, first_physical + i) for i in range(count)
+    first_physical = max(
+        (
+            run.first + run.size
+            for run in image_topic.partitions.runs
+            if run.cluster_id == cluster_id and run.physical_topic == physical
+        ),
+        default=0,
     )
+    if first_physical + count - 1 > MAX_PHYSICAL_PARTITION:
+        raise InvalidRequest("count", f"physical partitions of {physical} would pass {MAX_PHYSICAL_PARTITION:,}")
+    run = PlacementRun(len(image_topic.partitions), count, cluster_id, physical, first_physical)
+    records = _added(image, topic, (run,))
     after = apply_checked(image, records)
     return Result(records, topic_view(after, after.topics[topic]))
 
@@ -200,10 +204,23 @@ def _shrink_partitions(image: MetadataImage, topic: str, partitions: Sequence[in
             raise InvalidRequest("partitions", f"topic {topic!r} has no partition {p!r}")
         wanted.add(p)
     _check_keeps_a_writable(image_topic, wanted, "partitions", hint="; shrink fewer partitions")
-    records = tuple(
-        PartitionStateChanged(topic, p, "read_only")
-        for p in sorted(wanted)
-        if image_topic.partitions[p].state == "writable"
-    )
+    leaving = [p for p in sorted(wanted) if image_topic.partitions.state(p) == "writable"]
+    records: tuple[Record, ...]
+    if writes_ranges(image):
+        records = tuple(PartitionRangeStateChanged(topic, first, n, "read_only") for first, n in ranges_of(leaving))
+    else:
+        records = tuple(PartitionStateChanged(topic, p, "read_only") for p in leaving)
     after = apply_checked(image, records) if records else image
     return Result(records, topic_view(after, after.topics[topic]))
+
+
+def _added(image: MetadataImage, topic: str, runs: Sequence[PlacementRun]) -> tuple[Record, ...]:
+    """The records that add ``runs`` to ``topic``: one ``PartitionRangeAdded`` each from metadata version 4,
+    else a ``PartitionsAdded`` per partition."""
+    if writes_ranges(image):
+        return tuple(PartitionRangeAdded(topic, *run) for run in runs)
+    return tuple(
+        PartitionsAdded(topic, run.start + i, run.cluster_id, run.physical_topic, run.first + i)
+        for run in runs
+        for i in range(run.size)
+    )

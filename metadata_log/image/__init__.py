@@ -3,8 +3,10 @@
 - ``MetadataImage`` (``metadata.py``): everything the log says as of one offset, made of the parts below;
   ``EMPTY_IMAGE`` is the image of the empty log.
 - One module per part, each with its image values and its delta: ``cluster.py`` (``ClusterImage``,
-  ``ClusterDelta``), ``topics.py`` (``TopicImage``, ``PartitionImage``, ``TopicsDelta``), ``groups.py``,
+  ``ClusterDelta``), ``topics.py`` (``TopicImage``, ``TopicsDelta``), ``groups.py``,
   ``quorum.py`` (voters and the metadata version), ``gateways.py`` (``kfed gateway`` instances).
+- ``partitions.py``: a topic's partitions (``Partitions`` of ``PartitionImage``) and a cluster's leaders
+  (``Leaders``) in compact form, and the builders a delta changes.
 - ``MetadataDelta`` (``delta.py``) dispatches each record to the part it changes; ``apply(image, records)``
   replays a batch and freezes it into the next image. No clock, no randomness, no I/O.
 
@@ -18,8 +20,9 @@ from .delta import BULK_TYPES, MetadataDelta, apply, apply_runs, apply_touched
 from .gateways import GatewayImage, GatewaysDelta
 from .groups import GroupImage, GroupsDelta
 from .metadata import EMPTY_IMAGE, MetadataImage, is_writable
+from .partitions import Leaders, PartitionImage, Partitions, leaders_of, partitions_of
 from .quorum import QuorumDelta, VoterImage
-from .topics import PARTITION_TRANSITIONS, PartitionImage, PartitionLocation, TopicImage, TopicsDelta, new_partitions
+from .topics import PARTITION_TRANSITIONS, PartitionLocation, TopicImage, TopicsDelta, new_partitions
 
 __all__ = [
     "BULK_TYPES",
@@ -34,11 +37,13 @@ __all__ = [
     "GroupImage",
     "GroupsDelta",
     "InvalidRecord",
+    "Leaders",
     "MetadataChanges",
     "MetadataDelta",
     "MetadataImage",
     "PartitionImage",
     "PartitionLocation",
+    "Partitions",
     "QuorumDelta",
     "TopicImage",
     "TopicsDelta",
@@ -49,5 +54,7 @@ __all__ = [
     "apply_touched",
     "changes_between",
     "is_writable",
+    "leaders_of",
     "new_partitions",
+    "partitions_of",
 ]

@@ -12,7 +12,7 @@ nothing per partition added or per leader reported (the parts already keep those
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -118,9 +118,8 @@ def _topic_changes(
             if new is not None:
                 created.append(name)
             continue
-        n = min(len(old.partitions), len(new.partitions))
-        indices: Iterable[int] = range(n) if name in whole else (i for i in partitions[name] if i < n)
-        moved = [(name, i) for i in indices if old.partitions[i].state != new.partitions[i].state]
+        differ = old.partitions.states_differ(new.partitions, None if name in whole else list(partitions[name]))
+        moved = [(name, i) for i in differ]
         states += moved
         # a topic replayed whole may differ anywhere; one that was not, only in its partitions' count and states
         if moved or len(old.partitions) != len(new.partitions) or (name in whole and old != new):

@@ -2,13 +2,13 @@
 
 ``ClusterDelta`` replays the records of one batch that change clusters, one record at a time
 (``replay_*``) or a run at a time from columns (``register``, ``report_leaders``); both give the same
-image and the same first error.
+image and the same first error. A cluster's leaders are kept compact (``partitions.Leaders``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from ..records import (
@@ -17,9 +17,11 @@ from ..records import (
     ClusterState,
     ClusterStateChanged,
     ClusterUnfenced,
+    PhysicalLeadersReported,
     PhysicalPartitionsReported,
 )
 from .common import InvalidRecord, evolve, runs_of
+from .partitions import EMPTY_LEADERS, Leaders, LeadersBuilder
 
 CLUSTER_TRANSITIONS: Final[Mapping[ClusterState, frozenset[ClusterState]]] = {
     "active": frozenset({"read_only"}),
@@ -28,9 +30,6 @@ CLUSTER_TRANSITIONS: Final[Mapping[ClusterState, frozenset[ClusterState]]] = {
     "decommissioned": frozenset(),
 }
 """Allowed cluster admin-state changes (decommission is the seeds' read_only -> draining -> decommissioned)."""
-
-Leaders = Mapping[tuple[str, int], str]
-"""(physical_topic, physical_partition) -> leader "host:port", as last reported by the cluster's agent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +41,7 @@ class ClusterImage:
     fenced: bool = False
     fenced_reason: str | None = None
     fenced_since_ms: int | None = None
-    leaders: Leaders = field(default_factory=dict)
+    leaders: Leaders = EMPTY_LEADERS  # (physical topic, physical partition) -> "host:port", as its agent reported
 
 
 class LastRegistrations:
@@ -84,7 +83,7 @@ class ClusterDelta:
     def __init__(self, base: Mapping[str, ClusterImage], registrations: LastRegistrations) -> None:
         self._base = base
         self._changed: dict[str, ClusterImage] | None = None
-        self._leaders: dict[str, dict[tuple[str, int], str]] | None = None  # clusters whose leaders changed
+        self._leaders: dict[str, LeadersBuilder] | None = None  # clusters whose leaders changed
         self._registrations = registrations
         self._touched: set[str] = set()  # clusters a record other than a leader report was replayed on
 
@@ -145,19 +144,19 @@ class ClusterDelta:
         self._set(evolve(cluster, fenced=False, fenced_reason=None, fenced_since_ms=None))
 
     def replay_leader_reported(self, record: PhysicalPartitionsReported) -> None:
-        leaders = self._leaders_of(record.cluster_id)
-        key = (record.physical_topic, record.physical_partition)
-        if record.leader is None:
-            leaders.pop(key, None)
-        else:
-            leaders[key] = record.leader
+        self._leaders_of(record.cluster_id).set(record.physical_topic, (record.physical_partition,), (record.leader,))
 
-    def _leaders_of(self, cluster_id: str) -> dict[tuple[str, int], str]:
+    def replay_leaders_reported(self, record: PhysicalLeadersReported) -> None:
+        self._leaders_of(record.cluster_id).set_ranges(
+            record.physical_topic, record.brokers, record.ranges, record.leaders
+        )
+
+    def _leaders_of(self, cluster_id: str) -> LeadersBuilder:
         if self._leaders is None:
             self._leaders = {}
         leaders = self._leaders.get(cluster_id)
         if leaders is None:
-            leaders = self._leaders[cluster_id] = dict(self._cluster(cluster_id).leaders)
+            leaders = self._leaders[cluster_id] = LeadersBuilder(self._cluster(cluster_id).leaders)
         return leaders
 
     # -- a run at a time, from columns ---------------------------------------------------------------------
@@ -201,30 +200,25 @@ class ClusterDelta:
         leaders: Sequence[str | None],
     ) -> None:
         """Consecutive ``PhysicalPartitionsReported``, given as columns: each partition's leader is set (or
-        dropped, for None), in order. A snapshot of a federation whose agents report every partition holds
-        one such record per partition; a run of one cluster is one dict update."""
+        dropped, for None), in order. A snapshot of metadata version 2 or 3 holds one such record per partition;
+        a run of one cluster and physical topic is one ``LeadersBuilder.set``."""
         for cluster_id, start, stop in runs_of(cluster_ids):
             current = self._leaders_of(cluster_id)
             columns = (physical_topics, physical_partitions, leaders)
             if stop - start < len(cluster_ids):  # several clusters: this one's slice
                 columns = tuple(column[start:stop] for column in columns)  # type: ignore[assignment]  # same types
             topics, partitions, run = columns
-            keys = zip(topics, partitions, strict=True)
-            if None not in run:
-                current.update(zip(keys, run, strict=True))  # type: ignore[arg-type]  # no None in this run
-                continue
-            for key, leader in zip(keys, run, strict=True):
-                if leader is None:
-                    current.pop(key, None)
-                else:
-                    current[key] = leader
+            for physical_topic, first, last in runs_of(topics):
+                current.set(physical_topic, partitions[first:last], run[first:last])
 
     def apply(self) -> Mapping[str, ClusterImage]:
         """The clusters after every replayed record: the base map itself when none changed."""
         if self._leaders:
             clusters = self._writable()
             for cluster_id, leaders in self._leaders.items():
-                clusters[cluster_id] = evolve(clusters[cluster_id], leaders=leaders)
+                frozen = leaders.freeze()
+                if frozen is not clusters[cluster_id].leaders:
+                    clusters[cluster_id] = evolve(clusters[cluster_id], leaders=frozen)
         return self._changed if self._changed is not None else self._base
 
     def touched(self) -> tuple[set[str], Collection[str]]:

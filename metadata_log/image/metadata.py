@@ -10,8 +10,9 @@ from .cluster import ClusterImage, LastRegistrations
 from .gateways import GatewayImage
 from .groups import GroupImage
 from .key_orders import KeyOrders
+from .partitions import PartitionImage
 from .quorum import VoterImage
-from .topics import PartitionImage, TopicImage
+from .topics import TopicImage
 from .transactions import EMPTY_TRANSACTIONS, Transactions
 
 

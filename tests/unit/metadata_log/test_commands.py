@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 
 from metadata_log import commands
+from metadata_log.commands.clusters import PhysicalPartition
 from metadata_log.errors import Conflict, InvalidRequest, NotFound
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
 from metadata_log.records import (
     ClusterFenced,
     ClusterRegistered,
     ClusterStateChanged,
+    MetadataVersionChanged,
     PartitionsAdded,
     PartitionStateChanged,
     PhysicalPartitionsReported,
@@ -242,3 +244,37 @@ def test_create_topic_replies_with_the_topic_its_records_make(
     result = commands.create_topic(image, "t", "r1", 3, topic_id="i", physical_topic=physical, retention_ms=60_000)
     after = run(image, result)
     assert result.reply == topic_view(after, after.topics["t"])
+
+
+def test_from_metadata_version_4_commands_write_ranges_that_make_the_same_image(two_clusters: MetadataImage) -> None:
+    """Each command that wrote a record per partition writes ranges once the quorum reads them, and the image
+    after is the one the records per partition make."""
+
+    def session(image: MetadataImage) -> tuple[MetadataImage, list[int]]:
+        sizes = []
+        steps = [
+            lambda im: commands.create_topic(im, "U_TopicA", "r1", 1000, topic_id="t-1"),
+            lambda im: commands.add_partitions(im, "U_TopicA", "c1", 500),
+            lambda im: commands.shrink_partitions(im, "U_TopicA", [*range(10, 20), 30, *range(1500, 1600)]),
+            lambda im: commands.report_physical_partitions(
+                im,
+                "c1",
+                [PhysicalPartition("U_TopicA", p, f"127.0.0.1:{9000 + p % 3}" if p % 7 else None) for p in range(1500)],
+            ),
+            lambda im: commands.report_physical_partitions(
+                im, "c1", [PhysicalPartition("U_TopicA", p, "127.0.0.1:9005") for p in range(0, 1500, 2)]
+            ),
+        ]
+        for step in steps:
+            result = step(image)
+            sizes.append(len(result.records))
+            image = run(image, result)
+        return image, sizes
+
+    old, old_sizes = session(apply(two_clusters, [MetadataVersionChanged(3)]))
+    new, new_sizes = session(apply(two_clusters, [MetadataVersionChanged(4)]))
+    assert new.topics == old.topics and new.clusters == old.clusters
+    assert new_sizes == [3, 1, 3, 1, 1]  # created on 2 clusters; one range; 10-19, 30, 1500-1599; a topic's leaders
+    assert old_sizes == [2001, 500, 111, 1500 - len(range(0, 1500, 7)), 750]  # no leader: nothing to drop
+    parts = new.topics["U_TopicA"].partitions
+    assert len(parts.runs) == 3 and parts.count_in_state("read_only") == 111  # c1, c2, then c1 again

@@ -69,7 +69,8 @@ def test_every_prefix_replays_and_snapshots_round_trip() -> None:
 
 
 def test_bulk_snapshot_path_refuses_what_apply_refuses() -> None:
-    rows = list(write_rows(apply(EMPTY_IMAGE, ONE_OF_EACH)))
+    # written at metadata version 3: a record per partition
+    rows = list(write_rows(dataclasses.replace(apply(EMPTY_IMAGE, ONE_OF_EACH), metadata_version=3)))
     partition_rows = [i for i, r in enumerate(rows) if r[0] == "PartitionsAdded"]
     bad = [list(r) for r in rows]
     bad[partition_rows[1]][3] = 7  # partition id that is not the next one
@@ -105,7 +106,11 @@ def test_seeds_example_placement_and_writability() -> None:
     assert [p.state for p in topic.partitions] == ["writable", "removed", "writable"]
     # c1 is fenced at the end of the sample log, c2 unfenced again
     assert [is_writable(image, p) for p in topic.partitions] == [False, False, True]
-    assert image.clusters["c1"].leaders == {("U_TopicA", 0): "127.0.0.1:19092"}
+    assert image.clusters["c1"].leaders == {
+        ("U_TopicA", 0): "127.0.0.1:19092",
+        ("D", 0): "127.0.0.1:19092",
+        ("D", 2): "127.0.0.1:19093",
+    }
     assert "C" not in image.topics
 
 

@@ -55,9 +55,9 @@ async def test_a_committed_command_this_node_cannot_read_is_not_skipped_on_resta
         await wait_leader(node)
         await asyncio.wait_for(node.propose([Proposal((ClusterRegistered("c1", "r1", "h:1"),))]), 5)
         image = state.image
-        newer = pack([4, [[None, None, [[1, "ClusterRegistered", 0, ["c2"], ["r1"], ["h:2"]]]]]])
+        newer = pack([5, [[None, None, [[1, "ClusterRegistered", 0, ["c2"], ["r1"], ["h:2"]]]]]])
         await asyncio.to_thread(node._syncobj.apply_command, newer, sync=True, timeout=5)
-        assert len(halts) == 1 and "metadata version 4 is newer than this kfed reads" in halts[0]
+        assert len(halts) == 1 and "metadata version 5 is newer than this kfed reads" in halts[0]
         assert state.image is image
     finally:
         node.close()

@@ -451,14 +451,15 @@ def test_commands_of_both_metadata_versions_decode_to_the_same_proposals() -> No
     assert unpack(rows)[0] == 1 and unpack(runs)[0] == 2
     assert len(runs) < len(rows) / 2
     assert decode_command(rows) == decode_command(runs) == proposals
-    three = encode_command(proposals, 3)  # version 3 adds record types, not a layout
-    assert unpack(three) == [3, unpack(runs)[1]] and decode_command(three) == proposals
-    with pytest.raises(NewerMetadataVersion, match="metadata version 4 is newer than this kfed reads"):
-        decode_command(pack([4, []]))
+    for version in (3, 4):  # versions 3 and 4 add record types, not a layout
+        same = encode_command(proposals, version)
+        assert unpack(same) == [version, unpack(runs)[1]] and decode_command(same) == proposals
+    with pytest.raises(NewerMetadataVersion, match="metadata version 5 is newer than this kfed reads"):
+        decode_command(pack([5, []]))
     with pytest.raises(CodecError, match="a command of metadata version 0"):
         decode_command(pack([0, []]))
     with pytest.raises(ValueError, match="no command layout"):
-        encode_command(proposals, 4)
+        encode_command(proposals, 5)
 
 
 def test_the_leader_writes_commands_in_the_version_the_log_has_reached() -> None:
@@ -494,19 +495,19 @@ def test_a_committed_command_of_a_newer_metadata_version_stops_the_node_instead_
     state.apply_command(encode_command([Proposal((ClusterRegistered("c1", "r1", "h:1"),))]))
     before = state.image
     with pytest.raises(Halted):
-        state.apply_command(pack([4, [[None, None, []]]]))
+        state.apply_command(pack([5, [[None, None, []]]]))
     assert state.image is before
     assert reasons == [
         "the log holds a committed command this node cannot apply: "
-        "metadata version 4 is newer than this kfed reads (up to 3): upgrade it"
+        "metadata version 5 is newer than this kfed reads (up to 4): upgrade it"
     ]
 
 
 def test_a_committed_raise_to_a_newer_metadata_version_stops_the_node() -> None:
     state, reasons = halting_state()
     with pytest.raises(Halted):
-        state.apply_command(encode_command([Proposal((NoOp(),)), Proposal((MetadataVersionChanged(4),))]))
-    assert len(reasons) == 1 and "metadata version 4 is newer" in reasons[0]
+        state.apply_command(encode_command([Proposal((NoOp(),)), Proposal((MetadataVersionChanged(5),))]))
+    assert len(reasons) == 1 and "metadata version 5 is newer" in reasons[0]
     # a version this node reads still applies, and a version going back is refused like any record that does
     # not fit (the same on every node)
     state, reasons = halting_state()
@@ -517,12 +518,12 @@ def test_a_committed_raise_to_a_newer_metadata_version_stops_the_node() -> None:
 
 def test_a_dump_of_a_newer_metadata_version_stops_the_node() -> None:
     state = LogState()
-    state.image = MetadataImage(7, {}, {}, {}, metadata_version=4)  # as a newer kfed would have dumped it
+    state.image = MetadataImage(7, {}, {}, {}, metadata_version=5)  # as a newer kfed would have dumped it
     data = state.dump({"raft": "internal"})
     reader, reasons = halting_state()
     with pytest.raises(Halted):
         reader.load(data)
-    assert len(reasons) == 1 and "metadata version 4 is newer than this kfed reads" in reasons[0]
+    assert len(reasons) == 1 and "metadata version 5 is newer than this kfed reads" in reasons[0]
     assert reader.image == EMPTY_IMAGE
 
 
@@ -530,7 +531,7 @@ def test_the_default_halt_ends_the_process_with_its_status_and_says_why() -> Non
     script = (
         "import logging; logging.basicConfig();"
         "from metadata_log.codec import pack; from metadata_quorum.state import LogState;"
-        "LogState().apply_command(pack([4, []])); print('went on')"
+        "LogState().apply_command(pack([5, []])); print('went on')"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == state_module.HALT_EXIT_STATUS == 3
