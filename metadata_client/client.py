@@ -16,6 +16,8 @@ from typing import Any, Final
 
 import httpx
 
+from metadata_log.records import LATEST_METADATA_VERSION
+
 from .access import NO_ACCESS, Access
 from .retry import Call, Decision, Raise, Return, controller_urls
 
@@ -92,7 +94,7 @@ class ControllerClient(BaseControllerClient):
             time.sleep(decision.wait_s)
 
     def get(self, path: str, deadline_s: float | None = None, **params: Any) -> dict[str, Any]:
-        return self.request("GET", path, params=params or None, deadline_s=deadline_s)
+        return self.request("GET", path, params=reader_params(path, params), deadline_s=deadline_s)
 
     def post(
         self, path: str, json: Any = None, deadline_s: float | None = None, *, idempotency_key: str | None = None
@@ -167,7 +169,7 @@ class AsyncControllerClient(BaseControllerClient):
             await asyncio.sleep(decision.wait_s)
 
     async def get(self, path: str, deadline_s: float | None = None, **params: Any) -> dict[str, Any]:
-        return await self.request("GET", path, params=params or None, deadline_s=deadline_s)
+        return await self.request("GET", path, params=reader_params(path, params), deadline_s=deadline_s)
 
     async def post(
         self, path: str, json: Any = None, deadline_s: float | None = None, *, idempotency_key: str | None = None
@@ -192,3 +194,17 @@ class AsyncControllerClient(BaseControllerClient):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+READS: Final = {"metadata_version": LATEST_METADATA_VERSION}
+"""The query parameter of a reader of records that reads every version this code does (for a plain HTTP client)."""
+
+LOG_PATHS: Final = ("/v1/log", "/v1/log/stream", "/v1/snapshot")
+"""The paths that serve records: a reader says which metadata version it reads (``metadata_version``)."""
+
+
+def reader_params(path: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """``params`` of a GET, with the metadata version this code reads where ``path`` serves records."""
+    if path.split("?", 1)[0] in LOG_PATHS:
+        params = {**READS, **params}
+    return params or None

@@ -25,7 +25,7 @@ from metadata_log.errors import NotAController, Unavailable
 from metadata_log.heap import gc_paused
 from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply_touched
 from metadata_log.publisher import LogDelta, MetadataPublisher, Publishers
-from metadata_log.records import Record
+from metadata_log.records import LATEST_METADATA_VERSION, Record
 from metadata_log.snapshot import read_body
 
 from .access import NO_ACCESS, Access
@@ -162,6 +162,7 @@ class LogFollower:
         """GET a msgpack body, read at most MAX_DECODE_BYTES of it: a broken or hostile server cannot
         make the follower hold more than that in memory."""
         self._retry_after_s = None
+        params = {**(params or {}), "metadata_version": LATEST_METADATA_VERSION}  # the records this code reads
         with self._client.stream("GET", self.url + path, params=params, headers={"Accept": MSGPACK}) as r:
             if r.status_code != 200:
                 self._retry_after_s = retry_after_s(r.headers)

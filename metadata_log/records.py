@@ -426,6 +426,14 @@ def version_needed(records: Iterable[object]) -> int:
     return max((FIRST_VERSION.get(type(r), 1) for r in records), default=1)
 
 
+def version_to_read(record: object) -> int:
+    """The lowest metadata version a reader must know to replay ``record``: its type's, or the version a
+    ``MetadataVersionChanged`` moves to (``GET /v1/log?metadata_version=``)."""
+    if isinstance(record, MetadataVersionChanged):
+        return max(record.version, 1)
+    return FIRST_VERSION.get(type(record), 1)
+
+
 Record = (
     ClusterRegistered
     | ClusterStateChanged

@@ -18,7 +18,7 @@ from metadata_client.retry import reply_error
 from metadata_log.codec import record_from_dict, unpack
 from metadata_log.errors import KfedError, Unavailable
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
-from metadata_log.records import Record
+from metadata_log.records import LATEST_METADATA_VERSION, Record
 from metadata_log.snapshot import read_body
 
 from .options import SourceOptionError
@@ -64,6 +64,7 @@ def image_at(
 
 
 def _get(client: httpx.Client, url: str, path: str, **params: Any) -> tuple[int, Any]:
+    params["metadata_version"] = LATEST_METADATA_VERSION  # the records this code reads
     r = client.get(url + path, params=params, headers={"Accept": MSGPACK})
     if r.status_code not in (200, 410):
         raise reply_error(url, r)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Final, Literal
 
 import orjson
@@ -13,9 +13,10 @@ from fastapi import Depends, Header, Query, Request
 from starlette.responses import Response, StreamingResponse
 
 from metadata_log.codec import pack
-from metadata_log.errors import Gone, InvalidRequest, TooManyRequests, Unavailable
+from metadata_log.errors import Conflict, Gone, InvalidRequest, TooManyRequests, Unavailable
+from metadata_log.records import LATEST_METADATA_VERSION, version_to_read
 
-from ..readmodel import ReadModel
+from ..readmodel import Entry, ReadModel
 from .bodies import INT64_MAX
 from .deps import Service
 from .encoding import JSON, MSGPACK, wants_msgpack
@@ -28,6 +29,20 @@ MIN_OFFSET_WAIT_S: Final = 5.0
 SSE_KEEPALIVE_S: Final = 15.0
 SSE_MAX_SUBSCRIBERS: Final = 2000
 SSE_MAX_PER_CLIENT: Final = 64  # open streams per client address; a dashboard or a tailer needs one
+READER_VERSION_DEFAULT: Final = 3
+"""The metadata version a reader that does not say which it reads is taken to read: the contract before range
+records (metadata version 4), which such a reader does not know."""
+
+ReaderVersion = Annotated[
+    int,
+    Query(
+        ge=1,
+        le=LATEST_METADATA_VERSION,
+        description="The newest metadata version whose records this reader knows (records.FIRST_VERSION): "
+        f"records written from a newer one are not sent to it (409). Default {READER_VERSION_DEFAULT}; "
+        f"this node writes up to {LATEST_METADATA_VERSION}.",
+    ),
+]
 
 router = Router(prefix="/v1", tags=["log"])
 
@@ -73,21 +88,24 @@ async def read_log(
     offset: Annotated[int, Query(ge=0, le=INT64_MAX, description="First offset wanted.")],
     limit: Annotated[int, Query(ge=1, le=LOG_LIMIT_MAX, description="Most records returned.")] = LOG_LIMIT_DEFAULT,
     wait_ms: Annotated[int, Query(ge=0, le=WAIT_MS_MAX, description="Wait this long when there is nothing yet.")] = 0,
+    metadata_version: ReaderVersion = READER_VERSION_DEFAULT,
 ) -> Response:
     rm = service.read_model
     rm.read(offset, 1)  # 410 now, before waiting, when below the window
     if wait_ms and rm.high_watermark <= offset:
         await rm.wait_beyond(offset, wait_ms / 1000)
     page = rm.read(offset, limit)
+    entries = _readable(page.entries, metadata_version)
+    next_offset = entries[-1].offset + 1 if len(entries) < len(page.entries) else page.next_offset
     positions = {
-        "next_offset": page.next_offset,
+        "next_offset": next_offset,
         "high_watermark": page.high_watermark,
         "log_start_offset": page.log_start_offset,
     }
     if wants_msgpack(request):
-        return Response(pack({"records": [e.as_dict() for e in page.entries], **positions}), media_type=MSGPACK)
+        return Response(pack({"records": [e.as_dict() for e in entries], **positions}), media_type=MSGPACK)
     # each record's JSON is encoded once, when it is applied: the page is joined, not encoded again
-    body = b'{"records":[' + b",".join(e.json for e in page.entries) + b"]," + orjson.dumps(positions)[1:]
+    body = b'{"records":[' + b",".join(e.json for e in entries) + b"]," + orjson.dumps(positions)[1:]
     return Response(body, media_type=JSON)
 
 
@@ -100,6 +118,7 @@ async def stream_log(
         int | None, Query(ge=0, le=INT64_MAX, description="First offset wanted (default: the next one).")
     ] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    metadata_version: ReaderVersion = READER_VERSION_DEFAULT,
 ) -> Response:
     rm = service.read_model
     if last_event_id is not None:
@@ -113,24 +132,28 @@ async def stream_log(
     client = request.client.host if request.client else "?"
     streams.admit(client)
     return StreamingResponse(
-        _events(rm, start, streams, client),
+        _events(rm, start, streams, client, metadata_version),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
-async def _events(rm: ReadModel, position: int, streams: LogStreams, client: str) -> AsyncIterator[bytes]:
+async def _events(
+    rm: ReadModel, position: int, streams: LogStreams, client: str, reader_version: int
+) -> AsyncIterator[bytes]:
     try:
         yield b"retry: 1000\n\n"
         while True:
             try:
                 page = rm.read(position, LOG_LIMIT_DEFAULT)
-            except Gone as e:  # the reader fell below the window: tell it, then end
-                yield b"event: gone\ndata: " + orjson.dumps({"detail": e.detail, **e.extra}) + b"\n\n"
+                entries = _readable(page.entries, reader_version) if page.entries else page.entries
+            except (Gone, Conflict) as e:  # below the window, or a record it cannot read: tell it, then end
+                event = b"gone" if isinstance(e, Gone) else b"newer"
+                yield b"event: " + event + b"\ndata: " + orjson.dumps({"detail": e.detail, **e.extra}) + b"\n\n"
                 return
-            if page.entries:
-                yield b"".join(b"id: %d\nevent: record\ndata: %s\n\n" % (e.offset, e.json) for e in page.entries)
-                position = page.next_offset
+            if entries:
+                yield b"".join(b"id: %d\nevent: record\ndata: %s\n\n" % (e.offset, e.json) for e in entries)
+                position = entries[-1].offset + 1
                 continue
             if not await rm.wait_beyond(position, SSE_KEEPALIVE_S):
                 yield b": keepalive\n\n"
@@ -156,12 +179,34 @@ async def snapshot(
             '{"offset", "runs": [[n, type, version, *columns] or a record row, ...]}'
         ),
     ] = "records",
+    metadata_version: ReaderVersion = READER_VERSION_DEFAULT,
 ) -> Response:
     if min_offset is not None:
         await service.image_at_least(min_offset, MIN_OFFSET_WAIT_S)
     # encodings are built once per snapshot, off the event loop
     snap = service.read_model.snapshot(-1 if min_offset is None else min_offset)
+    if snap.image.metadata_version > metadata_version:
+        raise _newer(snap.image.metadata_version, metadata_version, f"the snapshot at offset {snap.image.offset}")
     if wants_msgpack(request):
         encoded = (lambda: snap.runs) if layout == "runs" else (lambda: snap.msgpack)
         return Response(await asyncio.to_thread(encoded), media_type=MSGPACK)
     return Response(await asyncio.to_thread(lambda: snap.json), media_type=JSON)
+
+
+def _readable(entries: Sequence[Entry], reader_version: int) -> Sequence[Entry]:
+    """The first ``entries`` a reader of ``reader_version`` can replay: the page stops before a newer record, and a
+    page that would start with one is refused (``Conflict`` naming ``metadata_version``)."""
+    for at, entry in enumerate(entries):
+        if (needed := version_to_read(entry.record)) > reader_version:
+            if at == 0:
+                raise _newer(needed, reader_version, f"the record at offset {entry.offset}")
+            return entries[:at]
+    return entries
+
+
+def _newer(needed: int, reader_version: int, what: str) -> Conflict:
+    return Conflict(
+        f"{what} is of metadata version {needed}; this reader reads up to {reader_version}: "
+        f"ask with metadata_version={needed} once it reads that version",
+        field="metadata_version",
+    )

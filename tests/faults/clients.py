@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from metadata_client.client import READS
 from metadata_log.codec import record_from_dict
 from metadata_log.snapshot import read_records
 from metadata_log.views import metadata_view
@@ -207,7 +208,7 @@ class Tailer(threading.Thread):
                               "call": self.history.now()}  # fmt: skip
         try:
             r = self.http.get(self.urls[node] + "/v1/log", params={"offset": self.next_offset, "limit": 200,
-                                                                     "wait_ms": 500})  # fmt: skip
+                                                                     "wait_ms": 500, **READS})  # fmt: skip
         except httpx.TimeoutException:
             op.update(ret=self.history.now(), outcome="unknown", error="timeout")
         except httpx.TransportError as e:
@@ -233,7 +234,7 @@ class Tailer(threading.Thread):
         """Below every node's window (410 everywhere): load the snapshot and go on after it."""
         call = self.history.now()
         try:
-            r = self.http.get(self.urls[node] + "/v1/snapshot", timeout=10)
+            r = self.http.get(self.urls[node] + "/v1/snapshot", params=READS, timeout=10)
             r.raise_for_status()
         except httpx.HTTPError:
             return

@@ -20,6 +20,7 @@ import httpx
 from controller.config import Voter, render_quorum
 from deploy.launcher import SubCluster, free_ports, make_brokers, stop_processes
 from metadata_client.access import write_secret
+from metadata_client.client import READS
 from metadata_log.codec import record_from_dict
 from metadata_log.snapshot import read_records
 from metadata_log.views import metadata_view
@@ -224,7 +225,9 @@ class FaultQuorum:
         records: list[dict[str, Any]] = []
         offset = 0
         while True:
-            r = self.client.get(self.url(node_id) + "/v1/log", params={"offset": offset, "limit": 10_000}, timeout=10)
+            r = self.client.get(
+                self.url(node_id) + "/v1/log", params={"offset": offset, "limit": 10_000, **READS}, timeout=10
+            )
             if r.status_code == 410 and not records:
                 offset = r.json()["log_start_offset"]
                 continue
@@ -244,7 +247,7 @@ class FaultQuorum:
     def snapshot_metadata_of(self, node_id: int) -> dict[str, Any]:
         """``/v1/snapshot`` as merged metadata (``metadata_view`` of the image its records make)."""
         applied = self.metadata_of(node_id)["offset"]
-        r = self.client.get(self.url(node_id) + "/v1/snapshot", params={"min_offset": applied}, timeout=10)
+        r = self.client.get(self.url(node_id) + "/v1/snapshot", params={"min_offset": applied, **READS}, timeout=10)
         r.raise_for_status()
         body = r.json()
         image = read_records([record_from_dict(x["type"], x["data"]) for x in body["records"]], body["offset"])

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from deploy.launcher import DEMO_TOPIC, BrokerKind, BrokerSource, LocalFederation, LocalQuorum, ready_demo_topic
-from metadata_client.client import ControllerClient
+from metadata_client.client import READS, ControllerClient
 from sdk import FederatedConsumer
 
 TOPIC = DEMO_TOPIC
@@ -66,7 +66,7 @@ def log_of(q: LocalQuorum, node_id: int) -> list[dict]:
     records: list[dict] = []
     offset = 0
     while True:
-        body = q.client.get(q.url(node_id) + "/v1/log", params={"offset": offset, "limit": 10_000}).json()
+        body = q.client.get(q.url(node_id) + "/v1/log", params={"offset": offset, "limit": 10_000, **READS}).json()
         records += body["records"]
         if body["next_offset"] >= body["high_watermark"]:
             return records

@@ -12,7 +12,7 @@ import pytest
 
 from controller.http.app import LEADER_ROUTES
 from deploy.launcher import LocalQuorum
-from metadata_client.client import ControllerClient
+from metadata_client.client import READS, ControllerClient
 from metadata_client.follower import LogFollower
 from metadata_log.errors import InvalidRequest
 from metadata_log.records import LATEST_METADATA_VERSION
@@ -165,7 +165,10 @@ def test_read_your_writes_and_msgpack(quorum: LocalQuorum, client: ControllerCli
         # the snapshot in both msgpack layouts: records as rows, or runs of one type as columns
         msgpack_snapshots = [
             msgpack.unpackb(quorum.client.get(url + "/v1/snapshot", params=params, headers=MSGPACK).content)
-            for params in ({"min_offset": created["offset"]}, {"min_offset": created["offset"], "layout": "runs"})
+            for params in (
+                {"min_offset": created["offset"], **READS},
+                {"min_offset": created["offset"], "layout": "runs", **READS},
+            )
         ]
         rows, runs = msgpack_snapshots
         assert set(rows) == {"offset", "records"} and set(runs) == {"offset", "runs"}
@@ -177,14 +180,14 @@ def test_read_your_writes_and_msgpack(quorum: LocalQuorum, client: ControllerCli
 
 
 def test_long_poll_wakes_on_commit(quorum: LocalQuorum, client: ControllerClient) -> None:
-    next_offset = quorum.client.get(quorum.urls[2] + "/v1/log", params={"offset": 0, "limit": 1}).json()[
+    next_offset = quorum.client.get(quorum.urls[2] + "/v1/log", params={"offset": 0, "limit": 1, **READS}).json()[
         "high_watermark"
     ]
     result: dict = {}
 
     def tail() -> None:
         result["body"] = quorum.client.get(
-            quorum.urls[2] + "/v1/log", params={"offset": next_offset, "wait_ms": 10_000}
+            quorum.urls[2] + "/v1/log", params={"offset": next_offset, "wait_ms": 10_000, **READS}
         ).json()
 
     t = threading.Thread(target=tail)
@@ -330,7 +333,7 @@ def test_hot_writes_answer_as_the_fastapi_routes_do(quorum: LocalQuorum) -> None
     assert hot.headers["content-type"] == routed.headers["content-type"] == "application/json"
     assert routed.json()["offset"] > hot.json()["offset"]  # not always + 1: a lease's fence may commit between
     for reply, state in ((hot, "read_only"), (routed, "writable")):
-        page = c.get(leader + "/v1/log", params={"offset": reply.json()["offset"], "limit": 1}).json()
+        page = c.get(leader + "/v1/log", params={"offset": reply.json()["offset"], "limit": 1, **READS}).json()
         assert (page["records"][0]["type"], page["records"][0]["data"]["state"]) == ("PartitionStateChanged", state)
     assert hot.json()["partitions"][0]["state"] == "read_only"
     assert routed.json()["partitions"][0]["state"] == "writable"

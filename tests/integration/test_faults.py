@@ -17,7 +17,7 @@ import pytest
 
 from deploy.launcher import LocalQuorum
 from kfed.cli import main as kfed
-from metadata_client.client import ControllerClient
+from metadata_client.client import READS, ControllerClient
 from metadata_client.follower import LogFollower
 from metadata_log.errors import KfedError
 from metadata_log.views import metadata_view
@@ -152,7 +152,7 @@ def test_reader_below_the_window_gets_410_and_recovers_through_the_snapshot(make
         assert time.monotonic() < deadline, f"the follower reached {early.image.offset}, not {last}, within 30 s"
     assert early.snapshots_loaded == 2
     assert metadata_view(early.image) == q.client.get(q.url(1) + "/v1/metadata").json()
-    snapshot = q.client.get(q.url(2) + "/v1/snapshot").json()
+    snapshot = q.client.get(q.url(2) + "/v1/snapshot", params=READS).json()
     assert snapshot["offset"] == last
     assert len([r for r in snapshot["records"] if r["type"] == "ClusterRegistered"]) == 100
     early.stop()

@@ -11,6 +11,7 @@ import pytest
 
 from deploy.launcher import LocalFederation
 from kfed.cli import main as kfed
+from metadata_client.client import READS
 from metadata_log.codec import record_from_dict
 from metadata_log.image import EMPTY_IMAGE, apply, is_writable
 from sdk import FederatedProducer
@@ -78,7 +79,7 @@ def first_offset_where_writable(fed: LocalFederation, partition_ids: set[int]) -
     """The first offset of the log at which every one of ``partition_ids`` takes writes (exists, effectively
     writable, its leader reported): replayed with the same pure ``apply`` the SDK uses."""
     records = fed.quorum.client.get(fed.quorum.url(fed.quorum.leader()) + "/v1/log",
-                                    params={"offset": 0, "limit": 10_000}).json()["records"]  # fmt: skip
+                                    params={"offset": 0, "limit": 10_000, **READS}).json()["records"]  # fmt: skip
     image = EMPTY_IMAGE
     for r in records:
         image = apply(image, [record_from_dict(r["type"], r["data"])])

@@ -147,7 +147,7 @@ def test_the_log_pauses_and_resumes_from_an_offset(page: Page, node: LocalQuorum
     at_1 = page.locator('[data-testid="log-record"][data-offset="1"]')
     record_at_1 = (at_1.get_attribute("data-type"), at_1.get_attribute("title"))  # its type and its data
     page.get_by_test_id("log-resume-offset").fill("1")
-    with page.expect_request(re.compile(r"/v1/log/stream\?offset=1$")):
+    with page.expect_request(re.compile(r"/v1/log/stream\?offset=1&metadata_version=4$")):
         page.get_by_test_id("log-resume").click()
     expect(page.get_by_test_id("stream-status")).to_have_text("live", timeout=TIMEOUT_MS)
     expect(page.get_by_test_id("log-notice").first).to_have_text("resumed from offset 1")

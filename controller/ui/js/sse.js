@@ -5,6 +5,8 @@ import { authHeaders, problemOf } from "./api.js";
 
 const RETRY_MS_DEFAULT = 1000; // until the server says otherwise ("retry:" field)
 const RETRY_MS_MAX = 10_000; // back-off ceiling while the node stays unreachable
+// The records the dashboard shows (any type, by name and data): those of metadata version 4, range records included.
+const READS_METADATA_VERSION = 4;
 
 /**
  * Incremental parser of the text/event-stream format (the WHATWG "event stream interpretation"):
@@ -96,7 +98,7 @@ export class LogStream {
     while (!signal.aborted) {
       // After a failure the status it set ("reconnecting", "unauthorized") stands until an answer.
       try {
-        const response = await fetch(`/v1/log/stream?offset=${this.nextOffset}`, {
+        const response = await fetch(`/v1/log/stream?offset=${this.nextOffset}&metadata_version=${READS_METADATA_VERSION}`, {
           headers: { Accept: "text/event-stream", ...authHeaders() },
           signal,
           cache: "no-store",

@@ -27,7 +27,7 @@ from controller.readmodel import ReadModel
 from controller.service import WriteReply, fingerprint
 from metadata_log.commands import Result
 from metadata_log.image import MetadataImage, apply
-from metadata_log.records import Record
+from metadata_log.records import ClusterRegistered, PartitionRangeAdded, Record, TopicCreated
 from tests.unit.samples import ONE_OF_EACH
 
 from ..samples import log_delta
@@ -298,3 +298,37 @@ def test_each_write_is_declared_once_and_the_hot_path_takes_those_with_a_body() 
                       "/v1/topics/{name}", "/v1/topics/{name}/shrink", "/v1/topics/{name}/key_order"}  # fmt: skip
     hot = {r.template for r in LEADER_ROUTES if r.hot}
     assert "/v1/topics/{name}/partitions/{partition}/state" in hot and "/v1/topics/{name}" not in hot
+
+
+async def test_a_reader_gets_only_the_records_of_the_metadata_version_it_says_it_reads() -> None:
+    """Range records are of metadata version 4: a reader that does not say it reads them (an older client, which
+    does not know the parameter) gets the log up to the first of them, then a 409 naming ``metadata_version``,
+    on ``/v1/log``, its stream and ``/v1/snapshot``; one that asks for 4 gets them."""
+    service = FakeService()
+    rm = service.read_model
+    first = rm.high_watermark
+    ranges = [
+        ClusterRegistered("c7", "r1", "127.0.0.1:1"),
+        TopicCreated("id-r", "R", "r1"),
+        PartitionRangeAdded("R", 0, 100, "c7", "R", 0),
+    ]
+    committed(rm, ranges)
+    app = routers_only(service)
+    streams = LogStreams()
+    app.dependency_overrides[get_streams] = lambda: streams
+    async with client(app) as http:
+        old = (await http.get("/v1/log", params={"offset": first})).json()
+        refused = await http.get("/v1/log", params={"offset": first + 2})
+        new = (await http.get("/v1/log", params={"offset": first, "metadata_version": 4})).json()
+        too_new = await http.get("/v1/log", params={"offset": first, "metadata_version": 5})
+        stream = await http.get("/v1/log/stream", params={"offset": first + 2})
+        snapshot_old = await http.get("/v1/snapshot")
+    assert [r["type"] for r in old["records"]] == ["ClusterRegistered", "TopicCreated"]
+    assert old["next_offset"] == first + 2 and old["high_watermark"] == first + 3  # the page stops before it
+    assert refused.status_code == 409 and refused.json()["field"] == "metadata_version"
+    assert "metadata version 4" in refused.json()["detail"]
+    assert [r["type"] for r in new["records"]][-1] == "PartitionRangeAdded" and new["next_offset"] == first + 3
+    assert too_new.status_code == 422 and too_new.json()["field"] == "metadata_version"
+    assert b"event: newer" in stream.content and b"metadata_version" in stream.content
+    # the image is at metadata version 4 only once the log says so (the sample log's last version record)
+    assert snapshot_old.status_code == (409 if rm.image.metadata_version > 3 else 200)
