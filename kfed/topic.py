@@ -90,7 +90,7 @@ def topic_create(client: ControllerClient, args: argparse.Namespace, out: TextIO
         "key_order": args.key_order,
     }
     reply = client.post("/v1/topics", body)
-    print(f"topic {reply['name']}: {len(reply['partitions'])} partitions, key order {reply['key_order']}", file=out)
+    print(f"topic {reply['name']}: {reply['partition_count']} partitions, key order {reply['key_order']}", file=out)
     return 0
 
 
@@ -102,7 +102,7 @@ def topic_key_order(client: ControllerClient, args: argparse.Namespace, out: Tex
 
 
 def topic_status(client: ControllerClient, args: argparse.Namespace, out: TextIO) -> int:
-    topic = client.get(f"/v1/topics/{args.name}")
+    topic = client.topic(args.name)
     rows = [["PARTITION", "CLUSTER", "PHYSICAL", "STATE", "WRITABLE", "LEADER"]]
     for p in topic["partitions"]:
         rows.append(
@@ -132,14 +132,15 @@ def topic_expand(client: ControllerClient, args: argparse.Namespace, out: TextIO
             p["partition"] for p in topic["partitions"] if p["cluster_id"] == args.cluster and p["state"] != "removed"
         ]
 
-    topic = client.get(f"/v1/topics/{args.name}")
+    topic = client.topic(args.name)
     live = live_on_cluster(topic)
     missing = args.partitions - len(live)
     if missing > 0:
         body: dict[str, Any] = {"cluster_id": args.cluster, "count": missing}
         if args.physical_topic:
             body["physical_topic"] = args.physical_topic
-        topic = client.post(f"/v1/topics/{args.name}/partitions", body)
+        client.post(f"/v1/topics/{args.name}/partitions", body)
+        topic = client.topic(args.name)
         print(f"{args.name}: added {missing} partition(s) on {args.cluster}", file=out)
     else:
         print(f"{args.name} already has {len(live)} live partition(s) on {args.cluster}", file=out)
@@ -148,7 +149,7 @@ def topic_expand(client: ControllerClient, args: argparse.Namespace, out: TextIO
         return 0
 
     def step(show: Callable[[str], None]) -> bool:
-        now = client.get(f"/v1/topics/{args.name}")["partitions"]
+        now = client.topic(args.name)["partitions"]
         ready = [p["partition"] for p in now if p["partition"] in wanted and p["leader"]]
         show(f"{args.name} on {args.cluster}: {len(ready)}/{len(wanted)} partitions created by the agent")
         return len(ready) == len(wanted)
@@ -164,14 +165,14 @@ def topic_expand(client: ControllerClient, args: argparse.Namespace, out: TextIO
 
 def topic_shrink(client: ControllerClient, args: argparse.Namespace, out: TextIO) -> int:
     partitions = sorted({p for group in args.partitions for p in group})
-    topic = client.post(f"/v1/topics/{args.name}/shrink", {"partitions": partitions})
-    states = {p["partition"]: p["state"] for p in topic["partitions"]}
+    client.post(f"/v1/topics/{args.name}/shrink", {"partitions": partitions})
+    states = {p["partition"]: p["state"] for p in client.topic(args.name)["partitions"]}
     print(f"{args.name}: partitions {_partition_names(partitions)} read_only (producers stop writing there)", file=out)
     if args.no_wait:
         return 0
 
     def step(show: Callable[[str], None]) -> bool:
-        now = client.get(f"/v1/topics/{args.name}")["partitions"]
+        now = client.topic(args.name)["partitions"]
         states.update({p["partition"]: p["state"] for p in now})
         left = [p for p in partitions if states[p] != "removed"]
         if not left:

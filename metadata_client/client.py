@@ -101,6 +101,16 @@ class ControllerClient(BaseControllerClient):
     ) -> dict[str, Any]:
         return self.request("POST", path, json, idempotency_key=idempotency_key, deadline_s=deadline_s)
 
+    def topic(self, name: str) -> dict[str, Any]:
+        """``GET /v1/topics/{name}`` with every partition: its pages read one after another (a page is of one
+        offset each; a page read later may be at a later offset, as two reads of the topic would be)."""
+        view = self.get(f"/v1/topics/{name}")
+        partitions = view["partitions"]
+        while view.get("next_partition") is not None:
+            view = self.get(f"/v1/topics/{name}", first_partition=view["next_partition"])
+            partitions += view["partitions"]
+        return {**view, "partitions": partitions, "next_partition": None}
+
     def put(
         self, path: str, json: Any = None, deadline_s: float | None = None, *, idempotency_key: str | None = None
     ) -> dict[str, Any]:

@@ -81,7 +81,7 @@ def ensure_topic(
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                parts = client.get("/v1/metadata", topic=topic)["topics"][0]["partitions"]
+                parts = client.topic(topic)["partitions"]
             except NotFound:  # a follower that has not applied the creation yet
                 parts = []
             if parts and all(p["writable"] and p["leader"] for p in parts if p["state"] == "writable"):

@@ -9,6 +9,8 @@ from typing import Annotated, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from metadata_log.image.partitions import MAX_PHYSICAL_PARTITION
+
 from ..groups import SESSION_TIMEOUT_MS_DEFAULT, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN
 
 INT64_MAX: Final = 2**63 - 1  # offsets and times: what Kafka and msgpack carry
@@ -85,7 +87,7 @@ class Heartbeat(_Strict):
 
 class ReportedPartition(_Strict):
     physical_topic: str
-    physical_partition: int = Field(ge=0, le=INT32_MAX)
+    physical_partition: int = Field(ge=0, le=MAX_PHYSICAL_PARTITION)
     leader: str | None = Field(description="Leader endpoint 'host:port', or null when there is none.")
 
 

@@ -11,7 +11,7 @@ from fastapi import Depends, Query, Request
 from starlette.responses import Response
 
 from metadata_log.codec import pack
-from metadata_log.errors import NotFound
+from metadata_log.errors import InvalidRequest, NotFound
 from metadata_log.image import MetadataImage
 from metadata_log.views import metadata_view
 
@@ -55,7 +55,10 @@ async def get_rendered(request: Request) -> RenderedMetadata:
     return rendered
 
 
-@router.get("/metadata", summary="Merged metadata (clusters and logical topics) at this node's offset")
+@router.get(
+    "/metadata",
+    summary="Merged metadata (clusters, and logical topics with a page of partitions each) at this node's offset",
+)
 async def metadata(
     request: Request,
     service: Service,
@@ -64,11 +67,16 @@ async def metadata(
     min_offset: Annotated[
         int | None, Query(ge=-1, le=INT64_MAX, description="Wait until this offset is applied.")
     ] = None,
+    first_partition: Annotated[
+        int, Query(ge=0, le=INT64_MAX, description="With topic: the first partition of the page listed.")
+    ] = 0,
 ) -> Response:
     image = await service.image_at_least(min_offset, MIN_OFFSET_WAIT_S)
     if topic is not None:
         if topic not in image.topics:
             raise NotFound(f"topic {topic!r} does not exist", offset=image.offset)
-        return respond(request, metadata_view(image, topic))
+        return respond(request, metadata_view(image, topic, first_partition))
+    if first_partition:
+        raise InvalidRequest("first_partition", "first_partition pages one topic's partitions: give topic too")
     encoding = MSGPACK if wants_msgpack(request) else JSON
     return Response(await rendered.get(image, encoding), media_type=encoding)

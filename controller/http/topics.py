@@ -7,17 +7,17 @@ docs/KEY_ORDER.md); an expand's epoch starts from the leader's loop once the new
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Query, Request
 from starlette.responses import Response
 
 from metadata_log import commands
 from metadata_log.errors import NotFound
 from metadata_log.image import MetadataImage
-from metadata_log.views import topic_view
+from metadata_log.views import MAX_PARTITIONS_PAGE, PARTITIONS_PAGE, topic_view
 
-from .bodies import AddPartitions, ChangeKeyOrder, ChangeState, CreateTopic
+from .bodies import INT64_MAX, AddPartitions, ChangeKeyOrder, ChangeState, CreateTopic
 from .deps import Service
 from .encoding import respond
 from .routing import Router, WritePlan
@@ -30,13 +30,21 @@ def render_topic(image: MetadataImage, name: str) -> dict[str, Any]:
     return topic_view(image, topic) if topic else {"name": name}
 
 
-@router.get("/{name}", summary="One logical topic with its partitions")
-async def get_topic(request: Request, service: Service, name: str) -> Response:
+@router.get("/{name}", summary="One logical topic with a page of its partitions (next_partition: the next page)")
+async def get_topic(
+    request: Request,
+    service: Service,
+    name: str,
+    first_partition: Annotated[int, Query(ge=0, le=INT64_MAX, description="The page's first partition.")] = 0,
+    partition_limit: Annotated[
+        int, Query(ge=1, le=MAX_PARTITIONS_PAGE, description="Most partitions in the page.")
+    ] = PARTITIONS_PAGE,
+) -> Response:
     image = service.read_model.image
     topic = image.topics.get(name)
     if topic is None:
         raise NotFound(f"topic {name!r} does not exist")
-    return respond(request, {**topic_view(image, topic), "offset": image.offset})
+    return respond(request, {**topic_view(image, topic, first_partition, partition_limit), "offset": image.offset})
 
 
 @router.write("POST", "", status_code=201, summary="Create a logical topic over its region's active clusters")

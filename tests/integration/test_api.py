@@ -298,18 +298,24 @@ def test_openapi_and_ops_endpoints(quorum: LocalQuorum) -> None:
 
 
 def test_a_write_bigger_than_64_kib_replicates_to_every_node(quorum: LocalQuorum, client: ControllerClient) -> None:
-    # A 3,000-partition topic is one ~200 KB Raft command, which pysyncobj sends in chunks. (Its
-    # chunking bug above 64 KiB only slowed such commands down, so this checks the outcome, not the speed.)
+    # An agent's report of 1,000 physical topics with long names is one ~250 KB Raft command (one record per
+    # physical topic), which pysyncobj sends in chunks. (Its chunking bug above 64 KiB only slowed such
+    # commands down, so this checks the outcome, not the speed.) A topic's partitions are ranges: no longer big.
     region = unique("r")
-    for i in range(2):
-        client.post("/v1/clusters", {"cluster_id": f"{region}-c{i}", "region": region, "bootstrap_servers": "h:1"})
-    created = client.post("/v1/topics", {"name": unique("Big"), "region": region, "partitions_per_cluster": 1500})
-    assert len(created["partitions"]) == 3000
-    quorum.wait_applied(created["offset"], timeout_s=30)
-    name = created["name"]
-    for url in quorum.urls:
-        topic = quorum.client.get(url + "/v1/metadata", params={"topic": name}).json()["topics"][0]
-        assert len(topic["partitions"]) == 3000
+    cluster_id = f"{region}-c0"
+    client.post("/v1/clusters", {"cluster_id": cluster_id, "region": region, "bootstrap_servers": "h:1"})
+    names = [f"{'p' * 240}{i:04d}" for i in range(1000)]
+    report = [{"physical_topic": name, "physical_partition": 0, "leader": "127.0.0.1:9092"} for name in names]
+    reported = client.post(f"/v1/agents/{cluster_id}/partitions", {"partitions": report})
+    quorum.wait_applied(reported["offset"], timeout_s=30)
+    pages = [
+        quorum.client.get(url + "/v1/log", params={"offset": reported["offset"] - 999, "limit": 1000, **READS}).json()
+        for url in quorum.urls
+    ]
+    for page in pages:
+        records = page["records"]
+        assert records == pages[0]["records"] and len(records) == 1000
+        assert [r["data"]["physical_topic"] for r in records] == names
 
 
 def test_hot_writes_answer_as_the_fastapi_routes_do(quorum: LocalQuorum) -> None:

@@ -332,3 +332,35 @@ async def test_a_reader_gets_only_the_records_of_the_metadata_version_it_says_it
     assert b"event: newer" in stream.content and b"metadata_version" in stream.content
     # the image is at metadata version 4 only once the log says so (the sample log's last version record)
     assert snapshot_old.status_code == (409 if rm.image.metadata_version > 3 else 200)
+
+
+def test_a_topic_is_read_in_pages_and_the_client_reads_them_all() -> None:
+    from starlette.testclient import TestClient
+
+    from controller.http.metadata import RenderedMetadata
+    from metadata_client.client import ControllerClient
+
+    service = FakeService()
+    committed(
+        service.read_model,
+        [ClusterRegistered("c7", "r1", "127.0.0.1:1"), TopicCreated("id-r", "R", "r1"),
+         PartitionRangeAdded("R", 0, 2500, "c7", "R", 0)],
+    )  # fmt: skip
+    app = routers_only(service)
+    app.state.rendered_metadata = RenderedMetadata()
+    with TestClient(app, base_url="http://node") as http:
+        first = http.get("/v1/topics/R").json()
+        last = http.get("/v1/topics/R", params={"first_partition": 2000, "partition_limit": 1000}).json()
+        one = http.get("/v1/metadata", params={"topic": "R", "first_partition": 2400}).json()["topics"][0]
+        everything = http.get("/v1/metadata").json()["topics"]
+        too_many = http.get("/v1/topics/R", params={"partition_limit": 10_001})
+        no_topic = http.get("/v1/metadata", params={"first_partition": 5})
+        with ControllerClient("http://node", client=http) as client:
+            whole = client.topic("R")
+    assert (len(first["partitions"]), first["partition_count"], first["next_partition"]) == (1000, 2500, 1000)
+    assert [p["partition"] for p in last["partitions"]] == list(range(2000, 2500)) and last["next_partition"] is None
+    assert [p["partition"] for p in one["partitions"]] == list(range(2400, 2500))
+    assert [len(t["partitions"]) for t in everything if t["name"] == "R"] == [1000]  # a page per topic
+    assert too_many.status_code == 422 and too_many.json()["field"] == "partition_limit"
+    assert no_topic.status_code == 422 and no_topic.json()["field"] == "first_partition"
+    assert [p["partition"] for p in whole["partitions"]] == list(range(2500)) and whole["next_partition"] is None
