@@ -9,6 +9,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from metadata_log import commands
+from metadata_log.errors import InvalidRequest
 
 from ..drain import PartitionDrain
 from .bodies import DrainReport, Heartbeat, PartitionReport
@@ -27,6 +28,14 @@ async def heartbeat(request: Request, service: Service, cluster_id: str, body: H
 
 @router.write("POST", "/{cluster_id}/partitions", summary="Report physical partitions; records only what changed")
 def report_partitions(cluster_id: str, body: PartitionReport) -> WritePlan:
+    if body.leaders:
+        if body.partitions:
+            raise InvalidRequest("leaders", "a report gives partitions or leaders, not both")
+        ranges = [commands.LeaderRanges(r.physical_topic, r.brokers, r.ranges, r.leaders) for r in body.leaders]
+        return WritePlan(
+            lambda image: commands.report_leader_ranges(image, cluster_id, ranges),
+            lambda image: render_cluster(image, cluster_id),
+        )
     entries = [commands.PhysicalPartition(p.physical_topic, p.physical_partition, p.leader) for p in body.partitions]
     return WritePlan(
         lambda image: commands.report_physical_partitions(image, cluster_id, entries),

@@ -91,8 +91,22 @@ class ReportedPartition(_Strict):
     leader: str | None = Field(description="Leader endpoint 'host:port', or null when there is none.")
 
 
+class ReportedLeaders(_Strict):
+    """One physical topic's leaders in compact form (what an agent of a large cluster sends)."""
+
+    physical_topic: str
+    brokers: list[str] = Field(max_length=10_000, description="The leaders' 'host:port' endpoints.")
+    ranges: list[int] = Field(max_length=200_000, description="(first partition, count) pairs, flattened.")
+    leaders: list[int] = Field(
+        max_length=100_000, description="Per partition the ranges cover, in order: its leader's index, -1 for none."
+    )
+
+
 class PartitionReport(_Strict):
-    partitions: list[ReportedPartition] = Field(max_length=100_000)
+    partitions: list[ReportedPartition] = Field(default_factory=list, max_length=100_000)
+    leaders: list[ReportedLeaders] = Field(
+        default_factory=list, max_length=10_000, description="Instead of partitions: the same in compact form."
+    )
 
 
 class GroupHeartbeat(_Strict):

@@ -12,6 +12,7 @@ of the image (``metadata_log.image``), its JSON views are ``metadata_log.views``
 """
 
 from .clusters import (
+    LeaderRanges,
     PhysicalPartition,
     change_cluster_state,
     check_can_retire,
@@ -20,6 +21,7 @@ from .clusters import (
     fence_cluster,
     placement_clusters,
     register_cluster,
+    report_leader_ranges,
     report_physical_partitions,
     unfence_cluster,
 )
@@ -77,6 +79,7 @@ __all__ = [
     "MAX_PARTITIONS_PER_TOPIC",
     "MAX_PARTITIONS_PER_TRANSACTION",
     "MAX_TRANSACTION_TIMEOUT_MS",
+    "LeaderRanges",
     "PhysicalPartition",
     "Result",
     "add_partitions",
@@ -111,6 +114,7 @@ __all__ = [
     "register_cluster",
     "register_gateway",
     "release_parents",
+    "report_leader_ranges",
     "report_physical_partitions",
     "routable_partitions",
     "seals_to_measure",

@@ -165,6 +165,61 @@ def report_physical_partitions(
     return Result(records, cluster_view(after.clusters[cluster_id]))
 
 
+@dataclass(frozen=True, slots=True)
+class LeaderRanges:
+    """What an agent saw of one physical topic's partitions, in compact form: the partitions of each (first,
+    count) pair of ``ranges``, in order, have the leaders ``leaders`` names by index into ``brokers`` (-1: none)."""
+
+    physical_topic: str
+    brokers: Sequence[str]
+    ranges: Sequence[int]
+    leaders: Sequence[int]
+
+
+def report_leader_ranges(image: MetadataImage, cluster_id: str, reports: Sequence[LeaderRanges]) -> Result:
+    """``report_physical_partitions`` of reports in compact form (an agent of a cluster with 100,000 partitions
+    sends a few kilobytes): each name checked once, only the leaders that differ from the image recorded."""
+    cluster = registered_cluster(image, cluster_id)
+    if sum(len(r.leaders) for r in reports) > MAX_PARTITIONS_PER_REQUEST:
+        raise InvalidRequest("leaders", f"at most {MAX_PARTITIONS_PER_REQUEST} partitions per report")
+    changed: list[PhysicalPartition] = []
+    seen: set[tuple[str, int]] = set()
+    for i, r in enumerate(reports):
+        check_name(r.physical_topic, f"leaders.{i}.physical_topic")
+        for j, broker in enumerate(r.brokers):
+            check_bootstrap(broker, f"leaders.{i}.brokers.{j}")
+        pairs = list(zip(r.ranges[::2], r.ranges[1::2], strict=False))
+        if len(r.ranges) % 2 or any(first < 0 or count < 1 for first, count in pairs):
+            raise InvalidRequest(f"leaders.{i}.ranges", "ranges must be (first partition >= 0, count >= 1) pairs")
+        if sum(count for _first, count in pairs) != len(r.leaders):
+            raise InvalidRequest(f"leaders.{i}.leaders", "one leader per partition the ranges cover")
+        if max((first + count - 1 for first, count in pairs), default=0) > MAX_PHYSICAL_PARTITION:
+            raise InvalidRequest(f"leaders.{i}.ranges", f"physical partitions go from 0 to {MAX_PHYSICAL_PARTITION}")
+        if r.leaders and not -1 <= min(r.leaders) <= max(r.leaders) < len(r.brokers):
+            raise InvalidRequest(
+                f"leaders.{i}.leaders", f"a leader is an index into the {len(r.brokers)} brokers, or -1"
+            )
+        partitions = [p for first, count in pairs for p in range(first, first + count)]
+        get = cluster.leaders.get
+        for partition, index in zip(partitions, r.leaders, strict=True):
+            key = (r.physical_topic, partition)
+            if key in seen:
+                raise InvalidRequest(f"leaders.{i}", f"{r.physical_topic}/{partition} is listed twice")
+            seen.add(key)
+            leader = r.brokers[index] if index >= 0 else None
+            if get(key) != leader:
+                changed.append(PhysicalPartition(r.physical_topic, partition, leader))
+    records = (
+        _leader_records(cluster_id, changed)
+        if writes_ranges(image)
+        else tuple(
+            PhysicalPartitionsReported(cluster_id, p.physical_topic, p.physical_partition, p.leader) for p in changed
+        )
+    )
+    after = apply_checked(image, records)
+    return Result(records, cluster_view(after.clusters[cluster_id]))
+
+
 def _leader_records(cluster_id: str, changed: Sequence[PhysicalPartition]) -> tuple[Record, ...]:
     """``changed`` as ``PhysicalLeadersReported``: per physical topic, in order, each address written once."""
     by_topic: dict[str, list[PhysicalPartition]] = {}

@@ -278,3 +278,34 @@ def test_from_metadata_version_4_commands_write_ranges_that_make_the_same_image(
     assert old_sizes == [2001, 500, 111, 1500 - len(range(0, 1500, 7)), 750]  # no leader: nothing to drop
     parts = new.topics["U_TopicA"].partitions
     assert len(parts.runs) == 3 and parts.count_in_state("read_only") == 111  # c1, c2, then c1 again
+
+
+def test_a_leader_report_in_compact_form_records_what_the_one_per_partition_form_does(
+    two_clusters: MetadataImage,
+) -> None:
+    from broker_agent.agent import leader_report
+    from metadata_log.commands.clusters import LeaderRanges
+
+    image = apply(two_clusters, [MetadataVersionChanged(4)])
+    image = run(image, commands.create_topic(image, "T", "r1", 300, topic_id="t"))
+    first = [PhysicalPartition("T", p, f"127.0.0.1:{9000 + p % 2}") for p in range(300)]
+    image = run(image, commands.report_physical_partitions(image, "c1", first))
+    changes = [PhysicalPartition("T", p, "127.0.0.1:9005" if p % 3 else None) for p in (*range(0, 100), 150, 299)]
+    compact = [LeaderRanges(**r) for r in leader_report(changes)]
+    by_ranges = commands.report_leader_ranges(image, "c1", compact)
+    by_rows = commands.report_physical_partitions(image, "c1", changes)
+    assert by_ranges.records == by_rows.records and len(by_ranges.records) == 1
+    assert run(image, by_ranges).clusters == run(image, by_rows).clusters
+    assert commands.report_leader_ranges(run(image, by_ranges), "c1", compact).records == ()  # nothing changed
+    bad = [
+        (LeaderRanges("T", ["127.0.0.1:1"], [0], [0]), "leaders.0.ranges"),
+        (LeaderRanges("T", ["127.0.0.1:1"], [0, 2], [0]), "leaders.0.leaders"),
+        (LeaderRanges("T", ["127.0.0.1:1"], [0, 1], [1]), "leaders.0.leaders"),
+        (LeaderRanges("T", ["nohost"], [0, 1], [0]), "leaders.0.brokers.0"),
+        (LeaderRanges("T", ["127.0.0.1:1"], [0, 1, 0, 1], [0, 0]), "leaders.0"),
+        (LeaderRanges("T", ["127.0.0.1:1"], [2_000_000, 1], [0]), "leaders.0.ranges"),
+    ]
+    for report, field in bad:
+        with pytest.raises(InvalidRequest) as e:
+            commands.report_leader_ranges(image, "c1", [report])
+        assert e.value.extra["field"] == field
