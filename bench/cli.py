@@ -24,6 +24,7 @@ from . import (
     latency,
     operations,
     raft_layer,
+    scale,
     sdk,
     spark,
     spark_cluster,
@@ -57,6 +58,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("tailers", "2", "Commit -> tailer latency, long-poll and SSE", latency.run),
     Benchmark("failover", "3", "Leader kill -9 -> next acknowledged write", failover.run),
     Benchmark("image", "4", "A ~1M-partition image: snapshot, new follower, RSS, compaction", image.run),
+    Benchmark(
+        "scale",
+        "#38",
+        "10,000 topics x 10,000 partitions on 1,000 clusters: build, leaders, RSS, moves, expand, agents' CPU",
+        scale.run,
+    ),
     Benchmark(
         "federation",
         "#3, #25",
@@ -120,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--image-partitions", type=int, metavar="N", help="size of the image benchmark (default 1,000,000)"
     )
     parser.add_argument(
+        "--scale",
+        metavar="TOPICS,PARTITIONS,CLUSTERS",
+        help="size of the scale benchmark: topics, partitions per topic, clusters (default 10000,10000,1000)",
+    )
+    parser.add_argument(
         "--compaction",
         choices=["on", "off"],
         help="run the image benchmark's compaction experiment (default: on, off with --quick)",
@@ -152,6 +164,18 @@ def main(argv: list[str] | None = None) -> int:
         sizes = dataclasses.replace(sizes, image_partitions=args.image_partitions)
     if args.compaction:
         sizes = dataclasses.replace(sizes, compaction=args.compaction == "on")
+    if args.scale:
+        try:
+            topics, per_topic, clusters = (int(n) for n in args.scale.split(","))
+        except ValueError:
+            print(f"--scale takes TOPICS,PARTITIONS,CLUSTERS (three integers), not {args.scale!r}")
+            return 2
+        if clusters < 4 or clusters % 4 or per_topic % 4 or min(topics, per_topic) < 1:
+            print("--scale: clusters come in regions of 4, and a topic's partitions are split over its region's 4")
+            return 2
+        sizes = dataclasses.replace(
+            sizes, scale_topics=topics, scale_partitions_per_topic=per_topic, scale_clusters=clusters
+        )
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     machine = machine_info()
     print(

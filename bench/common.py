@@ -60,6 +60,10 @@ class Sizes:
     image_clusters: int
     image_partitions_per_cluster: int
     compaction: bool  # make the leader compact (time or entry trigger) and watch whether it keeps leading
+    # #38: the federation's shape at scale (regions of 4 clusters, each topic on its region's 4)
+    scale_topics: int = 10_000
+    scale_clusters: int = 1_000
+    scale_partitions_per_topic: int = 10_000
 
     @staticmethod
     def full() -> Sizes:
@@ -102,6 +106,9 @@ class Sizes:
             image_partitions=20_000,
             image_partitions_per_cluster=4,
             compaction=False,
+            scale_topics=20,
+            scale_clusters=8,
+            scale_partitions_per_topic=1000,
         )
 
 

@@ -78,6 +78,11 @@ class Outcome:
     detail: str = ""
 
 
+MAX_DUMP_BYTES: Final = 1 << 30
+"""The largest state dump a node loads (its own at start, or its leader's by InstallSnapshot): a dump is
+written by a node of the quorum, not by a client, and a 100 M-partition image is ~100 MiB, above the
+``MAX_DECODE_BYTES`` a client's body may have."""
+
 HALT_EXIT_STATUS: Final = 3
 """The exit status of a node stopped by ``halt_process``."""
 
@@ -374,7 +379,7 @@ class LogState:
         body = unframe(data)
         try:
             with gc_paused():
-                value = unpack(body)
+                value = unpack(body, MAX_DUMP_BYTES)
                 image = read_body(value, int(value["offset"]))
             value_raft = value["raft"]
             keys: OrderedDict[str, tuple[str | None, Outcome]] = OrderedDict()

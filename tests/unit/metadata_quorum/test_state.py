@@ -572,3 +572,18 @@ def test_a_raft_follower_without_publishers_never_builds_the_records_of_its_comm
     commands = [encode_command([Proposal(topic)], 2), encode_command([Proposal(partitions)], 2)]
     assert [follower.apply_command(data)[0].status for data in commands] == ["committed"] * 2
     assert len(follower.image.topics["t"].partitions) == 5
+
+
+def test_a_dump_above_a_clients_decode_limit_loads_up_to_the_dump_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 100 M-partition image dumps to ~100 MiB, above what a client's body may hold (``MAX_DECODE_BYTES``): a
+    node loads its own dump (or its leader's) up to ``MAX_DUMP_BYTES``, and refuses one past it."""
+    from metadata_log.codec import MAX_DECODE_BYTES
+
+    state = LogState()
+    state.apply_command(encode_command([Proposal((ClusterRegistered("c1", "r1", "h:1"),))]))
+    big = state.dump({"padding": bytes(MAX_DECODE_BYTES + 1)})  # pysyncobj's part of a dump is opaque here
+    reader = LogState()
+    assert reader.load(big) == {"padding": bytes(MAX_DECODE_BYTES + 1)} and reader.image == state.image
+    monkeypatch.setattr(state_module, "MAX_DUMP_BYTES", MAX_DECODE_BYTES)
+    with pytest.raises(CorruptState, match="exceeds"):
+        LogState().load(big)

@@ -1,0 +1,247 @@
+"""Benchmark #38: metadata at the scale a federation exists for.
+
+The federation's shape: ``scale_clusters`` sub-clusters in regions of 4; each topic placed on its region's 4
+clusters (``scale_partitions_per_topic`` / 4 partitions each), topics ``key_order: none``. Leaders come from
+synthetic agent reports in the compact form real agents send (no real broker holds 100,000 partitions here),
+and a swarm of stand-in agents heartbeats every cluster once a second. Full size: 10,000 topics x 10,000
+partitions (100 M) on 1,000 clusters; ``--scale TOPICS,PARTITIONS,CLUSTERS`` sets another.
+
+Measured, in order: registering the clusters; creating the topics through ``POST /v1/topics`` until every node
+applied them; every physical partition's leader reported and applied everywhere; each node's RSS; 100,000 (or
+a cluster's all, if fewer) leaders moving in one cluster, applied by every follower, and the log offsets it
+took; a topic expanded by 10,000 partitions, applied by every follower; the leader's CPU while the agents beat;
+a wiped follower catching up; the leader killed (-9) and the next acknowledged write.
+
+The baseline, one record and one Python object per partition, is the code before metadata version 4: its
+figures at 1 M partitions are the ``image`` benchmark's of that time (~1.1 KiB per partition); it does not fit
+this machine at the full size (a 3-node quorum of it stops near 6 M partitions), so it is not run here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from deploy.launcher import LocalQuorum, stop_processes
+
+from .common import (
+    NO_FSYNC,
+    Agents,
+    BenchResult,
+    Goal,
+    Row,
+    Sizes,
+    fmt,
+    leader_applied,
+    note_log_errors,
+    proc_status,
+    running_quorum,
+    wait_unfenced,
+)
+from .image import post_many, wipe_and_catch_up
+
+BUILD_GOAL = Goal("<=", 120.0, "s")
+LEADERS_GOAL = Goal("<=", 120.0, "s")
+RSS_GOAL = Goal("<=", 4096, "MiB")
+MOVE_GOAL = Goal("<=", 1.0, "s")
+MOVE_OFFSETS_GOAL = Goal("<=", 100, "offsets")
+EXPAND_GOAL = Goal("<=", 1.0, "s")
+AGENTS_CPU_GOAL = Goal("<=", 50.0, "% of a core")
+CATCH_UP_GOAL = Goal("<=", 60.0, "s")
+FAILOVER_GOAL = Goal("<=", 1.0, "s")
+CLIENTS = 4
+LEADERS_PER_REQUEST = 100_000  # the controllers' limit per report
+BROKERS = ("127.0.0.1:9092", "127.0.0.1:9093", "127.0.0.1:9094")
+MOVED = 100_000
+EXPANDED = 10_000
+CPU_WINDOW_S = 10.0
+
+
+def cluster_id(i: int) -> str:
+    return f"c{i:04d}"
+
+
+def topic_name(k: int) -> str:
+    return f"t{k:05d}"
+
+
+def applied_everywhere(q: LocalQuorum, offset: int, timeout_s: float) -> float:
+    """Seconds until every node has applied ``offset`` (polled every 10 ms)."""
+    t0 = time.monotonic()
+    q.wait_applied(offset, timeout_s=timeout_s)
+    return time.monotonic() - t0
+
+
+def post_and_apply(q: LocalQuorum, path: str, body: dict[str, Any], timeout_s: float = 60) -> tuple[float, int, int]:
+    """(seconds from sending ``body`` until every node applied it, log offsets it took, its last offset)."""
+    url = q.url(q.leader())
+    before = leader_applied(q)
+    t0 = time.monotonic()
+    reply = q.client.post(url + path, json=body, timeout=120)
+    reply.raise_for_status()
+    last = int(reply.json()["offset"])
+    q.wait_applied(last, timeout_s=timeout_s)
+    return time.monotonic() - t0, last - before, last
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(sizes: Sizes, tmp: Path, result: BenchResult) -> None:
+    topics, per_topic, clusters = sizes.scale_topics, sizes.scale_partitions_per_topic, sizes.scale_clusters
+    regions, partitions = clusters // 4, topics * per_topic
+    result.notes.append(
+        f"{topics:,} topics x {per_topic:,} partitions = {partitions:,} on {clusters:,} clusters in {regions:,} "
+        f"regions of 4; quorum with --no-journal-fsync; stand-in agents heartbeat every cluster once a second"
+    )
+    with running_quorum(tmp / "quorum", NO_FSYNC) as q:
+        rss_before = {node: proc_status(q.procs[node].pid).get("VmRSS", 0) for node in q.procs}
+        ids = [cluster_id(i) for i in range(clusters)]
+        bodies = [
+            ("/v1/clusters", orjson.dumps({"cluster_id": c, "region": f"r{i // 4}", "bootstrap_servers": BROKERS[0]}))
+            for i, c in enumerate(ids)
+        ]
+        t0 = time.monotonic()
+        asyncio.run(post_many(q.url(q.leader()), bodies, CLIENTS, "registering clusters", True, "clusters"))
+        register_s = time.monotonic() - t0
+        with Agents(q.urls, ids, interval_s=1.0) as agents:
+            wait_unfenced(q, ids, timeout_s=120)
+            result.rows.append(Row(f"register {clusters:,} clusters via POST /v1/clusters", register_s, "s"))
+            build(q, sizes, result)
+            report(q, sizes, result)
+            rss = {node: proc_status(q.procs[node].pid).get("VmRSS", 0) for node in q.procs}
+            worst = max(rss.values()) / 1024
+            grown = max(rss[n] - rss_before[n] for n in rss) * 1024 / partitions
+            result.rows.append(
+                Row("controller node RSS (largest of 3)", worst, "MiB", goal=RSS_GOAL,
+                    note=f"{fmt(grown)} bytes per partition over the empty node; per node "
+                    + ", ".join(f"{n}: {v >> 10} MiB" for n, v in sorted(rss.items())))
+            )  # fmt: skip
+            move_leaders(q, sizes, result)
+            expand(q, result)
+            leader = q.leader()
+            cpu0, t0 = cpu_seconds(q.procs[leader].pid), time.monotonic()
+            time.sleep(CPU_WINDOW_S)
+            share = (cpu_seconds(q.procs[leader].pid) - cpu0) / (time.monotonic() - t0) * 100
+            result.rows.append(
+                Row(f"{clusters:,} agents beating once a second: leader CPU", share, "% of a core",
+                    goal=AGENTS_CPU_GOAL, note=f"heartbeat failures {agents.failures}")
+            )  # fmt: skip
+            final = leader_applied(q)
+            follower = next(n for n in q.procs if n != leader)
+            caught = wipe_and_catch_up(q, follower, final, timeout_s=1800)
+            result.rows.append(
+                Row("wiped follower -> caught up", caught["catch_up_s"], "s", goal=CATCH_UP_GOAL,
+                    note=f"node {follower}, RSS after {caught['rss_kib'].get('VmRSS', 0) >> 10} MiB")
+            )  # fmt: skip
+            failover(q, result)
+        note_log_errors(q, result, "scale")
+
+
+def build(q: LocalQuorum, sizes: Sizes, result: BenchResult) -> None:
+    regions, per_cluster = sizes.scale_clusters // 4, sizes.scale_partitions_per_topic // 4
+    bodies = [
+        ("/v1/topics", orjson.dumps({"name": topic_name(k), "region": f"r{k % regions}",
+                                     "partitions_per_cluster": per_cluster}))
+        for k in range(sizes.scale_topics)
+    ]  # fmt: skip
+    t0 = time.monotonic()
+    statuses = asyncio.run(post_many(q.url(q.leader()), bodies, CLIENTS, "creating topics", True, "topics"))
+    last = leader_applied(q)
+    applied_everywhere(q, last, 1800)
+    build_s = time.monotonic() - t0
+    result.details["build"] = {"statuses": statuses, "last_offset": last}
+    result.rows.append(
+        Row(f"{sizes.scale_topics:,} topics x {sizes.scale_partitions_per_topic:,} partitions created via "
+            "POST /v1/topics, applied by every node", build_s, "s", goal=BUILD_GOAL,
+            note=f"statuses {statuses}; the log at offset {last:,}")
+    )  # fmt: skip
+
+
+def report(q: LocalQuorum, sizes: Sizes, result: BenchResult) -> None:
+    """Every cluster's agent reports the leader of each physical partition it holds, in the compact form."""
+    regions, per_cluster = sizes.scale_clusters // 4, sizes.scale_partitions_per_topic // 4
+    bodies: list[tuple[str, bytes]] = []
+    for i in range(sizes.scale_clusters):
+        topics = [topic_name(k) for k in range(i // 4, sizes.scale_topics, regions)]
+        per_request = max(1, LEADERS_PER_REQUEST // per_cluster)
+        for at in range(0, len(topics), per_request):
+            leaders = [
+                {"physical_topic": t, "brokers": list(BROKERS), "ranges": [0, per_cluster],
+                 "leaders": [p % 3 for p in range(per_cluster)]}
+                for t in topics[at : at + per_request]
+            ]  # fmt: skip
+            bodies.append((f"/v1/agents/{cluster_id(i)}/partitions", orjson.dumps({"leaders": leaders})))
+    before = leader_applied(q)
+    t0 = time.monotonic()
+    statuses = asyncio.run(post_many(q.url(q.leader()), bodies, CLIENTS, "reporting leaders", True, "leaders"))
+    last = leader_applied(q)
+    applied_everywhere(q, last, 1800)
+    report_s = time.monotonic() - t0
+    result.rows.append(
+        Row(f"leaders of all {sizes.scale_topics * sizes.scale_partitions_per_topic:,} physical partitions reported "
+            "(synthetic agents) and applied everywhere", report_s, "s", goal=LEADERS_GOAL,
+            note=f"{len(bodies):,} reports, {last - before:,} log offsets; statuses {statuses}")
+    )  # fmt: skip
+
+
+def move_leaders(q: LocalQuorum, sizes: Sizes, result: BenchResult) -> None:
+    """A broker of cluster c0000 fails: up to 100,000 of its partitions get another leader in one report."""
+    regions, per_cluster = sizes.scale_clusters // 4, sizes.scale_partitions_per_topic // 4
+    topics = [topic_name(k) for k in range(0, sizes.scale_topics, regions)]
+    leaders, moved = [], 0
+    for t in topics:
+        n = min(per_cluster, MOVED - moved)
+        if n <= 0:
+            break
+        leaders.append({"physical_topic": t, "brokers": list(BROKERS), "ranges": [0, n],
+                        "leaders": [(p + 1) % 3 for p in range(n)]})  # fmt: skip
+        moved += n
+    seconds, offsets, _ = post_and_apply(q, f"/v1/agents/{cluster_id(0)}/partitions", {"leaders": leaders})
+    result.rows.append(
+        Row(f"{moved:,} partition leaders moving in one sub-cluster -> applied by every node", seconds, "s",
+            goal=MOVE_GOAL)
+    )  # fmt: skip
+    result.rows.append(Row("... log offsets it took", offsets, "offsets", goal=MOVE_OFFSETS_GOAL))
+
+
+def expand(q: LocalQuorum, result: BenchResult) -> None:
+    body = {"cluster_id": cluster_id(0), "count": EXPANDED, "physical_topic": "expanded"}
+    seconds, offsets, _ = post_and_apply(q, f"/v1/topics/{topic_name(0)}/partitions", body)
+    result.rows.append(
+        Row(f"expand a topic by {EXPANDED:,} partitions -> applied by every node", seconds, "s", goal=EXPAND_GOAL,
+            note=f"{offsets} log offset(s)")
+    )  # fmt: skip
+
+
+def failover(q: LocalQuorum, result: BenchResult) -> None:
+    """kill -9 the leader; time until a write is acknowledged by the new one (retried every 10 ms)."""
+    leader = q.leader()
+    body = {"cluster_id": "after-failover", "region": "failover", "bootstrap_servers": BROKERS[0]}
+    t0 = time.monotonic()
+    os.kill(q.procs[leader].pid, signal.SIGKILL)
+    deadline = t0 + 60
+    while time.monotonic() < deadline:
+        for url in (q.url(n) for n in q.procs if n != leader):
+            try:
+                if q.client.post(url + "/v1/clusters", json=body, timeout=2).status_code < 300:
+                    result.rows.append(
+                        Row("leader kill -9 -> next acknowledged write", time.monotonic() - t0, "s",
+                            goal=FAILOVER_GOAL)
+                    )  # fmt: skip
+                    stop_processes([q.procs[leader]])
+                    return
+            except httpx.HTTPError:  # the killed node, or one not leading yet: try the next
+                pass
+        time.sleep(0.01)
+    result.rows.append(Row("leader kill -9 -> next acknowledged write", None, "s", goal=FAILOVER_GOAL,
+                           note="no write acknowledged within 60 s"))  # fmt: skip
