@@ -28,7 +28,8 @@ anomalies found (an empty list when all holds):
   ``apply`` of the log's records up to its offset.
 
 Every record of the log is tied to the one thing that asked for it. A write's *effect* is the records it
-made (a created topic's ``TopicCreated`` and its ``PartitionsAdded``; one record otherwise); its
+made (a created topic's ``TopicCreated`` and its ``PartitionsAdded`` or ``PartitionRangeAdded``; one record
+otherwise); its
 *signature* is what it asked for (``("partition_state", topic, partition, state)``). An acknowledged write
 is tied to the effect ending at its acknowledged offset. Every other effect is tied, in log order, to a
 write with its signature that could have made it in real time (sent before any write at or after that
@@ -289,11 +290,18 @@ _SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "ClusterStateChanged": ("cluster_state", ("cluster_id", "state")),
     "PartitionStateChanged": ("partition_state", ("topic", "partition", "state")),
     "PartitionsAdded": ("add_partitions", ("topic",)),
+    "PartitionRangeAdded": ("add_partitions", ("topic",)),
+    "PartitionRangeStateChanged": ("shrink", ("topic",)),
+    "PhysicalLeadersReported": ("report", ("cluster_id",)),
     "MetadataVersionChanged": ("metadata_version", ("version",)),
     "ClusterFenced": ("fencing", ("cluster_id",)),
     "ClusterUnfenced": ("fencing", ("cluster_id",)),
     "PhysicalPartitionsReported": ("report", ("cluster_id",)),
 }
+
+
+ADDED_PARTITIONS = frozenset({"PartitionsAdded", "PartitionRangeAdded"})
+"""What follows a ``TopicCreated`` in its command: a record per partition, or (metadata version 4) per range."""
 
 
 def _effects(log: Sequence[dict[str, Any]]) -> list[_Effect]:
@@ -303,7 +311,7 @@ def _effects(log: Sequence[dict[str, Any]]) -> list[_Effect]:
     for r in log:
         t, d, offset = r["type"], r["data"], r["offset"]
         # a created topic's partitions follow it in its own command (``last`` ends at ``offset - 1``)
-        if t == "PartitionsAdded" and last.signature == ("create_topic", d["topic"]):
+        if t in ADDED_PARTITIONS and last.signature == ("create_topic", d["topic"]):
             last.last = offset
             continue
         kind, fields = _SIGNATURES.get(t, (t, ()))

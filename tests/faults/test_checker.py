@@ -484,3 +484,24 @@ def test_a_tail_page_that_goes_back_counts_each_record_read_again() -> None:
     again["offset"] = 1
     again["records"] = [[r["offset"], record_digest(r)] for r in log[1:]]  # 1 and 2 a second time
     assert run_check(ops=ops) == ["tail-order", "tail-order"]
+
+
+def ranged(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``log`` as a quorum at metadata version 4 writes it: the created topic's partitions as ranges."""
+    out = []
+    for r in log:
+        if r["type"] == "PartitionsAdded":
+            d = r["data"]
+            r = rec(r["offset"], "PartitionRangeAdded", topic=d["topic"], first_partition=d["partition"], count=1,
+                    cluster_id=d["cluster_id"], physical_topic=d["physical_topic"],
+                    first_physical_partition=d["physical_partition"])  # fmt: skip
+        out.append(r)
+    return out
+
+
+def test_a_topic_created_with_range_records_is_one_write() -> None:
+    log = ranged(good_log())
+    assert run_check(good_history(log), {1: log, 2: copy.deepcopy(log)}, metadata={}) == []
+    apart = [*log, rec(6, "PartitionRangeAdded", topic="w0-t2", first_partition=2, count=3, cluster_id="w0-c0",
+                       physical_topic="w0-t2", first_physical_partition=1)]  # fmt: skip
+    assert run_check(good_history(log), {1: apart}, metadata={}) == ["phantom-record"]
