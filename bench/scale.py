@@ -103,7 +103,7 @@ def run(sizes: Sizes, tmp: Path, result: BenchResult) -> None:
         f"{topics:,} topics x {per_topic:,} partitions = {partitions:,} on {clusters:,} clusters in {regions:,} "
         f"regions of 4; quorum with --no-journal-fsync; stand-in agents heartbeat every cluster once a second"
     )
-    with running_quorum(tmp / "quorum", NO_FSYNC) as q:
+    with running_quorum(tmp / "quorum", (NO_FSYNC,)) as q:
         rss_before = {node: proc_status(q.procs[node].pid).get("VmRSS", 0) for node in q.procs}
         ids = [cluster_id(i) for i in range(clusters)]
         bodies = [

@@ -7,8 +7,10 @@ batch (``key_order.with_epochs``).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 from ..errors import Conflict, InvalidRequest
 from ..image import CLUSTER_TRANSITIONS, ClusterImage, MetadataImage
@@ -178,46 +180,64 @@ class LeaderRanges:
 
 def report_leader_ranges(image: MetadataImage, cluster_id: str, reports: Sequence[LeaderRanges]) -> Result:
     """``report_physical_partitions`` of reports in compact form (an agent of a cluster with 100,000 partitions
-    sends a few kilobytes): each name checked once, only the leaders that differ from the image recorded."""
+    sends a few hundred kilobytes): each name checked once, and each range compared with the image as a whole
+    (an array comparison), recorded as reported where it differs. Before metadata version 4, the partitions
+    that differ, one record each."""
     cluster = registered_cluster(image, cluster_id)
     if sum(len(r.leaders) for r in reports) > MAX_PARTITIONS_PER_REQUEST:
         raise InvalidRequest("leaders", f"at most {MAX_PARTITIONS_PER_REQUEST} partitions per report")
-    changed: list[PhysicalPartition] = []
-    seen: set[tuple[str, int]] = set()
+    table = {address: i for i, address in enumerate(cluster.leaders.brokers)}
+    taken: dict[str, list[tuple[int, int, int]]] = {}  # per physical topic: (first, end, report index)
+    changed: list[tuple[LeaderRanges, int, int, int]] = []  # (report, first partition, count, first leader)
     for i, r in enumerate(reports):
-        check_name(r.physical_topic, f"leaders.{i}.physical_topic")
-        for j, broker in enumerate(r.brokers):
-            check_bootstrap(broker, f"leaders.{i}.brokers.{j}")
-        pairs = list(zip(r.ranges[::2], r.ranges[1::2], strict=False))
-        if len(r.ranges) % 2 or any(first < 0 or count < 1 for first, count in pairs):
-            raise InvalidRequest(f"leaders.{i}.ranges", "ranges must be (first partition >= 0, count >= 1) pairs")
-        if sum(count for _first, count in pairs) != len(r.leaders):
-            raise InvalidRequest(f"leaders.{i}.leaders", "one leader per partition the ranges cover")
-        if max((first + count - 1 for first, count in pairs), default=0) > MAX_PHYSICAL_PARTITION:
-            raise InvalidRequest(f"leaders.{i}.ranges", f"physical partitions go from 0 to {MAX_PHYSICAL_PARTITION}")
-        if r.leaders and not -1 <= min(r.leaders) <= max(r.leaders) < len(r.brokers):
-            raise InvalidRequest(
-                f"leaders.{i}.leaders", f"a leader is an index into the {len(r.brokers)} brokers, or -1"
+        pairs = _checked_ranges(r, i)
+        # the cluster's index of each address reported (-2: one it has never had), -1 for none
+        lookup = {j: table.get(address, -2) for j, address in enumerate(r.brokers)} | {-1: -1}
+        at = 0
+        for first, count in pairs:
+            taken.setdefault(r.physical_topic, []).append((first, first + count, i))
+            reported = array("h", map(lookup.__getitem__, r.leaders[at : at + count]))
+            if reported != cluster.leaders.segment(r.physical_topic, first, count):
+                changed.append((r, first, count, at))
+            at += count
+    for physical_topic, spans in taken.items():
+        spans.sort()
+        for (_, end, _i), (first, _end, i) in pairwise(spans):
+            if first < end:
+                raise InvalidRequest(f"leaders.{i}", f"{physical_topic}/{first} is listed twice")
+    records: list[Record] = []
+    for r, first, count, at in changed:
+        for start in range(0, count, MAX_LEADERS_PER_RECORD):
+            n = min(MAX_LEADERS_PER_RECORD, count - start)
+            leaders = tuple(r.leaders[at + start : at + start + n])
+            if writes_ranges(image):
+                ranges = (first + start, n)
+                records.append(PhysicalLeadersReported(cluster_id, r.physical_topic, tuple(r.brokers), ranges, leaders))
+                continue
+            records += (
+                PhysicalPartitionsReported(cluster_id, r.physical_topic, p, r.brokers[j] if j >= 0 else None)
+                for p, j in zip(range(first + start, first + start + n), leaders, strict=True)
+                if cluster.leaders.get((r.physical_topic, p)) != (r.brokers[j] if j >= 0 else None)
             )
-        partitions = [p for first, count in pairs for p in range(first, first + count)]
-        get = cluster.leaders.get
-        for partition, index in zip(partitions, r.leaders, strict=True):
-            key = (r.physical_topic, partition)
-            if key in seen:
-                raise InvalidRequest(f"leaders.{i}", f"{r.physical_topic}/{partition} is listed twice")
-            seen.add(key)
-            leader = r.brokers[index] if index >= 0 else None
-            if get(key) != leader:
-                changed.append(PhysicalPartition(r.physical_topic, partition, leader))
-    records = (
-        _leader_records(cluster_id, changed)
-        if writes_ranges(image)
-        else tuple(
-            PhysicalPartitionsReported(cluster_id, p.physical_topic, p.physical_partition, p.leader) for p in changed
-        )
-    )
     after = apply_checked(image, records)
-    return Result(records, cluster_view(after.clusters[cluster_id]))
+    return Result(tuple(records), cluster_view(after.clusters[cluster_id]))
+
+
+def _checked_ranges(r: LeaderRanges, i: int) -> list[tuple[int, int]]:
+    """The (first, count) pairs of report ``i``, each of its fields checked (``InvalidRequest`` naming it)."""
+    check_name(r.physical_topic, f"leaders.{i}.physical_topic")
+    for j, broker in enumerate(r.brokers):
+        check_bootstrap(broker, f"leaders.{i}.brokers.{j}")
+    pairs = list(zip(r.ranges[::2], r.ranges[1::2], strict=False))
+    if len(r.ranges) % 2 or any(first < 0 or count < 1 for first, count in pairs):
+        raise InvalidRequest(f"leaders.{i}.ranges", "ranges must be (first partition >= 0, count >= 1) pairs")
+    if sum(count for _first, count in pairs) != len(r.leaders):
+        raise InvalidRequest(f"leaders.{i}.leaders", "one leader per partition the ranges cover")
+    if max((first + count - 1 for first, count in pairs), default=0) > MAX_PHYSICAL_PARTITION:
+        raise InvalidRequest(f"leaders.{i}.ranges", f"physical partitions go from 0 to {MAX_PHYSICAL_PARTITION}")
+    if r.leaders and not -1 <= min(r.leaders) <= max(r.leaders) < len(r.brokers):
+        raise InvalidRequest(f"leaders.{i}.leaders", f"a leader indexes the {len(r.brokers)} brokers, or is -1")
+    return pairs
 
 
 def _leader_records(cluster_id: str, changed: Sequence[PhysicalPartition]) -> tuple[Record, ...]:

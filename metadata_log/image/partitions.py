@@ -306,15 +306,27 @@ class Leaders(Mapping[tuple[str, int], str]):
         """The addresses the indexes of ``indexes`` name (maybe some no partition uses any more)."""
         return self._brokers
 
+    def segment(self, physical_topic: str, first: int, count: int) -> array[int]:
+        """The leaders of partitions ``first..first+count-1`` as indexes into ``brokers`` (-1: none)."""
+        slots = self._topics.get(physical_topic)
+        part = slots[first : first + count] if slots is not None else array("h")
+        if len(part) < count:
+            part.extend(repeat(_NO_LEADER, count - len(part)))
+        return part
+
     def indexes(self) -> Iterator[tuple[str, array[int]]]:
         """Per physical topic, its partitions' leaders as indexes into ``brokers``, in partition order (-1: none)."""
         return iter(self._topics.items())
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Leaders) and other._brokers == self._brokers:
-            return self._topics == other._topics or (
-                self._count == other._count and dict(self.items()) == dict(other.items())
-            )
+        if isinstance(other, Leaders):
+            if self._count != other._count:
+                return False
+            short, long = sorted((self._brokers, other._brokers), key=len)
+            if long[: len(short)] == short:
+                # One table extends the other (a builder only appends): an address has the same index in both,
+                # and arrays are trimmed and topics without a leader dropped, so equal leaders are equal arrays.
+                return self._topics == other._topics
         if isinstance(other, Mapping):
             return len(self) == len(other) and dict(self.items()) == dict(other.items())
         return NotImplemented
