@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 import httpx
@@ -23,9 +24,10 @@ import httpx
 from metadata_log.codec import MAX_DECODE_BYTES, CodecError, record_from_dict, unpack
 from metadata_log.errors import NotAController, Unavailable
 from metadata_log.heap import gc_paused
-from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply_touched
+from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, Touched, apply_touched
 from metadata_log.publisher import LogDelta, MetadataPublisher, Publishers
 from metadata_log.records import LATEST_METADATA_VERSION, Record
+from metadata_log.selection import backing_of
 from metadata_log.snapshot import read_body
 
 from .access import NO_ACCESS, Access
@@ -58,8 +60,12 @@ class LogFollower:
         client: httpx.Client | None = None,
         timeout_s: float = 5.0,
         access: Access = NO_ACCESS,
+        topics: Collection[str] | None = None,
     ) -> None:
+        """``topics``: follow only these logical topics (``metadata_log.selection``): the image holds them, the
+        leaders of their physical topics and every federation-wide kind; None: the whole log."""
         self.urls = controller_urls(controllers)
+        self.topics: frozenset[str] | None = frozenset(topics) if topics is not None else None
         self.wait_ms = wait_ms
         self.limit = limit
         self.image: MetadataImage = EMPTY_IMAGE
@@ -120,6 +126,8 @@ class LogFollower:
         if r.status_code != 200:
             raise FollowerError(f"GET /v1/log answered {r.status_code}: {reply_error(self.url, r)}")
         body = _unpack(r)
+        if self.topics is not None:
+            return self._advance_selected(body, sent)
         records: list[Record] = []
         expected = self.next_offset
         try:
@@ -137,9 +145,52 @@ class LogFollower:
             self.confirmed_at = sent
         return len(records)
 
+    def _advance_selected(self, body: Any, sent: float) -> int:
+        """A page of the selected topics' records: each run of consecutive offsets applied at its own offsets,
+        then the image moved to the page's end. A selected topic that gains a placement loads the snapshot."""
+        runs: list[tuple[int, list[Record]]] = []  # (first offset, records)
+        expected = self.next_offset
+        try:
+            end = int(body["next_offset"])
+            for item in body["records"]:
+                offset = int(item["offset"])
+                if not expected <= offset < end:
+                    raise FollowerError(f"{self.url} sent offset {offset} outside {expected}..{end - 1}")
+                record = record_from_dict(item["type"], item["data"])
+                if runs and offset == expected:
+                    runs[-1][1].append(record)
+                else:
+                    runs.append((offset, [record]))
+                expected = offset + 1
+        except (CodecError, KeyError, TypeError, ValueError) as e:  # what a broken or hostile node may send
+            raise FollowerError(f"records from {self.url} do not decode: {type(e).__name__}: {e}") from e
+        placed = backing_of(self.topics or (), self.image)
+        for first, records in runs:
+            self.image = replace(self.image, offset=first - 1)  # what was left out changed nothing here
+            self._advance(records)
+        if end - 1 > self.image.offset:
+            base, image = self.image, replace(self.image, offset=end - 1)
+            self._set_image(image, LogDelta.committed, base, [], image, Touched())
+        if not backing_of(self.topics or (), self.image) <= placed:
+            self.load_snapshot()  # leaders reported before a placement was this follower's were left out
+        self.confirmed_at = sent if body["next_offset"] >= body.get("high_watermark", 0) else self.confirmed_at
+        return sum(len(records) for _first, records in runs)
+
+    def follow(self, topics: Collection[str]) -> None:
+        """Follow these topics too (a selection only grows): the snapshot of all of them is loaded."""
+        if self.topics is None or set(topics) <= self.topics:
+            return
+        self.topics = self.topics | frozenset(topics)
+        self.load_snapshot()
+
     def load_snapshot(self) -> None:
-        """Replace the image by the controller's snapshot, unless that would move it backwards."""
-        r = self._get("/v1/snapshot", {"layout": "runs"})
+        """Replace the image by the controller's snapshot, unless that would move it backwards. A follower of
+        some topics asks for one at least as new as its image (its selection grew: nodes reuse a snapshot for a
+        while, and an older one would move it backwards)."""
+        params: dict[str, int | str] = {"layout": "runs"}
+        if self.topics is not None and self.image.offset >= 0:
+            params["min_offset"] = self.image.offset
+        r = self._get("/v1/snapshot", params)
         if r.status_code != 200:
             raise FollowerError(f"GET /v1/snapshot answered {r.status_code}: {reply_error(self.url, r)}")
         with gc_paused():
@@ -163,6 +214,8 @@ class LogFollower:
         make the follower hold more than that in memory."""
         self._retry_after_s = None
         params = {**(params or {}), "metadata_version": LATEST_METADATA_VERSION}  # the records this code reads
+        if self.topics is not None:
+            params["topics"] = ",".join(sorted(self.topics))
         with self._client.stream("GET", self.url + path, params=params, headers={"Accept": MSGPACK}) as r:
             if r.status_code != 200:
                 self._retry_after_s = retry_after_s(r.headers)

@@ -14,7 +14,10 @@ from starlette.responses import Response, StreamingResponse
 
 from metadata_log.codec import pack
 from metadata_log.errors import Conflict, Gone, InvalidRequest, TooManyRequests, Unavailable
+from metadata_log.image import MetadataImage
 from metadata_log.records import LATEST_METADATA_VERSION, version_to_read
+from metadata_log.selection import MAX_SELECTED_TOPICS, Selection
+from metadata_log.snapshot import Layout, pack_body
 
 from ..readmodel import Entry, ReadModel
 from .bodies import INT64_MAX
@@ -32,6 +35,27 @@ SSE_MAX_PER_CLIENT: Final = 64  # open streams per client address; a dashboard o
 READER_VERSION_DEFAULT: Final = 3
 """The metadata version a reader that does not say which it reads is taken to read: the contract before range
 records (metadata version 4), which such a reader does not know."""
+
+TopicsSelected = Annotated[
+    str | None,
+    Query(
+        max_length=MAX_SELECTED_TOPICS * 250,
+        description="Comma-separated logical topics: only their records, their physical topics' leaders and the "
+        f"federation-wide kinds (metadata_log/selection.py), up to {MAX_SELECTED_TOPICS} topics. next_offset "
+        "still moves past what is left out.",
+    ),
+]
+
+
+def selection_of(topics: str | None, image: MetadataImage) -> Selection | None:
+    """The ``topics=`` parameter as a ``Selection`` over ``image`` (None: every record)."""
+    if topics is None:
+        return None
+    names = [name for name in topics.split(",") if name]
+    if not names or len(names) > MAX_SELECTED_TOPICS:
+        raise InvalidRequest("topics", f"topics names 1 to {MAX_SELECTED_TOPICS} comma-separated logical topics")
+    return Selection.of(names, image)
+
 
 ReaderVersion = Annotated[
     int,
@@ -89,14 +113,18 @@ async def read_log(
     limit: Annotated[int, Query(ge=1, le=LOG_LIMIT_MAX, description="Most records returned.")] = LOG_LIMIT_DEFAULT,
     wait_ms: Annotated[int, Query(ge=0, le=WAIT_MS_MAX, description="Wait this long when there is nothing yet.")] = 0,
     metadata_version: ReaderVersion = READER_VERSION_DEFAULT,
+    topics: TopicsSelected = None,
 ) -> Response:
     rm = service.read_model
+    selection = selection_of(topics, rm.image)
     rm.read(offset, 1)  # 410 now, before waiting, when below the window
     if wait_ms and rm.high_watermark <= offset:
         await rm.wait_beyond(offset, wait_ms / 1000)
     page = rm.read(offset, limit)
     entries = _readable(page.entries, metadata_version)
     next_offset = entries[-1].offset + 1 if len(entries) < len(page.entries) else page.next_offset
+    if selection is not None:
+        entries = [e for e in entries if selection.wants(e.record)]
     positions = {
         "next_offset": next_offset,
         "high_watermark": page.high_watermark,
@@ -180,6 +208,7 @@ async def snapshot(
         ),
     ] = "records",
     metadata_version: ReaderVersion = READER_VERSION_DEFAULT,
+    topics: TopicsSelected = None,
 ) -> Response:
     if min_offset is not None:
         await service.image_at_least(min_offset, MIN_OFFSET_WAIT_S)
@@ -187,6 +216,15 @@ async def snapshot(
     snap = service.read_model.snapshot(-1 if min_offset is None else min_offset)
     if snap.image.metadata_version > metadata_version:
         raise _newer(snap.image.metadata_version, metadata_version, f"the snapshot at offset {snap.image.offset}")
+    selection = selection_of(topics, snap.image)
+    if selection is not None:  # a follower's own: encoded for it, of the size of its topics
+        if not wants_msgpack(request):
+            raise InvalidRequest(
+                "topics", "a snapshot of some topics is served as msgpack (Accept: application/msgpack)"
+            )
+        image = selection.image(snap.image)
+        chosen: Layout = "runs" if layout == "runs" else "rows"
+        return Response(await asyncio.to_thread(pack_body, image, chosen), media_type=MSGPACK)
     if wants_msgpack(request):
         encoded = (lambda: snap.runs) if layout == "runs" else (lambda: snap.msgpack)
         return Response(await asyncio.to_thread(encoded), media_type=MSGPACK)

@@ -25,9 +25,16 @@ from controller.http.app import ROUTERS
 from controller.http.log import SSE_MAX_PER_CLIENT, LogStreams, get_streams
 from controller.readmodel import ReadModel
 from controller.service import WriteReply, fingerprint
+from metadata_client.client import READS
 from metadata_log.commands import Result
 from metadata_log.image import MetadataImage, apply
-from metadata_log.records import ClusterRegistered, PartitionRangeAdded, Record, TopicCreated
+from metadata_log.records import (
+    ClusterRegistered,
+    PartitionRangeAdded,
+    PhysicalLeadersReported,
+    Record,
+    TopicCreated,
+)
 from tests.unit.samples import ONE_OF_EACH
 
 from ..samples import log_delta
@@ -364,3 +371,32 @@ def test_a_topic_is_read_in_pages_and_the_client_reads_them_all() -> None:
     assert too_many.status_code == 422 and too_many.json()["field"] == "partition_limit"
     assert no_topic.status_code == 422 and no_topic.json()["field"] == "first_partition"
     assert [p["partition"] for p in whole["partitions"]] == list(range(2500)) and whole["next_partition"] is None
+
+
+def test_a_follower_of_one_topic_gets_its_records_and_snapshot_and_nothing_of_another() -> None:
+    from starlette.testclient import TestClient
+
+    from metadata_client.follower import LogFollower
+    from metadata_log.selection import Selection
+
+    service = FakeService()
+    rm = service.read_model
+    committed(rm, [ClusterRegistered("c7", "r1", "127.0.0.1:1"), TopicCreated("id-x", "X", "r1"),
+                   PartitionRangeAdded("X", 0, 10, "c7", "X", 0)])  # fmt: skip
+    app = routers_only(service)
+    with TestClient(app, base_url="http://node") as http:
+        follower = LogFollower("http://node", client=http, topics={"X"}, wait_ms=0)
+        follower.poll()
+        assert follower.image == Selection.of({"X"}, rm.image).image(rm.image) and follower.snapshots_loaded == 1
+        committed(rm, [TopicCreated("id-y", "Y", "r1"), PartitionRangeAdded("Y", 0, 5, "c7", "Y", 0),
+                       PhysicalLeadersReported("c7", "Y", ("127.0.0.1:1",), (0, 5), (0, 0, 0, 0, 0)),
+                       PhysicalLeadersReported("c7", "X", ("127.0.0.1:1",), (0, 2), (0, 0))])  # fmt: skip
+        page = http.get("/v1/log", params={"offset": follower.next_offset, "topics": "X", **READS}).json()
+        assert [r["type"] for r in page["records"]] == ["PhysicalLeadersReported"]
+        assert page["next_offset"] == rm.high_watermark
+        assert follower.poll() == 1 and follower.image.offset == rm.image.offset and "Y" not in follower.image.topics
+        assert follower.image == Selection.of({"X"}, rm.image).image(rm.image)
+        follower.follow({"Y"})  # a producer writes to Y now: its snapshot of both
+        assert set(follower.image.topics) == {"X", "Y"} and follower.snapshots_loaded == 2
+        too_many = http.get("/v1/log", params={"offset": 0, "topics": ",".join(f"t{i}" for i in range(1001))})
+        assert too_many.status_code == 422 and too_many.json()["field"] == "topics"

@@ -1,0 +1,66 @@
+"""A follower of some topics (``metadata_log.selection``): the records it is sent, replayed at their own offsets,
+make the image the selection keeps of the whole one; it never holds another topic or another physical topic's
+leaders, and it still holds every federation-wide part."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+
+from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
+from metadata_log.records import (
+    ClusterRegistered,
+    PartitionRangeAdded,
+    PhysicalLeadersReported,
+    Record,
+    TopicCreated,
+)
+from metadata_log.selection import Selection
+from tests.unit.samples import BATCH_ENDS, ONE_OF_EACH
+
+
+def followed(batches: list[list[Record]], selection: Selection) -> MetadataImage:
+    """What a follower of ``selection`` holds after ``batches``: each record it is sent applied at its offset."""
+    image, offset = EMPTY_IMAGE, -1
+    for batch in batches:
+        sent = [(offset + 1 + i, r) for i, r in enumerate(batch) if selection.wants(r)]
+        for _, run in itertools.groupby(enumerate(sent), lambda item: item[1][0] - item[0]):
+            pairs = [pair for _, pair in run]
+            image = apply(dataclasses.replace(image, offset=pairs[0][0] - 1), [r for _, r in pairs])
+        offset += len(batch)
+        image = dataclasses.replace(image, offset=offset)
+    return image
+
+
+@pytest.mark.parametrize("topics", [{"U_TopicA"}, {"D"}, {"B", "D"}, {"nothing-yet"}])
+def test_a_follower_of_some_topics_holds_what_the_selection_keeps_of_the_image(topics: set[str]) -> None:
+    batches = [ONE_OF_EACH[a:b] for a, b in itertools.pairwise(BATCH_ENDS)]
+    whole = apply(EMPTY_IMAGE, ONE_OF_EACH)
+    selection = Selection.of(topics, whole)
+    mine = followed(batches, selection)
+    assert mine == selection.image(whole) and mine.offset == whole.offset
+    assert set(mine.topics) == topics & set(whole.topics) and set(mine.key_orders) <= topics
+    assert (mine.groups, mine.transactions, mine.gateways, mine.voters) == (
+        whole.groups, whole.transactions, whole.gateways, whole.voters,
+    )  # fmt: skip
+    assert mine.clusters.keys() == whole.clusters.keys()
+
+
+def test_another_topics_partitions_and_its_physical_topics_leaders_are_not_sent() -> None:
+    image = apply(
+        EMPTY_IMAGE,
+        [ClusterRegistered("c1", "r1", "h:1"), TopicCreated("a", "A", "r1"), TopicCreated("b", "B", "r1"),
+         PartitionRangeAdded("A", 0, 4, "c1", "A", 0), PartitionRangeAdded("B", 0, 4, "c1", "shared", 0)],
+    )  # fmt: skip
+    selection = Selection.of({"A"}, image)
+    assert selection.backing == {("c1", "A")}
+    assert not selection.wants(PartitionRangeAdded("B", 4, 1, "c1", "shared", 4))
+    assert not selection.wants(PhysicalLeadersReported("c1", "shared", ("h:1",), (0, 1), (0,)))
+    assert selection.wants(PhysicalLeadersReported("c1", "A", ("h:1",), (0, 1), (0,)))
+    assert selection.wants(PhysicalLeadersReported("c9", "A", ("h:1",), (0, 1), (0,)))  # named like a selected topic
+    reported = apply(image, [PhysicalLeadersReported("c1", "shared", ("h:1",), (0, 4), (0, 0, 0, 0)),
+                             PhysicalLeadersReported("c1", "A", ("h:1",), (0, 4), (0, 0, 0, 0))])  # fmt: skip
+    kept = selection.image(reported).clusters["c1"].leaders
+    assert set(kept) == {("A", p) for p in range(4)}
