@@ -66,6 +66,9 @@ class LogFollower:
         leaders of their physical topics and every federation-wide kind; None: the whole log."""
         self.urls = controller_urls(controllers)
         self.topics: frozenset[str] | None = frozenset(topics) if topics is not None else None
+        self._selected = threading.RLock()  # a page is applied, and the selection widened, one at a time
+        self._generation = 0  # of the selection: a page asked for with an older one is dropped
+        self._reload = False  # the selection grew and its snapshot is still to be loaded
         self.wait_ms = wait_ms
         self.limit = limit
         self.image: MetadataImage = EMPTY_IMAGE
@@ -115,10 +118,19 @@ class LogFollower:
                     raise FollowerError(f"no controller reachable ({self.last_error})") from e
 
     def _poll_once(self, wait_ms: int) -> int:
-        if self.image.offset < 0 and self.snapshots_loaded == 0:
-            self.load_snapshot()
+        with self._selected:
+            if (self.image.offset < 0 and self.snapshots_loaded == 0) or self._reload:
+                self.load_snapshot()
+                self._reload = False
+            generation = self._generation
         sent = time.monotonic()
         r = self._get("/v1/log", {"offset": self.next_offset, "limit": self.limit, "wait_ms": wait_ms})
+        with self._selected:
+            if generation != self._generation:  # the selection grew meanwhile: this page lacks the new topics
+                return 0
+            return self._apply_page(r, sent)
+
+    def _apply_page(self, r: httpx.Response, sent: float) -> int:
         if r.status_code == 410:
             log.info("offset %d is below %s's window; loading its snapshot", self.next_offset, self.url)
             self.load_snapshot()
@@ -176,12 +188,29 @@ class LogFollower:
         self.confirmed_at = sent if body["next_offset"] >= body.get("high_watermark", 0) else self.confirmed_at
         return sum(len(records) for _first, records in runs)
 
+    def follows(self, topic: str) -> bool:
+        """Whether the image holds ``topic`` (when it exists): the whole log, or a selection that has it."""
+        return self.topics is None or topic in self.topics
+
     def follow(self, topics: Collection[str]) -> None:
-        """Follow these topics too (a selection only grows): the snapshot of all of them is loaded."""
-        if self.topics is None or set(topics) <= self.topics:
-            return
-        self.topics = self.topics | frozenset(topics)
-        self.load_snapshot()
+        """Follow these topics too (a selection only grows; a follower of the whole log has them already): the
+        snapshot of all of them is loaded now, on the caller's thread, and a page asked for before is dropped."""
+        with self._selected:
+            if self.topics is None or set(topics) <= self.topics:
+                return
+            self.topics = self.topics | frozenset(topics)
+            self._generation += 1
+            self._reload = True  # by the next poll, if not now
+            for attempt in range(len(self.urls)):  # each controller once, as a poll does
+                try:
+                    self.load_snapshot()
+                    break
+                except (httpx.HTTPError, FollowerError) as e:
+                    self.last_error = f"{self.url}: {type(e).__name__}: {e}"
+                    self._current = (self._current + 1) % len(self.urls)
+                    if attempt == len(self.urls) - 1:
+                        raise FollowerError(f"no controller reachable ({self.last_error})") from e
+            self._reload = False
 
     def load_snapshot(self) -> None:
         """Replace the image by the controller's snapshot, unless that would move it backwards. A follower of
@@ -215,7 +244,7 @@ class LogFollower:
         self._retry_after_s = None
         params = {**(params or {}), "metadata_version": LATEST_METADATA_VERSION}  # the records this code reads
         if self.topics is not None:
-            params["topics"] = ",".join(sorted(self.topics))
+            params["topics"] = ",".join(sorted(self.topics))  # may be empty: the federation-wide kinds only
         with self._client.stream("GET", self.url + path, params=params, headers={"Accept": MSGPACK}) as r:
             if r.status_code != 200:
                 self._retry_after_s = retry_after_s(r.headers)

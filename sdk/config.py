@@ -14,6 +14,9 @@ kfed.controllers       controller URLs, comma-separated or a list (required)
 kfed.token.file        file holding the token sent to the controllers (a read token is enough)
 kfed.token             the token itself (instead of kfed.token.file)
 kfed.ssl.ca.location   CA bundle that verifies the controllers' HTTPS certificates (default: the system's)
+kfed.topics            logical topics whose metadata to hold from the start, comma-separated or a list
+                       (default: none; a topic is added when first produced to or subscribed, which loads
+                       its snapshot); "*" holds the whole federation's
 """
 
 
@@ -22,6 +25,7 @@ class ClientConfig:
     controllers: list[str]
     access: Access
     kafka: dict[str, Any]  # passed through to the confluent-kafka clients
+    topics: frozenset[str] | None = frozenset()  # the metadata followed (``LogFollower``'s); None: all of it
 
 
 def split_config(config: Mapping[str, Any]) -> ClientConfig:
@@ -40,7 +44,15 @@ def split_config(config: Mapping[str, Any]) -> ClientConfig:
     access = Access.from_files(token_file, ca_file)  # AccessError, a ValueError like the checks above
     if token:
         access = Access(str(token), access.ca_file)
-    return ClientConfig(controller_urls(controllers), access, rest)
+    return ClientConfig(controller_urls(controllers), access, rest, _topics(rest.pop("kfed.topics", ())))
+
+
+def _topics(value: Any) -> frozenset[str] | None:
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list | tuple | set | frozenset) or not all(isinstance(n, str) for n in names):
+        raise ValueError("'kfed.topics' is a comma-separated string or a list of topic names")
+    names = {n.strip() for n in names if n.strip()}
+    return None if "*" in names else frozenset(names)
 
 
 def ms_setting(config: dict[str, Any], key: str, default: int, *, keep: bool = False, minimum: int = 0) -> int:

@@ -100,7 +100,7 @@ class FederatedConsumer:
             "enable.auto.offset.store": False,
         }
         check_kafka_settings(Consumer, self._physical_config)  # invalid settings fail here, as confluent-kafka's
-        self._follower = LogFollower(controllers, wait_ms=2000, access=access)
+        self._follower = LogFollower(controllers, wait_ms=2000, access=access, topics=client_config.topics)
         try:
             self._follower.poll(0)
         except FollowerError as e:  # like bootstrap.servers: retried in the background
@@ -143,6 +143,10 @@ class FederatedConsumer:
         """
         self._topics = list(topics)
         self._on_assign, self._on_revoke = on_assign, on_revoke
+        try:  # their metadata (the client holds what it uses); retried by the follower's snapshot on failure
+            self._follower.follow(self._topics)
+        except FollowerError as e:
+            log.warning("no metadata of %s yet (%s)", self._topics, e)
         self._heartbeat()
         if self._heartbeat_thread is None:
             self._heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="kfed-group", daemon=True)

@@ -143,7 +143,11 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         self._to_purge: set[str] = set()
         self._lock = threading.Lock()  # guards _to_purge, _fenced, the routes' epoch (the follower thread writes)
         self._follower = LogFollower(
-            client_config.controllers, wait_ms=2000, publisher=self, access=client_config.access
+            client_config.controllers,
+            wait_ms=2000,
+            publisher=self,
+            access=client_config.access,
+            topics=client_config.topics,
         )
         self._lease = RoutingLease(self._follower, lease_ms / 1000 if lease_ms else float("inf"), self._forget_routes)
         try:
@@ -191,6 +195,13 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         epoch, image = self._epoch, self._follower.image
         if image.offset < 0:
             return NOT_LOADED  # not stored: the first image forgets routes anyway
+        if not self._follower.follows(topic):
+            try:  # the first message to this topic: its metadata, once (the client holds what it uses)
+                self._follower.follow((topic,))
+            except FollowerError as e:
+                log.warning("no metadata of %s yet (%s); its messages wait", topic, e)
+                return NOT_LOADED
+            epoch, image = self._epoch, self._follower.image
         t = image.topics.get(topic)
         if t is None:
             raise UnknownTopic(topic, image.offset)

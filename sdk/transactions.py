@@ -34,7 +34,7 @@ from typing import Any, Final, Protocol
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from metadata_client.client import ControllerClient
-from metadata_client.follower import LogFollower
+from metadata_client.follower import FollowerError, LogFollower
 from metadata_log.commands import DEFAULT_TRANSACTION_TIMEOUT_MS
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
 from metadata_log.image import PartitionLocation
@@ -334,7 +334,13 @@ class Transactions:
 
     def _register_topic(self, topic: str) -> None:
         self._check_open()
-        image = self._producer._follower.image
+        follower = self._producer._follower
+        if not follower.follows(topic):  # its partitions must be known before a message of it is produced
+            try:
+                follower.follow((topic,))
+            except FollowerError as e:
+                raise txn_error(KafkaError._TIMED_OUT, f"no metadata of topic {topic!r}: {e}", retriable=True) from e
+        image = follower.image
         t = image.topics.get(topic)
         if t is None:
             self._topics_at.pop(topic, None)

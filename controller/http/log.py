@@ -51,9 +51,9 @@ def selection_of(topics: str | None, image: MetadataImage) -> Selection | None:
     """The ``topics=`` parameter as a ``Selection`` over ``image`` (None: every record)."""
     if topics is None:
         return None
-    names = [name for name in topics.split(",") if name]
-    if not names or len(names) > MAX_SELECTED_TOPICS:
-        raise InvalidRequest("topics", f"topics names 1 to {MAX_SELECTED_TOPICS} comma-separated logical topics")
+    names = [name for name in topics.split(",") if name]  # none: the federation-wide kinds only
+    if len(names) > MAX_SELECTED_TOPICS:
+        raise InvalidRequest("topics", f"topics names up to {MAX_SELECTED_TOPICS} comma-separated logical topics")
     return Selection.of(names, image)
 
 

@@ -112,3 +112,23 @@ def test_a_wiped_node_and_a_new_follower_catch_up_to_the_same_image(
         assert mine["topics"] == leader_view["topics"] and sdk.image.partition_count() == PARTITIONS
     finally:
         sdk.stop()
+
+
+def test_a_follower_of_one_topic_holds_only_it_and_its_physical_topics_leaders(
+    federation: tuple[LocalQuorum, dict[int, int], int],
+) -> None:
+    q, _, last = federation
+    with LogFollower(q.urls, access=q.access, topics={"t042"}) as mine:
+        while mine.image.offset < last:
+            mine.poll(wait_ms=1000)
+        assert set(mine.image.topics) == {"t042"} and mine.image.partition_count() == 10_000
+        leaders = [(cluster.cluster_id, *key) for cluster in mine.image.clusters.values() for key in cluster.leaders]
+        assert {physical for _, physical, _ in leaders} == {"t042"} and len(leaders) == 10_000
+        assert len(mine.image.clusters) == REGIONS * CLUSTERS_PER_REGION  # clusters are federation-wide
+        view = q.client.get(q.url(q.leader()) + "/v1/metadata", params={"topic": "t042"}).json()
+        assert metadata_view(mine.image, "t042")["topics"] == view["topics"]
+        with q.controller_client() as client:  # another topic grows: nothing of it reaches this follower
+            grown = client.post("/v1/topics/t043/partitions", {"cluster_id": "c172", "count": 100})["offset"]
+        while mine.image.offset < grown:
+            mine.poll(wait_ms=1000)
+        assert set(mine.image.topics) == {"t042"} and mine.image.partition_count() == 10_000

@@ -128,6 +128,7 @@ def following(producer: FederatedProducer, broker: str, topic: str, key_order: s
     image = apply(image, created.records)
     image = apply(image, [PhysicalPartitionsReported("c1", topic, p, broker) for p in (0, 1)])
     producer._follower.stop()
+    producer._follower.topics = None  # the image set here is the whole one: no topic to load on first use
     before, producer._follower.image = producer._follower.image, image
     producer.on_update(LogDelta.replaced(before, image), image)  # the routes are made again from the image
 
