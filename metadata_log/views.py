@@ -91,15 +91,36 @@ def topic_view(
     }
 
 
-def metadata_view(image: MetadataImage, topic: str | None = None, first_partition: int = 0) -> dict[str, Any]:
-    """Merged metadata at ``image.offset``: every cluster and each topic's first page of partitions; with
-    ``topic``, only that topic, its page from ``first_partition``."""
-    topics = image.topics.values() if topic is None else [t for t in (image.topics.get(topic),) if t]
-    return {
+TOPICS_PAGE: Final = 1000
+"""Most topics ``GET /v1/metadata`` lists by default (each with a page of its partitions); ``next_topic`` names
+where the next page starts (null on the last), and a reader pages with ``first_topic``."""
+
+
+def metadata_view(
+    image: MetadataImage,
+    topic: str | None = None,
+    first_partition: int = 0,
+    first_topic: str = "",
+    topic_limit: int = TOPICS_PAGE,
+) -> dict[str, Any]:
+    """Merged metadata at ``image.offset``: every cluster, and the topics from ``first_topic`` on in name order
+    (``topic_limit`` of them), each with its first page of partitions; with ``topic``, only that topic, its page
+    from ``first_partition``."""
+    if topic is not None:
+        names = [topic] if topic in image.topics else []
+        after = None
+    else:
+        ordered = sorted(name for name in image.topics if name >= first_topic)
+        names, rest = ordered[:topic_limit], ordered[topic_limit:]
+        after = rest[0] if rest else None
+    view = {
         "offset": image.offset,
         "clusters": [cluster_view(c) for c in sorted(image.clusters.values(), key=lambda c: c.cluster_id)],
-        "topics": [topic_view(image, t, first_partition) for t in sorted(topics, key=lambda t: t.name)],
+        "topics": [topic_view(image, image.topics[name], first_partition) for name in names],
     }
+    if topic is None:
+        view["next_topic"] = after
+    return view
 
 
 def key_order_view(key_orders: KeyOrders, topic: str) -> dict[str, Any]:

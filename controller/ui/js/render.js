@@ -169,6 +169,13 @@ export function displayState(p, cluster) {
 
 const STATE_LABEL = { writable: "writable", read_only: "read only", removed: "removed", fenced: "fenced" };
 
+/** "N logical partitions", and which are shown when the view lists a page of them (next_partition). */
+function partitionCount(t) {
+  const count = t.partition_count ?? t.partitions.length;
+  const paged = t.next_partition != null ? ` (the first ${t.partitions.length} shown)` : "";
+  return `${count.toLocaleString("en")} logical partitions${paged}`;
+}
+
 /** @param drains Map "topic/partition" -> drain row of GET /v1/drain */
 export function topicsView(metadata, drains, onReadOnly) {
   if (!metadata.topics.length) return [h("p", { class: "empty" }, "No logical topic yet.")];
@@ -184,7 +191,7 @@ export function topicsView(metadata, drains, onReadOnly) {
         "header",
         { class: "topic-head" },
         h("h3", { id: `topic-${t.name}` }, t.name),
-        h("span", { class: "dim" }, `region ${t.region} · ${t.partitions.length} logical partitions`),
+        h("span", { class: "dim" }, `region ${t.region} · ${partitionCount(t)}`),
         h(
           "span",
           { class: "counts" },

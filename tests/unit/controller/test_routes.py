@@ -348,8 +348,9 @@ def test_a_topic_is_read_in_pages_and_the_client_reads_them_all() -> None:
     from metadata_client.client import ControllerClient
 
     service = FakeService()
+    rm = service.read_model
     committed(
-        service.read_model,
+        rm,
         [ClusterRegistered("c7", "r1", "127.0.0.1:1"), TopicCreated("id-r", "R", "r1"),
          PartitionRangeAdded("R", 0, 2500, "c7", "R", 0)],
     )  # fmt: skip
@@ -362,8 +363,13 @@ def test_a_topic_is_read_in_pages_and_the_client_reads_them_all() -> None:
         everything = http.get("/v1/metadata").json()["topics"]
         too_many = http.get("/v1/topics/R", params={"partition_limit": 10_001})
         no_topic = http.get("/v1/metadata", params={"first_partition": 5})
-        with ControllerClient("http://node", client=http) as client:
+        names = sorted(rm.image.topics)
+        page1 = http.get("/v1/metadata", params={"topic_limit": 1}).json()
+        page2 = http.get("/v1/metadata", params={"first_topic": page1["next_topic"], "topic_limit": 10}).json()
+        with ControllerClient("http://node", client=http) as client:  # closes the client it is given
             whole = client.topic("R")
+    assert [t["name"] for t in page1["topics"]] == names[:1] and page1["next_topic"] == names[1]
+    assert [t["name"] for t in page2["topics"]] == names[1:] and page2["next_topic"] is None
     assert (len(first["partitions"]), first["partition_count"], first["next_partition"]) == (1000, 2500, 1000)
     assert [p["partition"] for p in last["partitions"]] == list(range(2000, 2500)) and last["next_partition"] is None
     assert [p["partition"] for p in one["partitions"]] == list(range(2400, 2500))
