@@ -84,6 +84,8 @@ class LogFollower:
         self.snapshots_loaded = 0
         self.last_error: str | None = None
         self._retry_after_s: float | None = None  # what the last reply's Retry-After asked for
+        self.caught_up = False
+        """Whether the last page reached the log's end (the high watermark it was answered at)."""
         self.confirmed_at = float("-inf")
         """When (``time.monotonic()``) the last answered ``GET /v1/log`` was sent: the image held everything
         committed up to then. A producer's key-order lease is measured from it."""
@@ -153,7 +155,8 @@ class LogFollower:
             raise FollowerError(f"records from {self.url} do not decode: {type(e).__name__}: {e}") from e
         if records:
             self._advance(records)
-        if len(records) < self.limit:  # a full page may have left records behind it
+        self.caught_up = len(records) < self.limit  # a full page may have left records behind it
+        if self.caught_up:
             self.confirmed_at = sent
         return len(records)
 
@@ -185,7 +188,9 @@ class LogFollower:
             self._set_image(image, LogDelta.committed, base, [], image, Touched())
         if not backing_of(self.topics or (), self.image) <= placed:
             self.load_snapshot()  # leaders reported before a placement was this follower's were left out
-        self.confirmed_at = sent if body["next_offset"] >= body.get("high_watermark", 0) else self.confirmed_at
+        self.caught_up = end >= int(body.get("high_watermark", 0))
+        if self.caught_up:
+            self.confirmed_at = sent
         return sum(len(records) for _first, records in runs)
 
     def follows(self, topic: str) -> bool:

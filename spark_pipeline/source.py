@@ -165,7 +165,7 @@ class KfedBatchReader(DataSourceReader):
         image = (
             image_at(o.controllers, o.metadata_offset, timeout_s, o.access)
             if o.metadata_offset is not None
-            else latest_image(o.controllers, timeout_s, o.access)
+            else latest_image(o.controllers, timeout_s, o.access, o.topics)
         )
         placements = resolve_placements(image, o.topics, require_all=True)
         clusters = bootstraps(image, placements)
@@ -197,7 +197,9 @@ class KfedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _current(self) -> tuple[list[SourcePartition], dict[str, str], dict[tuple[str, str, int], Watermarks]]:
         o = self.options
         if self._follower is None:
-            self._follower = LogFollower(o.controllers, wait_ms=0, timeout_s=o.timeout_ms / 1000, access=o.access)
+            self._follower = LogFollower(
+                o.controllers, wait_ms=0, timeout_s=o.timeout_ms / 1000, access=o.access, topics=o.topics
+            )
         image = catch_up(self._follower)
         placements = resolve_placements(image, o.topics, require_all=False)
         clusters = bootstraps(image, placements)
