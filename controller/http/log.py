@@ -137,7 +137,10 @@ async def read_log(
     return Response(body, media_type=JSON)
 
 
-@router.get("/log/stream", summary="Server-Sent Events, one per record, id = offset; resume with Last-Event-ID")
+@router.get(
+    "/log/stream",
+    summary="Server-Sent Events, one per record (of the topics= selected), id = offset; resume with Last-Event-ID",
+)
 async def stream_log(
     request: Request,
     service: Service,
@@ -147,8 +150,10 @@ async def stream_log(
     ] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     metadata_version: ReaderVersion = READER_VERSION_DEFAULT,
+    topics: TopicsSelected = None,
 ) -> Response:
     rm = service.read_model
+    selection_of(topics, rm.image)  # a bad selection is refused before the stream starts
     if last_event_id is not None:
         text = last_event_id.strip()
         if not text.lstrip("-").isdigit() or len(text) > 19 or not -1 <= int(text) < INT64_MAX:
@@ -160,14 +165,14 @@ async def stream_log(
     client = request.client.host if request.client else "?"
     streams.admit(client)
     return StreamingResponse(
-        _events(rm, start, streams, client, metadata_version),
+        _events(rm, start, streams, client, metadata_version, topics),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
 async def _events(
-    rm: ReadModel, position: int, streams: LogStreams, client: str, reader_version: int
+    rm: ReadModel, position: int, streams: LogStreams, client: str, reader_version: int, topics: str | None
 ) -> AsyncIterator[bytes]:
     try:
         yield b"retry: 1000\n\n"
@@ -180,8 +185,11 @@ async def _events(
                 yield b"event: " + event + b"\ndata: " + orjson.dumps({"detail": e.detail, **e.extra}) + b"\n\n"
                 return
             if entries:
-                yield b"".join(b"id: %d\nevent: record\ndata: %s\n\n" % (e.offset, e.json) for e in entries)
                 position = entries[-1].offset + 1
+                selection = selection_of(topics, rm.image)  # its placements as of now: they may grow
+                sent = [e for e in entries if selection.wants(e.record)] if selection is not None else entries
+                if sent:
+                    yield b"".join(b"id: %d\nevent: record\ndata: %s\n\n" % (e.offset, e.json) for e in sent)
                 continue
             if not await rm.wait_beyond(position, SSE_KEEPALIVE_S):
                 yield b": keepalive\n\n"

@@ -329,6 +329,8 @@ async def test_a_reader_gets_only_the_records_of_the_metadata_version_it_says_it
         new = (await http.get("/v1/log", params={"offset": first, "metadata_version": 4})).json()
         too_new = await http.get("/v1/log", params={"offset": first, "metadata_version": 5})
         stream = await http.get("/v1/log/stream", params={"offset": first + 2})
+        # a stream of one topic: the federation-wide records, not another topic's (then the newer one ends it)
+        selected = await http.get("/v1/log/stream", params={"offset": first, "topics": "Q"})
         snapshot_old = await http.get("/v1/snapshot")
     assert [r["type"] for r in old["records"]] == ["ClusterRegistered", "TopicCreated"]
     assert old["next_offset"] == first + 2 and old["high_watermark"] == first + 3  # the page stops before it
@@ -337,6 +339,8 @@ async def test_a_reader_gets_only_the_records_of_the_metadata_version_it_says_it
     assert [r["type"] for r in new["records"]][-1] == "PartitionRangeAdded" and new["next_offset"] == first + 3
     assert too_new.status_code == 422 and too_new.json()["field"] == "metadata_version"
     assert b"event: newer" in stream.content and b"metadata_version" in stream.content
+    assert b'"ClusterRegistered"' in selected.content and b'"TopicCreated"' not in selected.content
+    assert b"event: newer" in selected.content
     # the image is at metadata version 4 only once the log says so (the sample log's last version record)
     assert snapshot_old.status_code == (409 if rm.image.metadata_version > 3 else 200)
 
