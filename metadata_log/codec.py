@@ -355,10 +355,10 @@ def pack_chunked(value: Mapping[str, Any], chunk_items: int = PACK_CHUNK_ITEMS) 
     return b"".join(parts)
 
 
-def unpack(data: bytes, max_bytes: int = MAX_DECODE_BYTES) -> Any:
-    """msgpack decode with bounded sizes; ``CodecError`` for anything malformed."""
-    if len(data) > max_bytes:
-        raise CodecError(f"payload of {len(data)} bytes exceeds {max_bytes}")
+def unpack(data: bytes, max_bytes: int | None = None) -> Any:
+    """msgpack decode of at most ``max_bytes`` (``MAX_DECODE_BYTES``); ``CodecError`` for anything malformed."""
+    if len(data) > (limit := MAX_DECODE_BYTES if max_bytes is None else max_bytes):
+        raise CodecError(f"payload of {len(data)} bytes exceeds {limit}")
     try:
         return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
     except (msgpack.UnpackException, ValueError, TypeError) as e:

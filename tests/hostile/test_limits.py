@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from controller.http.limits import MAX_REQUEST_BYTES
 from controller.http.log import LOG_LIMIT_MAX, SSE_MAX_PER_CLIENT, WAIT_MS_MAX
 from deploy.launcher import LocalQuorum
+from metadata_client.client import READS
 from metadata_client.follower import FollowerError, LogFollower
 from metadata_log.codec import MAX_DECODE_BYTES, CodecError, decode, record_from_dict, record_from_wire, unpack
 from metadata_log.image import InvalidRecord
@@ -86,9 +87,9 @@ def test_open_log_streams_per_client_are_bounded(q: LocalQuorum) -> None:
     limits = httpx.Limits(max_connections=SSE_MAX_PER_CLIENT + 2)
     with contextlib.ExitStack() as streams, httpx.Client(timeout=10, limits=limits) as client:
         for _ in range(SSE_MAX_PER_CLIENT):
-            r = streams.enter_context(client.stream("GET", url, params={"offset": 0}))
+            r = streams.enter_context(client.stream("GET", url, params={"offset": 0, **READS}))
             assert r.status_code == 200
-        refused = client.get(url, params={"offset": 0})
+        refused = client.get(url, params={"offset": 0, **READS})
         assert_problem(refused, 429)
         assert refused.headers["retry-after"]
     # the streams closed: their slots are free again
@@ -98,7 +99,7 @@ def test_open_log_streams_per_client_are_bounded(q: LocalQuorum) -> None:
 
 @contextlib.contextmanager
 def client_stream(url: str) -> Iterator[httpx.Response]:
-    with httpx.Client(timeout=10) as client, client.stream("GET", url, params={"offset": 0}) as r:
+    with httpx.Client(timeout=10) as client, client.stream("GET", url, params={"offset": 0, **READS}) as r:
         yield r
 
 
