@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from metadata_log.records import LATEST_METADATA_VERSION
+
 from .kafka_cluster import installed_libs
 from .launcher import (
     BROKER_KINDS,
@@ -265,8 +267,8 @@ demo topic {DEMO_TOPIC}: {placement}
   API docs:          {first}/docs
   merged metadata:   curl -s {first}/v1/metadata
   one topic:         curl -s '{first}/v1/metadata?topic={DEMO_TOPIC}'
-  tail the log:      curl -s '{first}/v1/log?offset=0&wait_ms=10000'
-  stream the log:    curl -sN '{first}/v1/log/stream?offset=0'
+  tail the log:      curl -s '{first}/v1/log?offset=0&wait_ms=10000&metadata_version={LATEST_METADATA_VERSION}'
+  stream the log:    curl -sN '{first}/v1/log/stream?offset=0&metadata_version={LATEST_METADATA_VERSION}'
   quorum:            curl -s {first}/v1/quorum
   agent leases:      curl -s {first}/v1/agents
   dashboard:         {first}/ui/
