@@ -20,9 +20,9 @@ from .delta import BULK_TYPES, MetadataDelta, apply, apply_runs, apply_touched
 from .gateways import GatewayImage, GatewaysDelta
 from .groups import GroupImage, GroupsDelta
 from .metadata import EMPTY_IMAGE, MetadataImage, is_writable
-from .partitions import Leaders, PartitionImage, Partitions, leaders_of, partitions_of
+from .partitions import Leaders, PartitionImage, Partitions
 from .quorum import QuorumDelta, VoterImage
-from .topics import PARTITION_TRANSITIONS, PartitionLocation, TopicImage, TopicsDelta, new_partitions
+from .topics import PARTITION_TRANSITIONS, PartitionLocation, TopicImage, TopicsDelta
 
 __all__ = [
     "BULK_TYPES",
@@ -54,7 +54,4 @@ __all__ = [
     "apply_touched",
     "changes_between",
     "is_writable",
-    "leaders_of",
-    "new_partitions",
-    "partitions_of",
 ]

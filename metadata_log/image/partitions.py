@@ -21,7 +21,7 @@ from array import array
 from bisect import bisect_right, insort
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import repeat
-from typing import Any, Final, NamedTuple, cast, overload
+from typing import Final, NamedTuple, overload
 
 from ..records import PARTITION_STATES, PartitionState
 from .common import InvalidRecord
@@ -152,18 +152,6 @@ class Partitions(Sequence[PartitionImage]):
 EMPTY_PARTITIONS: Final = Partitions()
 
 
-def partitions_of(rows: Sequence[PartitionImage] | Sequence[tuple[int, str, str, int, str]]) -> Partitions:
-    """``Partitions`` from whole rows (logical ids ``0..n-1`` in order), e.g. a test's expected value."""
-    builder = PartitionsBuilder(EMPTY_PARTITIONS)
-    for partition, cluster_id, physical_topic, physical_partition, *state in rows:
-        if partition != builder.count:
-            raise ValueError(f"partition {partition} is not the next id ({builder.count})")
-        builder.append(cluster_id, physical_topic, physical_partition, 1)
-        if state and state[0] != "writable":
-            builder.set_states(partition, 1, STATE_CODES[cast(PartitionState, state[0])])
-    return builder.freeze()
-
-
 class PartitionsBuilder:
     """The partitions of one topic while a batch replays: runs appended, states set, and the physical
     partitions each (cluster, physical topic) already backs, as disjoint sorted intervals, to refuse a second
@@ -177,9 +165,6 @@ class PartitionsBuilder:
         self._states: bytearray | None = bytearray(base.states) if base.states is not None else None
         self._used: dict[tuple[str, str], list[tuple[int, int]]] | None = None
         self.count = len(base)
-
-    def state_code(self, index: int) -> int:
-        return self._states[index] if self._states is not None else 0
 
     def state_codes(self, start: int, count: int) -> bytes:
         return bytes(self._states[start : start + count]) if self._states is not None else bytes(count)
@@ -456,11 +441,3 @@ def ranges_of(ids: Sequence[int]) -> list[tuple[int, int]]:
         else:
             runs.append((i, 1))
     return runs
-
-
-def leaders_of(items: Mapping[tuple[str, int], str] | Any) -> Leaders:
-    """``Leaders`` from a plain mapping (e.g. a test's expected value)."""
-    builder = LeadersBuilder(EMPTY_LEADERS)
-    for (physical_topic, partition), leader in dict(items).items():
-        builder.set(physical_topic, (partition,), (leader,))
-    return builder.freeze()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Final, NamedTuple
 
 from ..records import (
@@ -30,7 +29,6 @@ from .partitions import (
     EMPTY_PARTITIONS,
     MAX_PHYSICAL_PARTITION,
     STATE_CODES,
-    PartitionImage,
     Partitions,
     PartitionsBuilder,
 )
@@ -41,19 +39,6 @@ PARTITION_TRANSITIONS: Final[Mapping[PartitionState, frozenset[PartitionState]]]
     "removed": frozenset(),
 }
 """Allowed partition state changes: removal always passes through read_only (lossless scale-down)."""
-
-
-def new_partitions(
-    partitions: Sequence[int],
-    cluster_ids: Sequence[str],
-    physical_topics: Sequence[str],
-    physical_partitions: Sequence[int],
-) -> Iterator[PartitionImage]:
-    """Writable ``PartitionImage``s from columns of their fields, built in C (``tuple.__new__`` with every
-    field in order, without the Python frame of the generated ``__new__``; ``test_image`` checks the order)."""
-    states = repeat("writable", len(partitions))
-    fields = zip(partitions, cluster_ids, physical_topics, physical_partitions, states, strict=True)
-    return map(tuple.__new__, repeat(PartitionImage), fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,44 +234,17 @@ def _ranges(
     physical_partitions: Sequence[int],
 ) -> Iterator[tuple[str, int, int, str, str, int]]:
     """(topic, first partition, count, cluster, physical topic, first physical partition) of the longest ranges
-    the rows form, in order. A run of one topic, cluster and physical topic whose ids both count up (a topic's
-    partitions on one cluster) is found with C-level comparisons; other rows are split one by one."""
-    n = len(partitions)
-    keys = list(zip(topics, cluster_ids, physical_topics, strict=True)) if n else []
-    at = 0
+    the rows form, in order: rows of one topic, cluster and physical topic whose ids both count up by one."""
+    n, at = len(partitions), 0
     while at < n:
-        key = keys[at]
+        key = (topics[at], cluster_ids[at], physical_topics[at])
         stop = at + 1
-        if stop < n and keys[stop] == key:  # a run of one key: how far, then are its ids consecutive?
-            stop = _run_end(keys, at)
-            first, physical = partitions[at], physical_partitions[at]
-            if _counts_up(partitions, at, stop, first) and _counts_up(physical_partitions, at, stop, physical):
-                yield key[0], first, stop - at, key[1], key[2], physical
-                at = stop
-                continue
-            stop = at + 1
-            while (
-                stop < n
-                and keys[stop] == key
-                and partitions[stop] == partitions[stop - 1] + 1
-                and physical_partitions[stop] == physical_partitions[stop - 1] + 1
-            ):
-                stop += 1
+        while (
+            stop < n
+            and (topics[stop], cluster_ids[stop], physical_topics[stop]) == key
+            and partitions[stop] == partitions[stop - 1] + 1
+            and physical_partitions[stop] == physical_partitions[stop - 1] + 1
+        ):
+            stop += 1
         yield key[0], partitions[at], stop - at, key[1], key[2], physical_partitions[at]
         at = stop
-
-
-def _run_end(keys: list[tuple[str, str, str]], at: int) -> int:
-    key = keys[at]
-    stop = at + 1
-    while stop < len(keys) and keys[stop] == key:
-        stop += 1
-    return stop
-
-
-def _counts_up(values: Sequence[int], start: int, stop: int, first: object) -> bool:
-    """Whether ``values[start:stop]`` is ``first, first+1, ...`` (ints only: a bool or a str is no id)."""
-    if type(first) is not int:
-        return False
-    segment = values[start:stop]
-    return list(segment) == list(range(first, first + stop - start)) and set(map(type, segment)) == {int}

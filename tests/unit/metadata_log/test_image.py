@@ -225,7 +225,7 @@ def test_evolve_refuses_a_field_the_image_does_not_have() -> None:
 
 
 def test_partitions_added_in_bulk_are_the_partition_images_the_class_makes() -> None:
-    # new_partitions builds PartitionImage tuples directly and topic_view unpacks them: the field list is fixed
+    # Partitions builds PartitionImage tuples directly and topic_view unpacks them: the field list is fixed
     assert PartitionImage._fields == ("partition", "cluster_id", "physical_topic", "physical_partition", "state")
     image = apply(apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1")]), [TopicCreated("i", "t", "r1")])
     image = apply(image, [PartitionsAdded("t", 0, "c1", "pt", 7)])
