@@ -244,8 +244,8 @@ partition indexes an array, which a larger id would make as large."""
 
 _NO_LEADER: Final = -1
 _MAX_BROKERS: Final = 32_767
-"""Most distinct addresses one cluster's table holds (2-byte indexes); past it the table is rebuilt from the
-addresses in use."""
+"""Most distinct addresses one cluster's table holds (2-byte indexes). A builder over a table past half of it
+first keeps only the addresses in use, so one batch has the other half to add to."""
 
 
 class Leaders(Mapping[tuple[str, int], str]):
@@ -335,9 +335,15 @@ class LeadersBuilder:
     def __init__(self, base: Leaders) -> None:
         self._base = base
         self._brokers: list[str] = list(base._brokers)
-        self._index: dict[str, int] = {address: i for i, address in enumerate(self._brokers)}
         self._topics: dict[str, array[int]] = dict(base._topics)
         self._copied: set[str] = set()
+        if len(self._brokers) > _MAX_BROKERS // 2:  # a cluster's brokers came and went some 16,000 times
+            used = sorted({i for slots in self._topics.values() for i in slots if i != _NO_LEADER})
+            renumber = {old: new for new, old in enumerate(used)} | {_NO_LEADER: _NO_LEADER}
+            self._brokers = [self._brokers[i] for i in used]
+            self._topics = {name: array("h", map(renumber.__getitem__, slots)) for name, slots in self._topics.items()}
+            self._copied = set(self._topics)
+        self._index: dict[str, int] = {address: i for i, address in enumerate(self._brokers)}
 
     def _slots(self, physical_topic: str, size: int) -> array[int]:
         slots = self._topics.get(physical_topic)
@@ -353,23 +359,11 @@ class LeadersBuilder:
     def _broker(self, address: str) -> int:
         index = self._index.get(address)
         if index is None:
-            if len(self._brokers) >= _MAX_BROKERS:
-                self._compact()
+            if len(self._brokers) >= _MAX_BROKERS:  # the same on every node: a batch that does this is refused
+                raise InvalidRecord(f"a cluster's partitions cannot have more than {_MAX_BROKERS} distinct leaders")
             index = self._index[address] = len(self._brokers)
             self._brokers.append(address)
         return index
-
-    def _compact(self) -> None:
-        """Drop the addresses no partition uses any more (a cluster's brokers came and went 32,767 times)."""
-        used = sorted({i for slots in self._topics.values() for i in slots if i != _NO_LEADER})
-        renumber = {old: new for new, old in enumerate(used)}
-        self._brokers = [self._brokers[i] for i in used]
-        self._index = {address: i for i, address in enumerate(self._brokers)}
-        for name, slots in list(self._topics.items()):
-            self._topics[name] = array("h", (renumber.get(i, _NO_LEADER) for i in slots))
-            self._copied.add(name)
-        if len(self._brokers) >= _MAX_BROKERS:
-            raise InvalidRecord(f"a cluster's partitions cannot have more than {_MAX_BROKERS} distinct leaders")
 
     def set(self, physical_topic: str, partitions: Sequence[int], leaders: Sequence[str | None]) -> None:
         """Each partition's leader (None: drops it), in order."""

@@ -363,6 +363,7 @@ def test_a_topic_is_read_in_pages_and_the_client_reads_them_all() -> None:
     with TestClient(app, base_url="http://node") as http:
         first = http.get("/v1/topics/R").json()
         last = http.get("/v1/topics/R", params={"first_partition": 2000, "partition_limit": 1000}).json()
+        beyond = http.get("/v1/topics/R", params={"first_partition": 5000}).json()
         one = http.get("/v1/metadata", params={"topic": "R", "first_partition": 2400}).json()["topics"][0]
         everything = http.get("/v1/metadata").json()["topics"]
         too_many = http.get("/v1/topics/R", params={"partition_limit": 10_001})
@@ -376,6 +377,7 @@ def test_a_topic_is_read_in_pages_and_the_client_reads_them_all() -> None:
     assert [t["name"] for t in page2["topics"]] == names[1:] and page2["next_topic"] is None
     assert (len(first["partitions"]), first["partition_count"], first["next_partition"]) == (1000, 2500, 1000)
     assert [p["partition"] for p in last["partitions"]] == list(range(2000, 2500)) and last["next_partition"] is None
+    assert (beyond["partitions"], beyond["partition_count"], beyond["next_partition"]) == ([], 2500, None)
     assert [p["partition"] for p in one["partitions"]] == list(range(2400, 2500))
     assert [len(t["partitions"]) for t in everything if t["name"] == "R"] == [1000]  # a page per topic
     assert too_many.status_code == 422 and too_many.json()["field"] == "partition_limit"

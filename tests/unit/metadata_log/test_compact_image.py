@@ -287,3 +287,20 @@ def test_the_property_finds_a_state_range_applied_one_short(monkeypatch: pytest.
         lambda self, start, count, code: honest(self, start, max(1, count - 1), code),
     )
     _finds_the_bug()
+
+
+def test_a_clusters_address_table_keeps_only_the_addresses_in_use_once_past_half_its_size() -> None:
+    churned = compact.LeadersBuilder(compact.EMPTY_LEADERS)
+    for i in range(20_000):  # one partition whose leader moved through 20,000 addresses
+        churned.set("t", (0,), (f"10.0.{i // 250}.{i % 250}:9092",))
+    before = churned.freeze()
+    assert len(before.brokers) == 20_000 and dict(before.items()) == {("t", 0): "10.0.79.249:9092"}
+    again = compact.LeadersBuilder(before)
+    again.set("t", (1,), ("10.9.9.9:9092",))
+    after = again.freeze()
+    assert after.brokers == ("10.0.79.249:9092", "10.9.9.9:9092")
+    assert dict(after.items()) == {("t", 0): "10.0.79.249:9092", ("t", 1): "10.9.9.9:9092"}
+    overflowing = compact.LeadersBuilder(compact.EMPTY_LEADERS)
+    with pytest.raises(InvalidRecord, match="distinct leaders"):
+        for i in range(40_000):
+            overflowing.set("t", (0,), (f"10.1.{i // 250}.{i % 250}:9092",))
