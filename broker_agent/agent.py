@@ -17,16 +17,15 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from metadata_client.access import NO_ACCESS, Access
 from metadata_client.client import ControllerClient
 from metadata_client.follower import LogFollower
-from metadata_log.commands import MAX_PARTITIONS_PER_REQUEST, PhysicalPartition, seals_to_measure
+from metadata_log.commands import MAX_PARTITIONS_PER_REQUEST, PhysicalPartition, leader_ranges, seals_to_measure
 from metadata_log.errors import Conflict, InvalidRequest, KfedError, NotFound
 from metadata_log.image import MetadataImage
-from metadata_log.image.partitions import ranges_of
 from metadata_log.publisher import LogDelta
 
 from . import reconcile
@@ -271,7 +270,8 @@ class Agent:
             for at in range(0, len(changes), MAX_PARTITIONS_PER_REQUEST):
                 chunk = changes[at : at + MAX_PARTITIONS_PER_REQUEST]
                 try:
-                    self.client.post(f"/v1/agents/{self.cluster_id}/partitions", {"leaders": leader_report(chunk)})
+                    report = [asdict(r) for r in leader_ranges(chunk)]
+                    self.client.post(f"/v1/agents/{self.cluster_id}/partitions", {"leaders": report})
                 except InvalidRequest as e:
                     if e.extra.get("field") != "leaders":
                         raise
@@ -356,19 +356,3 @@ class Agent:
         previous, here = delta.base.topics, self.cluster_id
         for name in delta.changes.topics_deleted:
             self._deleted_topics |= {p.physical_topic for p in previous[name].partitions if p.cluster_id == here}
-
-
-def leader_report(changes: Sequence[PhysicalPartition]) -> list[dict[str, Any]]:
-    """Leader changes in the compact form of ``POST /v1/agents/{id}/partitions``: per physical topic its leaders'
-    addresses once, the partitions as (first, count) ranges, each leader as an index (-1: none)."""
-    by_topic: dict[str, list[PhysicalPartition]] = {}
-    for change in changes:
-        by_topic.setdefault(change.physical_topic, []).append(change)
-    report = []
-    for physical_topic, rows in by_topic.items():
-        brokers = list(dict.fromkeys(c.leader for c in rows if c.leader is not None))
-        index = {address: i for i, address in enumerate(brokers)}
-        ranges = [n for pair in ranges_of([c.physical_partition for c in rows]) for n in pair]
-        leaders = [index[c.leader] if c.leader is not None else -1 for c in rows]
-        report.append({"physical_topic": physical_topic, "brokers": brokers, "ranges": ranges, "leaders": leaders})
-    return report

@@ -158,6 +158,9 @@ MAX_LEADERS_PER_RECORD: Final = 4096
 """Most partitions one ``PhysicalLeadersReported`` that kfed writes names (a record stays a few kilobytes)."""
 
 RANGE_RECORD_TYPES: Final = (PartitionRangeAdded, PartitionRangeStateChanged, PhysicalLeadersReported)
+RANGES_VERSION: Final = 4
+"""The metadata version from which commands and snapshots write ``RANGE_RECORD_TYPES`` instead of a record per
+partition (which every version reads)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,7 +417,7 @@ TXN_RECORD_TYPES: Final[tuple[type[TxnRecord], ...]] = (
 
 FIRST_VERSION: Final[dict[type, int]] = {
     **{cls: 3 for cls in (GatewayRegistered, GatewayExpired, *KEY_ORDER_RECORD_TYPES, *TXN_RECORD_TYPES)},
-    **{cls: 4 for cls in RANGE_RECORD_TYPES},
+    **{cls: RANGES_VERSION for cls in RANGE_RECORD_TYPES},
 }
 """The metadata version that introduced each record type newer than version 1. A quorum writes one only once
 its version is at least that: a controller of an older kfed reads the version of every command, and stops

@@ -43,9 +43,9 @@ from .image import EMPTY_IMAGE, ClusterImage, MetadataDelta, MetadataImage, Topi
 from .image.key_orders import snapshot_records as key_order_records
 from .image.transactions import snapshot_records
 from .records import (
-    FIRST_VERSION,
     MAX_LEADERS_PER_RECORD,
     PARTITION_STATES,
+    RANGES_VERSION,
     ClusterFenced,
     ClusterRegistered,
     ClusterState,
@@ -103,7 +103,7 @@ def _fields(image: MetadataImage) -> Iterator[RecordFields]:
     # replayed after the topics.
     if image.metadata_version != EMPTY_IMAGE.metadata_version:
         yield MetadataVersionChanged, (image.metadata_version,)
-    ranges = image.metadata_version >= FIRST_VERSION[PartitionRangeAdded]
+    ranges = image.metadata_version >= RANGES_VERSION
     decommissioned: list[str] = []
     for c in sorted(image.clusters.values(), key=lambda c: c.cluster_id):
         yield ClusterRegistered, (c.cluster_id, c.region, c.bootstrap_servers)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from itertools import pairwise
 
 from ..errors import Conflict, InvalidRequest
-from ..image import CLUSTER_TRANSITIONS, ClusterImage, MetadataImage
-from ..image.partitions import MAX_PHYSICAL_PARTITION, ranges_of
+from ..image import CLUSTER_TRANSITIONS, ClusterImage, InvalidRecord, MetadataImage
+from ..image.partitions import MAX_PHYSICAL_PARTITION, leader_range_pairs, ranges_of
 from ..records import (
     CLUSTER_STATES,
     MAX_LEADERS_PER_RECORD,
@@ -228,33 +228,36 @@ def _checked_ranges(r: LeaderRanges, i: int) -> list[tuple[int, int]]:
     check_name(r.physical_topic, f"leaders.{i}.physical_topic")
     for j, broker in enumerate(r.brokers):
         check_bootstrap(broker, f"leaders.{i}.brokers.{j}")
-    pairs = list(zip(r.ranges[::2], r.ranges[1::2], strict=False))
-    if len(r.ranges) % 2 or any(first < 0 or count < 1 for first, count in pairs):
-        raise InvalidRequest(f"leaders.{i}.ranges", "ranges must be (first partition >= 0, count >= 1) pairs")
-    if sum(count for _first, count in pairs) != len(r.leaders):
-        raise InvalidRequest(f"leaders.{i}.leaders", "one leader per partition the ranges cover")
-    if max((first + count - 1 for first, count in pairs), default=0) > MAX_PHYSICAL_PARTITION:
-        raise InvalidRequest(f"leaders.{i}.ranges", f"physical partitions go from 0 to {MAX_PHYSICAL_PARTITION}")
-    if r.leaders and not -1 <= min(r.leaders) <= max(r.leaders) < len(r.brokers):
-        raise InvalidRequest(f"leaders.{i}.leaders", f"a leader indexes the {len(r.brokers)} brokers, or is -1")
-    return pairs
+    try:
+        return leader_range_pairs(r.physical_topic, len(r.brokers), r.ranges, r.leaders)
+    except InvalidRecord as e:  # what replay would refuse, said of the request's field
+        raise InvalidRequest(f"leaders.{i}.{e.extra['field']}", e.detail) from None
 
 
-def _leader_records(cluster_id: str, changed: Sequence[PhysicalPartition]) -> tuple[Record, ...]:
-    """``changed`` as ``PhysicalLeadersReported``: per physical topic, in order, each address written once."""
+def leader_ranges(changes: Sequence[PhysicalPartition]) -> list[LeaderRanges]:
+    """``changes`` in compact form: per physical topic, in order, up to ``MAX_LEADERS_PER_RECORD`` partitions a
+    report, each address once, the partitions as (first, count) ranges (what an agent sends, and what the
+    ``PhysicalLeadersReported`` records of ``report_physical_partitions`` say)."""
     by_topic: dict[str, list[PhysicalPartition]] = {}
-    for p in changed:
+    for p in changes:
         by_topic.setdefault(p.physical_topic, []).append(p)
-    records: list[Record] = []
+    reports = []
     for physical_topic, rows in by_topic.items():
         for at in range(0, len(rows), MAX_LEADERS_PER_RECORD):
             chunk = rows[at : at + MAX_LEADERS_PER_RECORD]
-            brokers = list(dict.fromkeys(p.leader for p in chunk if p.leader is not None))
+            brokers = tuple(dict.fromkeys(p.leader for p in chunk if p.leader is not None))
             index = {address: i for i, address in enumerate(brokers)}
             leaders = tuple(index[p.leader] if p.leader is not None else -1 for p in chunk)
             ranges = tuple(n for pair in ranges_of([p.physical_partition for p in chunk]) for n in pair)
-            records.append(PhysicalLeadersReported(cluster_id, physical_topic, tuple(brokers), ranges, leaders))
-    return tuple(records)
+            reports.append(LeaderRanges(physical_topic, brokers, ranges, leaders))
+    return reports
+
+
+def _leader_records(cluster_id: str, changed: Sequence[PhysicalPartition]) -> tuple[Record, ...]:
+    return tuple(
+        PhysicalLeadersReported(cluster_id, r.physical_topic, tuple(r.brokers), tuple(r.ranges), tuple(r.leaders))
+        for r in leader_ranges(changed)
+    )
 
 
 def decommission_cluster(image: MetadataImage, cluster_id: str) -> Result:

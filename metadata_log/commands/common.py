@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from ..errors import InvalidRequest, NotFound
 from ..image import ClusterImage, InvalidRecord, MetadataImage, TopicImage, apply
-from ..records import FIRST_VERSION, PartitionRangeAdded, Record
+from ..records import RANGES_VERSION, Record
 
 MAX_PARTITIONS_PER_REQUEST: Final = 100_000
 """Most logical partitions one request may create (keeps one Raft command a few MB at most)."""
@@ -67,9 +67,8 @@ def check_count(value: Any, field_name: str) -> None:
 
 
 def writes_ranges(image: MetadataImage) -> bool:
-    """Whether commands write range records (``PartitionRangeAdded``...): from metadata version 4, once every
-    voter reads them; before, one record per partition, which every version reads."""
-    return image.metadata_version >= FIRST_VERSION[PartitionRangeAdded]
+    """Whether commands write range records (``records.RANGES_VERSION``), once every voter reads them."""
+    return image.metadata_version >= RANGES_VERSION
 
 
 def registered_cluster(image: MetadataImage, cluster_id: str) -> ClusterImage:

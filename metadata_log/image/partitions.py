@@ -392,22 +392,13 @@ class LeadersBuilder:
         self, physical_topic: str, brokers: Sequence[str], ranges: Sequence[int], leaders: Sequence[int]
     ) -> None:
         """A ``PhysicalLeadersReported``: the partitions of each (first, count) pair of ``ranges`` take, in order,
-        the leaders named by index into ``brokers`` (-1: none), checked (``InvalidRecord``) before any is set."""
-        pairs = list(zip(ranges[::2], ranges[1::2], strict=True)) if len(ranges) % 2 == 0 else None
-        if pairs is None or any(first < 0 or count < 1 for first, count in pairs):
-            raise InvalidRecord("ranges must be (first partition >= 0, count >= 1) pairs")
-        if sum(count for _first, count in pairs) != len(leaders):
-            raise InvalidRecord(f"the ranges cover {sum(c for _f, c in pairs)} partitions; {len(leaders)} leaders")
-        if leaders and not -1 <= min(leaders) <= max(leaders) < len(brokers):
-            raise InvalidRecord(f"a leader index is outside the {len(brokers)} brokers reported")
-        highest = max((first + count - 1 for first, count in pairs), default=-1)
-        if highest > MAX_PHYSICAL_PARTITION:
-            raise InvalidRecord(f"physical partition {physical_topic}/{highest} is above {MAX_PHYSICAL_PARTITION}")
+        the leaders named by index into ``brokers`` (-1: none), checked (``leader_range_pairs``) before any is set."""
+        pairs = leader_range_pairs(physical_topic, len(brokers), ranges, leaders)
         if not pairs:
             return
         translate = {i: self._broker(address) for i, address in enumerate(brokers)} | {-1: _NO_LEADER}
         values = array("h", map(translate.__getitem__, leaders))
-        slots = self._slots(physical_topic, highest + 1)
+        slots = self._slots(physical_topic, max(first + count for first, count in pairs))
         at = 0
         for first, count in pairs:
             slots[first : first + count] = values[at : at + count]
@@ -424,6 +415,26 @@ class LeadersBuilder:
             if end:
                 topics[name] = slots if end == len(slots) else slots[:end]
         return Leaders(tuple(self._brokers), topics)
+
+
+def leader_range_pairs(
+    physical_topic: str, brokers: int, ranges: Sequence[int], leaders: Sequence[int]
+) -> list[tuple[int, int]]:
+    """The (first, count) pairs of a leader report's ``ranges``, checked with its ``leaders`` (indexes into
+    ``brokers`` addresses, or -1): ``InvalidRecord`` whose ``extra["field"]`` names the field that does not fit
+    (the command names it in its 422; replay refuses the record)."""
+    pairs = list(zip(ranges[::2], ranges[1::2], strict=False))
+    if len(ranges) % 2 or any(first < 0 or count < 1 for first, count in pairs):
+        raise InvalidRecord("ranges must be (first partition >= 0, count >= 1) pairs", field="ranges")
+    if (covered := sum(count for _first, count in pairs)) != len(leaders):
+        raise InvalidRecord(f"the ranges cover {covered} partitions; {len(leaders)} leaders", field="leaders")
+    if leaders and not -1 <= min(leaders) <= max(leaders) < brokers:
+        raise InvalidRecord(f"a leader index is outside the {brokers} brokers reported", field="leaders")
+    highest = max((first + count - 1 for first, count in pairs), default=-1)
+    if highest > MAX_PHYSICAL_PARTITION:
+        message = f"physical partition {physical_topic}/{highest} is above {MAX_PHYSICAL_PARTITION}"
+        raise InvalidRecord(message, field="ranges")
+    return pairs
 
 
 def ranges_of(ids: Sequence[int]) -> list[tuple[int, int]]:

@@ -283,7 +283,6 @@ def test_from_metadata_version_4_commands_write_ranges_that_make_the_same_image(
 def test_a_leader_report_in_compact_form_records_what_the_one_per_partition_form_does(
     two_clusters: MetadataImage,
 ) -> None:
-    from broker_agent.agent import leader_report
     from metadata_log.commands.clusters import LeaderRanges
 
     image = apply(two_clusters, [MetadataVersionChanged(4)])
@@ -291,7 +290,7 @@ def test_a_leader_report_in_compact_form_records_what_the_one_per_partition_form
     first = [PhysicalPartition("T", p, f"127.0.0.1:{9000 + p % 2}") for p in range(300)]
     image = run(image, commands.report_physical_partitions(image, "c1", first))
     changes = [PhysicalPartition("T", p, "127.0.0.1:9005" if p % 3 else None) for p in (*range(0, 100), 150, 299)]
-    compact = [LeaderRanges(**r) for r in leader_report(changes)]
+    compact = commands.leader_ranges(changes)
     by_ranges = commands.report_leader_ranges(image, "c1", compact)
     by_rows = commands.report_physical_partitions(image, "c1", changes)
     assert run(image, by_ranges).clusters == run(image, by_rows).clusters  # the image the changes make
