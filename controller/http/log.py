@@ -51,14 +51,23 @@ TopicsSelected = Annotated[
 ]
 
 
-def selection_of(topics: str | None, image: MetadataImage) -> Selection | None:
-    """The ``topics=`` parameter as a ``Selection`` over ``image`` (None: every record)."""
+def selected_topics(topics: str | None) -> list[str] | None:
+    """The ``topics=`` parameter's names (None: every record; none: the federation-wide kinds only)."""
     if topics is None:
         return None
-    names = [name for name in topics.split(",") if name]  # none: the federation-wide kinds only
+    names = [name for name in topics.split(",") if name]
     if len(names) > MAX_SELECTED_TOPICS:
         raise InvalidRequest("topics", f"topics names up to {MAX_SELECTED_TOPICS} comma-separated logical topics")
-    return Selection.of(names, image)
+    return names
+
+
+def _sent(entries: Sequence[Entry], names: list[str] | None, image: MetadataImage) -> Sequence[Entry]:
+    """The ``entries`` a follower of ``names`` gets, its topics placed as ``image`` says (the newest: placements
+    only grow while the reader waits)."""
+    if names is None:
+        return entries
+    selection = Selection.of(names, image)
+    return [e for e in entries if selection.wants(e.record)]
 
 
 ReaderVersion = Annotated[
@@ -120,15 +129,14 @@ async def read_log(
     topics: TopicsSelected = None,
 ) -> Response:
     rm = service.read_model
-    selection = selection_of(topics, rm.image)
+    names = selected_topics(topics)
     rm.read(offset, 1)  # 410 now, before waiting, when below the window
     if wait_ms and rm.high_watermark <= offset:
         await rm.wait_beyond(offset, wait_ms / 1000)
     page = rm.read(offset, limit)
     entries = _readable(page.entries, metadata_version)
     next_offset = entries[-1].offset + 1 if len(entries) < len(page.entries) else page.next_offset
-    if selection is not None:
-        entries = [e for e in entries if selection.wants(e.record)]
+    entries = _sent(entries, names, rm.image)
     positions = {
         "next_offset": next_offset,
         "high_watermark": page.high_watermark,
@@ -157,7 +165,7 @@ async def stream_log(
     topics: TopicsSelected = None,
 ) -> Response:
     rm = service.read_model
-    selection_of(topics, rm.image)  # a bad selection is refused before the stream starts
+    names = selected_topics(topics)  # a bad selection is refused before the stream starts
     if last_event_id is not None:
         text = last_event_id.strip()
         if not text.lstrip("-").isdigit() or len(text) > 19 or not -1 <= int(text) < INT64_MAX:
@@ -169,14 +177,14 @@ async def stream_log(
     client = request.client.host if request.client else "?"
     streams.admit(client)
     return StreamingResponse(
-        _events(rm, start, streams, client, metadata_version, topics),
+        _events(rm, start, streams, client, metadata_version, names),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
 async def _events(
-    rm: ReadModel, position: int, streams: LogStreams, client: str, reader_version: int, topics: str | None
+    rm: ReadModel, position: int, streams: LogStreams, client: str, reader_version: int, names: list[str] | None
 ) -> AsyncIterator[bytes]:
     try:
         yield b"retry: 1000\n\n"
@@ -190,9 +198,7 @@ async def _events(
                 return
             if entries:
                 position = entries[-1].offset + 1
-                selection = selection_of(topics, rm.image)  # its placements as of now: they may grow
-                sent = [e for e in entries if selection.wants(e.record)] if selection is not None else entries
-                if sent:
+                if sent := _sent(entries, names, rm.image):
                     yield b"".join(b"id: %d\nevent: record\ndata: %s\n\n" % (e.offset, e.json) for e in sent)
                 continue
             if not await rm.wait_beyond(position, SSE_KEEPALIVE_S):
@@ -228,13 +234,13 @@ async def snapshot(
     snap = service.read_model.snapshot(-1 if min_offset is None else min_offset)
     if snap.image.metadata_version > metadata_version:
         raise _newer(snap.image.metadata_version, metadata_version, f"the snapshot at offset {snap.image.offset}")
-    selection = selection_of(topics, snap.image)
-    if selection is not None:  # a follower's own: encoded for it, of the size of its topics
+    names = selected_topics(topics)
+    if names is not None:  # a follower's own: encoded for it, of the size of its topics
         if not wants_msgpack(request):
             raise InvalidRequest(
                 "topics", "a snapshot of some topics is served as msgpack (Accept: application/msgpack)"
             )
-        image = selection.image(snap.image)
+        image = Selection.of(names, snap.image).image(snap.image)
         chosen: Layout = "runs" if layout == "runs" else "rows"
         return Response(await asyncio.to_thread(pack_body, image, chosen), media_type=MSGPACK)
     if wants_msgpack(request):
