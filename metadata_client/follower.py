@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import httpx
 
@@ -34,6 +34,8 @@ from .access import NO_ACCESS, Access
 from .retry import backoff_s, controller_urls, reply_error, retry_after_s
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 MSGPACK: Final = "application/msgpack"
 DEFAULT_WAIT_MS: Final = 10_000
@@ -107,10 +109,15 @@ class LogFollower:
         only when every URL failed in a row.
         """
         wait = self.wait_ms if wait_ms is None else wait_ms
+        return self._on_each_url(lambda: self._poll_once(wait))
+
+    def _on_each_url(self, step: Callable[[], _T]) -> _T:
+        """``step`` on the current controller URL, then on the next one while it fails; ``FollowerError`` once
+        every URL failed in a row."""
         failures = 0
         while True:
             try:
-                return self._poll_once(wait)
+                return step()
             except (httpx.HTTPError, FollowerError) as e:
                 failures += 1
                 self.last_error = f"{self.url}: {type(e).__name__}: {e}"
@@ -206,15 +213,7 @@ class LogFollower:
             self.topics = self.topics | frozenset(topics)
             self._generation += 1
             self._reload = True  # by the next poll, if not now
-            for attempt in range(len(self.urls)):  # each controller once, as a poll does
-                try:
-                    self.load_snapshot()
-                    break
-                except (httpx.HTTPError, FollowerError) as e:
-                    self.last_error = f"{self.url}: {type(e).__name__}: {e}"
-                    self._current = (self._current + 1) % len(self.urls)
-                    if attempt == len(self.urls) - 1:
-                        raise FollowerError(f"no controller reachable ({self.last_error})") from e
+            self._on_each_url(self.load_snapshot)
             self._reload = False
 
     def load_snapshot(self) -> None:
