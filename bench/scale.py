@@ -72,11 +72,15 @@ def topic_name(k: int) -> str:
     return f"t{k:05d}"
 
 
-def applied_everywhere(q: LocalQuorum, offset: int, timeout_s: float) -> float:
-    """Seconds until every node has applied ``offset`` (polled every 10 ms)."""
+def post_all(q: LocalQuorum, bodies: list[tuple[str, bytes]], what: str) -> tuple[float, dict[str, int], int, int]:
+    """POST every body (``CLIENTS`` at a time, retried with their keys); (seconds until every node applied the
+    last of them, the answers' statuses, log offsets they took, the last offset)."""
+    before = leader_applied(q)
     t0 = time.monotonic()
-    q.wait_applied(offset, timeout_s=timeout_s)
-    return time.monotonic() - t0
+    statuses = asyncio.run(post_many(q.url(q.leader()), bodies, CLIENTS, what, True, what.split()[-1]))
+    last = leader_applied(q)
+    q.wait_applied(last, timeout_s=1800)
+    return time.monotonic() - t0, statuses, last - before, last
 
 
 def post_and_apply(q: LocalQuorum, path: str, body: dict[str, Any], timeout_s: float = 60) -> tuple[float, int, int]:
@@ -154,11 +158,7 @@ def build(q: LocalQuorum, sizes: Sizes, result: BenchResult) -> None:
                                      "partitions_per_cluster": per_cluster}))
         for k in range(sizes.scale_topics)
     ]  # fmt: skip
-    t0 = time.monotonic()
-    statuses = asyncio.run(post_many(q.url(q.leader()), bodies, CLIENTS, "creating topics", True, "topics"))
-    last = leader_applied(q)
-    applied_everywhere(q, last, 1800)
-    build_s = time.monotonic() - t0
+    build_s, statuses, _offsets, last = post_all(q, bodies, "creating topics")
     result.details["build"] = {"statuses": statuses, "last_offset": last}
     result.rows.append(
         Row(f"{sizes.scale_topics:,} topics x {sizes.scale_partitions_per_topic:,} partitions created via "
@@ -181,16 +181,11 @@ def report(q: LocalQuorum, sizes: Sizes, result: BenchResult) -> None:
                 for t in topics[at : at + per_request]
             ]  # fmt: skip
             bodies.append((f"/v1/agents/{cluster_id(i)}/partitions", orjson.dumps({"leaders": leaders})))
-    before = leader_applied(q)
-    t0 = time.monotonic()
-    statuses = asyncio.run(post_many(q.url(q.leader()), bodies, CLIENTS, "reporting leaders", True, "leaders"))
-    last = leader_applied(q)
-    applied_everywhere(q, last, 1800)
-    report_s = time.monotonic() - t0
+    report_s, statuses, offsets, _last = post_all(q, bodies, "reporting leaders")
     result.rows.append(
         Row(f"leaders of all {sizes.scale_topics * sizes.scale_partitions_per_topic:,} physical partitions reported "
             "(synthetic agents) and applied everywhere", report_s, "s", goal=LEADERS_GOAL,
-            note=f"{len(bodies):,} reports, {last - before:,} log offsets; statuses {statuses}")
+            note=f"{len(bodies):,} reports, {offsets:,} log offsets; statuses {statuses}")
     )  # fmt: skip
 
 
