@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metadata_log.codec import decode_runs, encode_runs
@@ -42,6 +42,7 @@ from metadata_log.records import (
     TopicCreated,
     TopicDeleted,
 )
+from tests.unit.planted import FIND_BUG
 
 from ..samples import BATCH_ENDS, ONE_OF_EACH, log_delta
 
@@ -216,14 +217,6 @@ def test_a_snapshot_delta_needs_the_image_it_loaded() -> None:
 
 
 # -- the property can fail: one planted bug each ---------------------------------------------------------
-FIND_BUG = settings(
-    max_examples=400,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    phases=(Phase.generate,),
-    suppress_health_check=list(HealthCheck),
-)
 
 
 def _finds_a_bug() -> None:

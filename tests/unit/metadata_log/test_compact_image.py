@@ -8,10 +8,10 @@ to it. Each planted bug at the end must make the property fail."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metadata_log.codec import pack, unpack
@@ -34,6 +34,7 @@ from metadata_log.records import (
     TopicDeleted,
 )
 from metadata_log.snapshot import read_rows, read_runs, write_rows, write_runs
+from tests.unit.planted import FIND_BUG
 
 CLUSTERS = {"c0": "r1", "c1": "r1", "c2": "r1", "c9": "r2"}
 TOPICS = ("t0", "t1")
@@ -223,14 +224,6 @@ def test_a_range_record_that_names_a_partition_past_the_limit_is_refused() -> No
 
 
 # -- the property can fail: one planted bug each ------------------------------------------------------
-FIND_BUG = settings(
-    max_examples=400,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    phases=(Phase.generate,),
-    suppress_health_check=list(HealthCheck),
-)
 
 
 def _finds_the_bug() -> None:
@@ -243,12 +236,8 @@ def _finds_the_bug() -> None:
         history()
 
 
-def _planted(monkeypatch: pytest.MonkeyPatch, owner: object, name: str, bug: Callable[..., object]) -> None:
-    monkeypatch.setattr(owner, name, bug)
-
-
 def test_the_property_finds_a_second_partition_on_a_used_physical_partition(monkeypatch: pytest.MonkeyPatch) -> None:
-    _planted(monkeypatch, compact.PartitionsBuilder, "overlap", lambda self, *args: None)
+    monkeypatch.setattr(compact.PartitionsBuilder, "overlap", lambda self, *args: None)
     _finds_the_bug()
 
 
@@ -261,7 +250,7 @@ def test_the_property_finds_runs_merged_across_physical_topics(monkeypatch: pyte
             physical_topic = runs[-1].physical_topic  # the bug: the physical topic is not compared
         honest(self, cluster_id, physical_topic, first, count)
 
-    _planted(monkeypatch, compact.PartitionsBuilder, "append", append)
+    monkeypatch.setattr(compact.PartitionsBuilder, "append", append)
     _finds_the_bug()
 
 
@@ -274,14 +263,13 @@ def test_the_property_finds_a_leader_lost_when_a_topic_is_trimmed(monkeypatch: p
                 self._topics[name] = slots[:-1]  # the bug: the last partition's leader is dropped
         return honest(self)
 
-    _planted(monkeypatch, compact.LeadersBuilder, "freeze", freeze)
+    monkeypatch.setattr(compact.LeadersBuilder, "freeze", freeze)
     _finds_the_bug()
 
 
 def test_the_property_finds_a_state_range_applied_one_short(monkeypatch: pytest.MonkeyPatch) -> None:
     honest = compact.PartitionsBuilder.set_states
-    _planted(
-        monkeypatch,
+    monkeypatch.setattr(
         compact.PartitionsBuilder,
         "set_states",
         lambda self, start, count, code: honest(self, start, max(1, count - 1), code),

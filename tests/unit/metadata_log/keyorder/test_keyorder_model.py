@@ -33,7 +33,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
@@ -54,6 +54,7 @@ from metadata_log.image.key_order_history import (
     with_seal,
 )
 from metadata_log.keymap import KeyMap, slot_of
+from tests.unit.planted import FIND_BUG as PLANTED
 
 MAX_SEQ = 16  # records per key
 GROUP = "g"
@@ -467,15 +468,7 @@ TestKeyOrderModelWithLateWriters.settings = settings(MODEL, max_examples=60)
 
 
 # -- the model can fail: one planted bug each ------------------------------------------------------
-FIND_BUG = settings(
-    max_examples=600,
-    stateful_step_count=100,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    phases=(Phase.generate,),
-    suppress_health_check=list(HealthCheck),
-)
+FIND_BUG = settings(PLANTED, max_examples=600, stateful_step_count=100)
 
 
 def _finds_a_bug(machine: type[RuleBasedStateMachine], match: str) -> None:
