@@ -17,15 +17,14 @@ also the restart on the same data dir (no storage format).
 
 from __future__ import annotations
 
-import random
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from deploy.launcher import BrokerKind, LocalFederation, LocalQuorum
-from deploy.local_up import LocalLayout
-from deploy.processes import port_in_use, stop_processes
+from deploy.local_up import LocalLayout, free_layout
+from deploy.processes import stop_processes
 
 from .common import BenchResult, FenceWatch, Goal, Row, Sizes, fmt, median
 
@@ -122,18 +121,6 @@ def run_idle(clusters: int, measure_s: float, workdir: Path, result: BenchResult
 BROKER_NAMES = {"kafka": "Apache Kafka", "tansu": "Tansu"}
 UP_LINE = "kfed local federation is up"
 STARTUP_TIMEOUT_S = 300.0
-
-
-def free_layout(data_dir: Path, broker: BrokerKind) -> LocalLayout:
-    """A ``kfed local up`` layout whose every port is free now (random bases, tried until one fits)."""
-    rng = random.Random()
-    for _ in range(200):
-        layout = LocalLayout(data_dir, http_base_port=rng.randrange(20_000, 30_000, 10),
-                             raft_base_port=rng.randrange(30_000, 40_000, 10), broker=broker,
-                             broker_base_port=rng.randrange(40_000, 45_000, 10))  # fmt: skip
-        if not any(port_in_use(port) for port, _, _ in layout.needed_ports()):
-            return layout
-    raise RuntimeError("no free set of ports for kfed local up")
 
 
 def local_up_seconds(layout: LocalLayout) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -35,7 +36,15 @@ from .launcher import (
     kfed_command,
 )
 from .maven import JarsNotInstalled
-from .processes import ProcessExited, port_in_use, spawn, stop_processes, wait_port
+from .processes import (
+    PORTS_BELOW_EPHEMERAL,
+    ProcessExited,
+    ephemeral_low,
+    port_in_use,
+    spawn,
+    stop_processes,
+    wait_port,
+)
 from .spark import SparkCluster, SparkClusterError, start_spark_cluster
 
 
@@ -148,6 +157,28 @@ class LocalLayout:
 
     def to_json(self) -> dict[str, Any]:
         return {f: str(v) if isinstance(v, Path) else v for f, v in asdict(self).items()}
+
+
+def free_layout(data_dir: Path, broker: BrokerKind = "kafka", spark_workers: int = 0) -> LocalLayout:
+    """A layout for tests and benchmarks whose every fixed port, and those of a third sub-cluster, is free now
+    and below the kernel's ephemeral range: a port in that range can be taken by any outgoing connection
+    between this check and the bind. Bases sit below ``free_ports``' share where they fit (a third sub-cluster's
+    brokers, two strides up, do not); tried at random until a set fits."""
+    rng = random.Random()
+    low = ephemeral_low() or 32_768
+    share = low - PORTS_BELOW_EPHEMERAL
+    top = share if share - 1024 > PORT_STRIDE + CONTROLLER_PORT_OFFSET + 2 * MAX_BROKERS_PER_CLUSTER else low
+    brokers_top = min(top - PORT_STRIDE, low - 2 * PORT_STRIDE) - CONTROLLER_PORT_OFFSET - MAX_BROKERS_PER_CLUSTER
+    for _ in range(200):
+        pick = rng.randrange
+        layout = LocalLayout(data_dir, broker=broker, spark_workers=spark_workers,
+                             http_base_port=pick(1024, top - 3), raft_base_port=pick(1024, top - 3),
+                             gateway_port=pick(1024, top), spark_master_port=pick(1024, top),
+                             spark_ui_port=pick(1024, top), broker_base_port=pick(1024, brokers_top))  # fmt: skip
+        ports = [port for port, _, _ in layout.needed_ports() + layout.cluster_ports(2)]
+        if len(set(ports)) == len(ports) and not any(port_in_use(port) for port in ports):
+            return layout
+    raise RuntimeError("no free set of ports for kfed local up")
 
 
 def busy_port(ports: Sequence[tuple[int, str, str]]) -> str | None:

@@ -32,10 +32,7 @@ def free_ports(count: int) -> list[int]:
     outgoing connection; the server then cannot bind it until that connection ends (pysyncobj retries in
     silence: a Raft node that never joined its quorum). Below the range only servers take ports. Where there is
     no room below it, any port the kernel gives."""
-    try:
-        low = int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 0
+    low = ephemeral_low()
     first = low - PORTS_BELOW_EPHEMERAL
     share = range(first, low)[_worker_slice()]
     candidates = random.sample(share, len(share)) if first >= 1024 else []
@@ -52,6 +49,14 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (the source ports of outgoing connections); 0 unknown."""
+    try:
+        return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _worker_slice() -> slice:

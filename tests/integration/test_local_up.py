@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -20,28 +19,13 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from deploy.launcher import BrokerKind
-from deploy.local_up import LocalLayout, local_up
+from deploy.local_up import LocalLayout, free_layout, local_up
 from deploy.processes import port_in_use
 from kfed.cli import main as kfed
 from tests.waiting import wait_until
 
 UP_LINE = "kfed local federation is up"
 END_LINE = "Ctrl-C stops everything."  # the banner's last line
-
-
-def free_layout(data_dir: Path, broker: BrokerKind = "kafka", spark_workers: int = 0) -> LocalLayout:
-    """A layout whose every port is free now (random bases, tried until one fits)."""
-    rng = random.Random()
-    for _ in range(200):
-        layout = LocalLayout(data_dir, http_base_port=rng.randrange(20_000, 30_000, 10),
-                             raft_base_port=rng.randrange(30_000, 40_000, 10), broker=broker,
-                             broker_base_port=rng.randrange(40_000, 45_000, 10),
-                             gateway_port=rng.randrange(45_000, 46_000), spark_workers=spark_workers,
-                             spark_master_port=rng.randrange(46_000, 47_000),
-                             spark_ui_port=rng.randrange(47_000, 48_000))  # fmt: skip
-        if not any(port_in_use(port) for port, _, _ in layout.needed_ports()):
-            return layout
-    raise RuntimeError("no free set of ports")
 
 
 class Output:
