@@ -35,23 +35,28 @@ async def api_versions(ctx: AdminContext, conn: ClientConnection, request: kp.Re
 
 async def metadata(ctx: AdminContext, conn: ClientConnection, request: kp.Request) -> Any:
     """The federation as a cluster of gateways. Producers and consumers see different leaders (see
-    ``view.py``): which one this connection is, ``ClientConnection.producer_view`` says."""
-    view = ctx.view()
+    ``view.py``): which one this connection is, ``ClientConnection.producer_view`` says. Named topics are
+    followed before the answer; every topic is answered whole only up to a size (``followed.py``)."""
     requested = request.body.topics
+    whole = True  # False: every topic was asked for, too many partitions to answer with (followed.py)
     if requested is None or (request.api_version == 0 and not requested):
-        names: list[str | None] = list(view.topic_names())
+        every, whole = await ctx.every_topic()
+        view = ctx.view()
+        names: list[str | None] = list(every)
     else:
+        await ctx.resolve([t.name for t in requested if t.name is not None])
+        view = ctx.view()
         names = [
             t.name if t.name is not None else view.topic_name_of(getattr(t, "topic_id", ZERO_UUID)) for t in requested
         ]
     producer = conn.producer_view()
     topics = []
     for name in names:
-        topic = view.topic(name) if name is not None else None
+        topic = view.topic(name) if name is not None and whole else None
         if topic is None:
             topics.append(
                 {
-                    "error_code": ErrorCode.unknown_topic_or_partition,
+                    "error_code": ErrorCode.unknown_topic_or_partition if whole else ErrorCode.invalid_request,
                     "name": name,
                     "topic_id": ZERO_UUID,
                     "is_internal": False,
@@ -134,6 +139,8 @@ async def init_producer_id(ctx: AdminContext, conn: ClientConnection, request: k
 # -- CreateTopics, DeleteTopics -----------------------------------------------------------------------
 async def create_topics(ctx: AdminContext, conn: ClientConnection, request: kp.Request) -> Any:
     body = request.body
+    if conn.admin:
+        await ctx.resolve([t.name for t in body.topics])  # whether each exists
     view = ctx.view()
     validate_only = bool(getattr(body, "validate_only", False))
     results = []

@@ -24,6 +24,7 @@ from metadata_log.errors import Conflict, KfedError
 
 from . import admin, fetch, groups, produce
 from .context import AdminContext, FetchContext, GroupContext, ProduceContext, bind
+from .followed import FORGET_AFTER_S, FollowedTopics
 from .members import Members
 from .producers import ProducerIds
 from .server import Handler, KafkaServer, Limits, served_versions
@@ -62,6 +63,7 @@ class GatewayConfig:
     tls: tuple[str, str] | None = None  # (certificate, key) PEM files: TLS on the listener
     limits: Limits = field(default_factory=Limits)
     cluster_name: str = "kfed"  # the cluster id clients see
+    forget_topics_after_s: float = FORGET_AFTER_S  # a topic no request named for this long is not followed
 
     @property
     def listener(self) -> str:
@@ -87,7 +89,9 @@ class Gateway:
             connect_timeout_s=QUORUM_CONNECT_TIMEOUT_S,
             access=config.access,
         )
-        self.follower = LogFollower(config.controllers, wait_ms=FOLLOW_WAIT_MS, access=config.access)
+        # no topic at first: those clients name are followed (followed.py)
+        self.follower = LogFollower(config.controllers, wait_ms=FOLLOW_WAIT_MS, access=config.access, topics=())
+        self.followed = FollowedTopics(self.follower, self.quorum, config.forget_topics_after_s)
         self.members = Members()
         self.gateway_id: int | None = config.gateway_id
         self.port = config.listen_port
@@ -110,7 +114,7 @@ class Gateway:
         image = self.follower.image
         view = self._view
         if view is None or view.image is not image or view.self_broker != self.self_broker:
-            view = self._view = ClusterView(image, self.self_broker, self.config.listener)
+            view = self._view = ClusterView(image, self.self_broker, self.config.listener, self.followed.used)
             self._topic_metadata = {}
         return view
 
@@ -132,6 +136,8 @@ class Gateway:
         tables = (admin.HANDLERS, produce.HANDLERS, fetch.HANDLERS, groups.HANDLERS)
         admin_context = AdminContext(
             view=self.view,
+            resolve=self.followed.resolve,
+            every_topic=self.followed.every_topic,
             topic_metadata=self.topic_metadata,
             served_versions=served_versions({key for table in tables for key in table}, config.sasl),  # ApiVersions
             producers=self.producers,
@@ -216,6 +222,7 @@ class Gateway:
             await asyncio.sleep(HEARTBEAT_S)
             try:
                 await self._register()
+                await self.followed.forget()
             except Exception:  # never let the loop die: the gateway would silently drop out
                 log.exception("gateway heartbeat failed")
 

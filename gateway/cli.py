@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import IO
 
 from metadata_client.access import Access, read_secret
-from metadata_client.arguments import positive_int
+from metadata_client.arguments import positive_float, positive_int
 from metadata_log.errors import InvalidSetting
 
 from .app import Gateway, GatewayConfig
+from .followed import FORGET_AFTER_S
 from .server import Limits
 
 DESCRIPTION = """\
@@ -112,6 +113,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_LIMITS.max_in_flight,
         help=f"unanswered requests per client (default {DEFAULT_LIMITS.max_in_flight})",
     )
+    parser.add_argument(
+        "--forget-topics-after-s",
+        type=positive_float,
+        default=FORGET_AFTER_S,
+        help="stop following a topic no request named for this long, in seconds; the gateway follows only "
+        f"the topics its clients use (gateway/followed.py; default {FORGET_AFTER_S:.0f})",
+    )
 
 
 def config_from(args: argparse.Namespace) -> GatewayConfig:
@@ -138,6 +146,7 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
         sasl=args.sasl,
         client_tokens=tuple(read_secret(p, "client token file") for p in args.client_token_file),
         tls=(str(args.tls_cert), str(args.tls_key)) if args.tls_cert else None,
+        forget_topics_after_s=args.forget_topics_after_s,
         limits=Limits(
             max_frame_bytes=args.max_frame_bytes,
             max_connections=args.max_connections,

@@ -16,7 +16,7 @@ image as it is now. This module imports no handler.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -44,6 +44,10 @@ class Quorum(Protocol):
 @dataclass(frozen=True, slots=True)
 class AdminContext:
     view: Callable[[], ClusterView]
+    resolve: Callable[[Collection[str]], Awaitable[None]]
+    """Follow these topics before answering for them (``followed.py``)."""
+    every_topic: Callable[[], Awaitable[tuple[list[str], bool]]]
+    """The topics a request for every topic is answered with, and whether whole (else by name only)."""
     topic_metadata: Callable[[ClusterView, TopicView, bool], dict[str, Any]]
     """A topic's Metadata entry for producers (True) or consumers, built once per view."""
     served_versions: Mapping[int, tuple[int, int]]

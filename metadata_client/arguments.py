@@ -20,3 +20,11 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError("must be a non-negative integer")
     return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number above 0."""
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number")
+    return value

@@ -17,6 +17,7 @@ from typing import Any, Final
 import httpx
 
 from metadata_log.records import LATEST_METADATA_VERSION
+from metadata_log.views import MAX_TOPICS_PAGE
 
 from .access import NO_ACCESS, Access
 from .retry import Call, Decision, Raise, Return, controller_urls
@@ -185,6 +186,18 @@ class AsyncControllerClient(BaseControllerClient):
         self, path: str, json: Any = None, deadline_s: float | None = None, *, idempotency_key: str | None = None
     ) -> dict[str, Any]:
         return await self.request("POST", path, json, idempotency_key=idempotency_key, deadline_s=deadline_s)
+
+    async def topic_sizes(self) -> dict[str, int]:
+        """Every logical topic's partition count, by name: ``GET /v1/metadata`` read in pages of topics listed
+        without their partitions (a page is of one offset each, as in ``ControllerClient.topic``)."""
+        sizes: dict[str, int] = {}
+        params: dict[str, Any] = {"partition_limit": 0, "topic_limit": MAX_TOPICS_PAGE}
+        while True:
+            page = await self.get("/v1/metadata", **params)
+            sizes.update((t["name"], int(t["partition_count"])) for t in page["topics"])
+            if page.get("next_topic") is None:
+                return sizes
+            params["first_topic"] = page["next_topic"]
 
     async def put(
         self, path: str, json: Any = None, deadline_s: float | None = None, *, idempotency_key: str | None = None

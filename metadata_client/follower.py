@@ -27,7 +27,7 @@ from metadata_log.heap import gc_paused
 from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, Touched, apply_touched
 from metadata_log.publisher import LogDelta, MetadataPublisher, Publishers
 from metadata_log.records import LATEST_METADATA_VERSION, Record
-from metadata_log.selection import backing_of
+from metadata_log.selection import Selection, backing_of, fits
 from metadata_log.snapshot import read_body
 
 from .access import NO_ACCESS, Access
@@ -205,23 +205,36 @@ class LogFollower:
         return self.topics is None or topic in self.topics
 
     def follow(self, topics: Collection[str]) -> None:
-        """Follow these topics too (a selection only grows; a follower of the whole log has them already): the
-        snapshot of all of them is loaded now, on the caller's thread, and a page asked for before is dropped."""
+        """Follow these topics too (a follower of the whole log has them already): see ``select``."""
         with self._selected:
             if self.topics is None or set(topics) <= self.topics:
                 return
-            self.topics = self.topics | frozenset(topics)
+            self.select(self.topics | frozenset(topics))
+
+    def select(self, topics: Collection[str] | None) -> None:
+        """Follow exactly these topics from now on; None, or more than a node accepts in one selection
+        (``selection.fits``): the whole log. Topics left are dropped from the image at once; a selection that
+        grows loads its snapshot now, on the caller's thread, and a page asked for before is dropped."""
+        with self._selected:
+            wanted = frozenset(topics) if topics is not None and fits(topics) else None
+            if wanted == self.topics:
+                return
+            was, self.topics = self.topics, wanted
             self._generation += 1
+            if wanted is not None and (was is None or wanted <= was):  # narrows: nothing to fetch
+                base, image = self.image, Selection.of(wanted, self.image).image(self.image)
+                self._set_image(image, LogDelta.replaced, base, image)
+                return
             self._reload = True  # by the next poll, if not now
             self._on_each_url(self.load_snapshot)
             self._reload = False
 
     def load_snapshot(self) -> None:
         """Replace the image by the controller's snapshot, unless that would move it backwards. A follower of
-        some topics asks for one at least as new as its image (its selection grew: nodes reuse a snapshot for a
-        while, and an older one would move it backwards)."""
+        some topics, or one whose selection just grew, asks for one at least as new as its image (nodes reuse a
+        snapshot for a while, and an older one would move it backwards)."""
         params: dict[str, int | str] = {"layout": "runs"}
-        if self.topics is not None and self.image.offset >= 0:
+        if (self.topics is not None or self._reload) and self.image.offset >= 0:
             params["min_offset"] = self.image.offset
         r = self._get("/v1/snapshot", params)
         if r.status_code != 200:

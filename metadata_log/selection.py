@@ -41,6 +41,17 @@ from .records import (
 MAX_SELECTED_TOPICS: Final = 1000
 """Most topics one follower may select (``topics=``): a follower of more follows the whole log."""
 
+MAX_SELECTION_CHARS: Final = 4000
+"""Longest ``topics=`` a node accepts: percent-encoded (up to 12 bytes a character) the request must stay under
+the 64 KiB the HTTP server reads before answering 400 itself. A follower whose names are longer follows the
+whole log."""
+
+
+def fits(topics: Collection[str]) -> bool:
+    """Whether a node accepts ``topics`` as one selection (``MAX_SELECTED_TOPICS``, ``MAX_SELECTION_CHARS``)."""
+    return len(topics) <= MAX_SELECTED_TOPICS and sum(len(name) + 1 for name in topics) - 1 <= MAX_SELECTION_CHARS
+
+
 _BY_TOPIC: Final = (
     PartitionsAdded,
     PartitionRangeAdded,

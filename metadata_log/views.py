@@ -96,6 +96,9 @@ TOPICS_PAGE: Final = 1000
 """Most topics ``GET /v1/metadata`` lists by default (each with a page of its partitions); ``next_topic`` names
 where the next page starts (null on the last), and a reader pages with ``first_topic``."""
 
+MAX_TOPICS_PAGE: Final = 10_000
+"""Most topics a reader may ask one ``GET /v1/metadata`` page for (``topic_limit``)."""
+
 
 def metadata_view(
     image: MetadataImage,
@@ -103,10 +106,12 @@ def metadata_view(
     first_partition: int = 0,
     first_topic: str = "",
     topic_limit: int = TOPICS_PAGE,
+    partition_limit: int = PARTITIONS_PAGE,
 ) -> dict[str, Any]:
     """Merged metadata at ``image.offset``: every cluster, and the topics from ``first_topic`` on in name order
-    (``topic_limit`` of them), each with its first page of partitions; with ``topic``, only that topic, its page
-    from ``first_partition``."""
+    (``topic_limit`` of them), each with its first page (``partition_limit``) of partitions; with ``topic``,
+    only that topic, its page from ``first_partition``. A ``partition_limit`` of 0 lists topics with their
+    ``partition_count`` only (what a gateway answering "every topic" needs to know first)."""
     if topic is not None:
         names = [topic] if topic in image.topics else []
         after = None
@@ -117,7 +122,7 @@ def metadata_view(
     view = {
         "offset": image.offset,
         "clusters": [cluster_view(c) for c in sorted(image.clusters.values(), key=lambda c: c.cluster_id)],
-        "topics": [topic_view(image, image.topics[name], first_partition) for name in names],
+        "topics": [topic_view(image, image.topics[name], first_partition, partition_limit) for name in names],
     }
     if topic is None:
         view["next_topic"] = after

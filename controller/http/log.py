@@ -16,7 +16,7 @@ from metadata_log.codec import pack
 from metadata_log.errors import Conflict, Gone, InvalidRequest, TooManyRequests, Unavailable
 from metadata_log.image import MetadataImage
 from metadata_log.records import LATEST_METADATA_VERSION, version_to_read
-from metadata_log.selection import MAX_SELECTED_TOPICS, Selection
+from metadata_log.selection import MAX_SELECTED_TOPICS, MAX_SELECTION_CHARS, Selection
 from metadata_log.snapshot import Layout, pack_body
 
 from ..readmodel import Entry, ReadModel
@@ -36,14 +36,10 @@ READER_VERSION_DEFAULT: Final = 3
 """The metadata version a reader that does not say which it reads is taken to read: the contract before range
 records (metadata version 4), which such a reader does not know."""
 
-TOPICS_PARAM_MAX_CHARS: Final = 4000
-"""Longest ``topics=`` accepted: percent-encoded (up to 12 bytes a character) the request must stay under the
-64 KiB the HTTP server reads before answering 400 itself."""
-
 TopicsSelected = Annotated[
     str | None,
     Query(
-        max_length=TOPICS_PARAM_MAX_CHARS,
+        max_length=MAX_SELECTION_CHARS,
         description="Comma-separated logical topics: only their records, their physical topics' leaders and the "
         f"federation-wide kinds (metadata_log/selection.py), up to {MAX_SELECTED_TOPICS} topics. next_offset "
         "still moves past what is left out.",

@@ -13,7 +13,7 @@ from starlette.responses import Response
 from metadata_log.codec import pack
 from metadata_log.errors import InvalidRequest, NotFound
 from metadata_log.image import MetadataImage
-from metadata_log.views import TOPICS_PAGE, metadata_view
+from metadata_log.views import MAX_PARTITIONS_PAGE, MAX_TOPICS_PAGE, PARTITIONS_PAGE, TOPICS_PAGE, metadata_view
 
 from .bodies import INT64_MAX
 from .deps import Service
@@ -22,9 +22,6 @@ from .log import MIN_OFFSET_WAIT_S
 from .routing import Router
 
 router = Router(prefix="/v1", tags=["metadata"])
-
-MAX_TOPICS_PAGE: Final = 10_000
-"""Most topics one ``GET /v1/metadata`` may ask for (``topic_limit``)."""
 
 
 class RenderedMetadata:
@@ -77,15 +74,21 @@ async def metadata(
         str | None, Query(max_length=249, description="The first topic (by name) of the page of topics listed.")
     ] = None,
     topic_limit: Annotated[int, Query(ge=1, le=MAX_TOPICS_PAGE, description="Most topics listed.")] = TOPICS_PAGE,
+    partition_limit: Annotated[
+        int, Query(ge=0, le=MAX_PARTITIONS_PAGE, description="Most partitions listed per topic (0: counts only).")
+    ] = PARTITIONS_PAGE,
 ) -> Response:
     image = await service.image_at_least(min_offset, MIN_OFFSET_WAIT_S)
     if topic is not None:
         if topic not in image.topics:
             raise NotFound(f"topic {topic!r} does not exist", offset=image.offset)
-        return respond(request, metadata_view(image, topic, first_partition))
+        return respond(request, metadata_view(image, topic, first_partition, partition_limit=partition_limit))
     if first_partition:
         raise InvalidRequest("first_partition", "first_partition pages one topic's partitions: give topic too")
-    if first_topic is not None or topic_limit != TOPICS_PAGE:
-        return respond(request, metadata_view(image, first_topic=first_topic or "", topic_limit=topic_limit))
+    if first_topic is not None or topic_limit != TOPICS_PAGE or partition_limit != PARTITIONS_PAGE:
+        page = metadata_view(
+            image, first_topic=first_topic or "", topic_limit=topic_limit, partition_limit=partition_limit
+        )
+        return respond(request, page)
     encoding = MSGPACK if wants_msgpack(request) else JSON
     return Response(await rendered.get(image, encoding), media_type=encoding)

@@ -1,0 +1,162 @@
+"""Which logical topics a gateway follows: those its clients use, not the whole federation.
+
+A gateway starts following no topic (its image holds the federation-wide kinds only: clusters, groups,
+gateways, the quorum; ``metadata_log/selection.py``). Then:
+
+- a **Metadata request naming topics** follows them before it is answered (their snapshot is loaded first);
+- **any other request** for a topic not followed (a client that asked another gateway for metadata, then sends
+  its Produce or Fetch here) is answered as for an unknown topic, a retriable error, and the topic is followed
+  in the background, so that the client's retry finds it;
+- a topic **no request named for** ``forget_after_s`` is dropped. Clients ask for the metadata of the topics
+  they use at least every 5 minutes (Kafka's ``metadata.max.age.ms``, librdkafka's
+  ``topic.metadata.refresh.interval.ms``), and every Produce or Fetch names its topics, so the default (15
+  minutes) drops only what nobody uses;
+- a **Metadata request for every topic** is answered whole while the federation holds at most
+  ``MAX_ALL_TOPICS_PARTITIONS`` partitions: the gateway follows the whole log for it (until no such request came
+  for ``forget_after_s``). Past that the answer would pass what a client should be sent at once (at 100 M
+  partitions, Kafka's frame size): every topic is listed by name with ``INVALID_REQUEST`` and no partitions, and
+  clients ask for their topics by name. Regex subscriptions over such a federation are not supported.
+
+Names that are not legal topic names are never followed (they are unknown topics). A topic asked for by id
+only (Metadata v10+) is known once some client asked for it by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable, Collection
+from typing import Final
+
+from metadata_client.client import AsyncControllerClient
+from metadata_client.follower import LogFollower
+from metadata_log.commands.common import MAX_NAME_CHARS
+from metadata_log.errors import KfedError
+
+log = logging.getLogger(__name__)
+
+MAX_ALL_TOPICS_PARTITIONS: Final = 100_000
+"""Most partitions a Metadata request for every topic is answered with (about 4 MB): past it, each topic by
+name with ``INVALID_REQUEST``."""
+
+FORGET_AFTER_S: Final = 900.0
+"""How long a topic no request named stays followed: three times clients' metadata refresh."""
+
+TOPIC_SIZES_TTL_S: Final = 5.0
+"""How long the federation's topic list (asked of the controllers for a request for every topic, while
+following some topics) is reused: a storm of such requests costs one listing."""
+
+MAX_NAMED_TOPICS: Final = 10_000
+"""Most topic names a gateway keeps track of: a client naming more (each a legal name) gets the rest as
+unknown topics until some are forgotten, so its requests cannot grow the gateway's memory without bound."""
+
+_TOPIC_NAME: Final = re.compile(rf"[A-Za-z0-9._-]{{1,{MAX_NAME_CHARS}}}")
+
+
+def legal(name: str) -> bool:
+    """Whether ``name`` may be a topic's (Kafka's rule, as the controllers apply it)."""
+    return _TOPIC_NAME.fullmatch(name) is not None and name not in (".", "..")
+
+
+class FollowedTopics:
+    """The topics a gateway's follower selects, and when a request last named each. Used on the event loop;
+    the follower's snapshot loads run in threads."""
+
+    def __init__(
+        self,
+        follower: LogFollower,
+        quorum: AsyncControllerClient,
+        forget_after_s: float = FORGET_AFTER_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.follower = follower
+        self._quorum = quorum
+        self.forget_after_s = forget_after_s
+        self._clock = clock
+        self._used: dict[str, float] = {}  # legal names a request named, and when last
+        self._every_topic_at = float("-inf")  # when a request last asked for every topic
+        self._sizes: tuple[float, dict[str, int]] | None = None  # (when listed, partitions by topic)
+        self._pending: set[str] = set()  # followed in the background now
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _track(self, name: str, now: float) -> bool:
+        """Note that a request named ``name``; False when it is not to be followed (illegal, or too many)."""
+        if name not in self._used and (len(self._used) >= MAX_NAMED_TOPICS or not legal(name)):
+            return False
+        self._used[name] = now
+        return True
+
+    def used(self, name: str) -> None:
+        """A request named ``name``: keep it followed; follow it in the background when it is not."""
+        if not self._track(name, self._clock()):
+            return
+        if not self.follower.follows(name) and name not in self._pending:
+            self._pending.add(name)
+            task = asyncio.get_running_loop().create_task(self._follow_later(name), name=f"follow {name}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _follow_later(self, name: str) -> None:
+        try:
+            await asyncio.to_thread(self.follower.follow, {name})
+        except Exception as e:  # no controller now: the client's retry asks again
+            log.warning("could not follow topic %s: %s", name, e)
+        finally:
+            self._pending.discard(name)
+
+    async def resolve(self, names: Collection[str]) -> None:
+        """Follow ``names`` (the legal ones) before answering a request for them; a failure leaves them
+        unknown for this answer (logged), as a topic of a controller out of reach is."""
+        now = self._clock()
+        tracked = {name for name in names if self._track(name, now)}
+        if all(self.follower.follows(name) for name in tracked):
+            return
+        try:
+            await asyncio.to_thread(self.follower.follow, tracked)
+        except Exception as e:
+            log.warning("could not follow topics %s: %s", sorted(tracked)[:10], e)
+
+    async def every_topic(self) -> tuple[list[str], bool]:
+        """The names a request for every topic is answered with, and whether they are followed (the answer is
+        whole) or too many partitions to send (listed by name only)."""
+        self._every_topic_at = self._clock()
+        if self.follower.topics is None:
+            image = self.follower.image
+            if image.partition_count() <= MAX_ALL_TOPICS_PARTITIONS:
+                return sorted(image.topics), True
+            names = sorted(image.topics)
+            await asyncio.to_thread(self.follower.select, self._recent())  # grew past it: hold what is used
+            return names, False
+        sizes = await self._topic_sizes()
+        if sum(sizes.values()) > MAX_ALL_TOPICS_PARTITIONS:
+            return sorted(sizes), False
+        await asyncio.to_thread(self.follower.select, None)
+        return sorted(self.follower.image.topics), True
+
+    async def _topic_sizes(self) -> dict[str, int]:
+        now = self._clock()
+        if self._sizes is None or now - self._sizes[0] > TOPIC_SIZES_TTL_S:
+            try:
+                self._sizes = (now, await self._quorum.topic_sizes())
+            except KfedError as e:  # answered with what the gateway holds
+                log.warning("could not list the federation's topics: %s", e.detail)
+                return {name: len(t.partitions) for name, t in self.follower.image.topics.items()}
+        return self._sizes[1]
+
+    def _recent(self) -> set[str]:
+        now = self._clock()
+        return {name for name, at in self._used.items() if now - at <= self.forget_after_s}
+
+    async def forget(self) -> None:
+        """Drop the topics no request named for ``forget_after_s``, and the whole log when no request asked
+        for every topic that long. Only narrows (loads nothing), in a thread: a page may be being applied."""
+        recent = self._recent()
+        self._used = {name: self._used[name] for name in recent}
+        followed = self.follower.topics
+        if followed is None:
+            if self._clock() - self._every_topic_at > self.forget_after_s:
+                await asyncio.to_thread(self.follower.select, recent)
+        elif not followed <= recent:
+            await asyncio.to_thread(self.follower.select, followed & recent)
