@@ -73,7 +73,8 @@ class Agent:
         )
         deadline_s = max(1.0, 2 * self.settings.heartbeat_ms / 1000)
         self.client = ControllerClient(controllers, deadline_s=deadline_s, access=access)
-        self.follower = LogFollower(controllers, wait_ms=5000, publisher=self, access=access)
+        # its own cluster's topics and leaders, and the federation-wide kinds (metadata_log/selection.py)
+        self.follower = LogFollower(controllers, wait_ms=5000, publisher=self, access=access, clusters=[cluster_id])
         self._deleted_topics: set[str] = set()  # physical topics of logical topics deleted from the log
         self._seen_topics: set[str] = set()  # managed topics this agent has seen on the cluster
         self._seen_offsets: dict[tuple[str, int], int] = {}

@@ -26,8 +26,8 @@ from metadata_log.errors import NotAController, Unavailable
 from metadata_log.heap import gc_paused
 from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, Touched, apply_touched
 from metadata_log.publisher import LogDelta, MetadataPublisher, Publishers
-from metadata_log.records import LATEST_METADATA_VERSION, Record
-from metadata_log.selection import Selection, backing_of, fits
+from metadata_log.records import LATEST_METADATA_VERSION, Record, TopicCreated, TopicDeleted
+from metadata_log.selection import Selection, backing_of, fits, topic_of
 from metadata_log.snapshot import read_body
 
 from .access import NO_ACCESS, Access
@@ -63,11 +63,16 @@ class LogFollower:
         timeout_s: float = 5.0,
         access: Access = NO_ACCESS,
         topics: Collection[str] | None = None,
+        clusters: Collection[str] = (),
     ) -> None:
         """``topics``: follow only these logical topics (``metadata_log.selection``): the image holds them, the
-        leaders of their physical topics and every federation-wide kind; None: the whole log."""
+        leaders of their physical topics and every federation-wide kind; None: the whole log. ``clusters``: and
+        every topic placed on these clusters, with all their leaders (a sub-cluster's agent)."""
         self.urls = controller_urls(controllers)
-        self.topics: frozenset[str] | None = frozenset(topics) if topics is not None else None
+        self.clusters = frozenset(clusters)
+        self.topics: frozenset[str] | None = (
+            frozenset(topics) if topics is not None else frozenset() if self.clusters else None
+        )
         self._selected = threading.RLock()  # a page is applied, and the selection widened, one at a time
         self._generation = 0  # of the selection: a page asked for with an older one is dropped
         self._reload = False  # the selection grew and its snapshot is still to be loaded
@@ -172,6 +177,8 @@ class LogFollower:
         then the image moved to the page's end. A selected topic that gains a placement loads the snapshot."""
         runs: list[tuple[int, list[Record]]] = []  # (first offset, records)
         expected = self.next_offset
+        held = set(self.image.topics)
+        unheld = False  # a record of a topic not held: one expanded onto a selected cluster
         try:
             end = int(body["next_offset"])
             for item in body["records"]:
@@ -179,6 +186,15 @@ class LogFollower:
                 if not expected <= offset < end:
                     raise FollowerError(f"{self.url} sent offset {offset} outside {expected}..{end - 1}")
                 record = record_from_dict(item["type"], item["data"])
+                topic = topic_of(record)
+                if isinstance(record, TopicCreated):
+                    held.add(record.name)
+                elif isinstance(record, TopicDeleted):
+                    if record.name not in held:  # a follower of clusters is sent every deletion
+                        continue
+                    held.discard(record.name)
+                elif topic is not None and topic not in held:
+                    unheld = True
                 if runs and offset == expected:
                     runs[-1][1].append(record)
                 else:
@@ -186,6 +202,9 @@ class LogFollower:
                 expected = offset + 1
         except (CodecError, KeyError, TypeError, ValueError) as e:  # what a broken or hostile node may send
             raise FollowerError(f"records from {self.url} do not decode: {type(e).__name__}: {e}") from e
+        if unheld:
+            self.load_snapshot(at_least=end - 1)  # one that holds it: this page is read again after it
+            return 0
         placed = backing_of(self.topics or (), self.image)
         for first, records in runs:
             self.image = replace(self.image, offset=first - 1)  # what was left out changed nothing here
@@ -222,20 +241,20 @@ class LogFollower:
             was, self.topics = self.topics, wanted
             self._generation += 1
             if wanted is not None and (was is None or wanted <= was):  # narrows: nothing to fetch
-                base, image = self.image, Selection.of(wanted, self.image).image(self.image)
+                base, image = self.image, Selection.of(wanted, self.image, self.clusters).image(self.image)
                 self._set_image(image, LogDelta.replaced, base, image)
                 return
             self._reload = True  # by the next poll, if not now
             self._on_each_url(self.load_snapshot)
             self._reload = False
 
-    def load_snapshot(self) -> None:
+    def load_snapshot(self, at_least: int | None = None) -> None:
         """Replace the image by the controller's snapshot, unless that would move it backwards. A follower of
         some topics, or one whose selection just grew, asks for one at least as new as its image (nodes reuse a
-        snapshot for a while, and an older one would move it backwards)."""
+        snapshot for a while, and an older one would move it backwards); ``at_least``: and at least this one."""
         params: dict[str, int | str] = {"layout": "runs"}
         if (self.topics is not None or self._reload) and self.image.offset >= 0:
-            params["min_offset"] = self.image.offset
+            params["min_offset"] = max(self.image.offset, at_least or -1)
         r = self._get("/v1/snapshot", params)
         if r.status_code != 200:
             raise FollowerError(f"GET /v1/snapshot answered {r.status_code}: {reply_error(self.url, r)}")
@@ -262,6 +281,8 @@ class LogFollower:
         params = {**(params or {}), "metadata_version": LATEST_METADATA_VERSION}  # the records this code reads
         if self.topics is not None:
             params["topics"] = ",".join(sorted(self.topics))  # may be empty: the federation-wide kinds only
+        if self.clusters and self.topics is not None:
+            params["clusters"] = ",".join(sorted(self.clusters))
         with self._client.stream("GET", self.url + path, params=params, headers={"Accept": MSGPACK}) as r:
             if r.status_code != 200:
                 self._retry_after_s = retry_after_s(r.headers)

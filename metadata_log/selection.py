@@ -1,12 +1,15 @@
 """What a follower of some topics receives (``GET /v1/log?topics=``, ``GET /v1/snapshot?topics=``).
 
 A client that writes to one topic should not hold the whole federation. A ``Selection`` names the logical
-topics a follower uses; it receives:
+topics a follower uses, and the clusters (``clusters=``: a sub-cluster's agent follows its own) whose topics
+it uses; it receives:
 
-- the records of those topics (their creation, partitions, states, deletion, key order);
-- the leaders of the physical topics that back them (``PhysicalPartitionsReported`` /
-  ``PhysicalLeadersReported`` of a (cluster, physical topic) one of its topics is placed on, or of a physical
-  topic named like one of them);
+- the records of those topics, and of every topic placed on one of those clusters (their creation,
+  partitions, states, key order), and their deletion (a follower of clusters gets every deletion: the topic
+  was placed on them until then; one that does not hold the topic skips it);
+- the leaders of the physical topics that back the named topics (``PhysicalPartitionsReported`` /
+  ``PhysicalLeadersReported`` of a (cluster, physical topic) one of them is placed on, or of a physical topic
+  named like one of them), and every leader report of the selected clusters;
 - every record of a federation-wide kind: clusters (registration, state, fencing: a thousand clusters are a
   few hundred kilobytes), groups, transactions, gateways, the quorum and its metadata version.
 
@@ -15,7 +18,8 @@ moves past it, and the follower applies each record at its own offset (``image.o
 its image is of, for its topics). A follower whose topics gain a placement it did not have (a selected topic
 created, or expanded onto another physical topic whose leaders it was not sent) loads a filtered snapshot
 (``metadata_client.follower``): leader reports are recorded only on change, so the ones before it would be
-missing otherwise.
+missing otherwise. So does a follower of clusters sent a record of a topic it does not hold (a topic expanded
+onto its cluster).
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ from .records import (
 MAX_SELECTED_TOPICS: Final = 1000
 """Most topics one follower may select (``topics=``): a follower of more follows the whole log."""
 
+MAX_SELECTED_CLUSTERS: Final = 100
+"""Most clusters one follower may select (``clusters=``)."""
+
 MAX_SELECTION_CHARS: Final = 4000
 """Longest ``topics=`` a node accepts: percent-encoded (up to 12 bytes a character) the request must stay under
 the 64 KiB the HTTP server reads before answering 400 itself. A follower whose names are longer follows the
@@ -60,42 +67,76 @@ _BY_TOPIC: Final = (
     *KEY_ORDER_RECORD_TYPES,
 )
 _LEADERS: Final = (PhysicalPartitionsReported, PhysicalLeadersReported)
-_BY_NAME: Final = (TopicCreated, TopicDeleted)
 
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """The logical topics a follower uses, and the (cluster, physical topic) pairs that back them in an image."""
+    """The logical topics a follower uses (named, or placed on a selected cluster), the (cluster, physical
+    topic) pairs that back the named ones in an image, and the selected clusters."""
 
     topics: frozenset[str]
     backing: frozenset[tuple[str, str]] = frozenset()
+    clusters: frozenset[str] = frozenset()
 
     @staticmethod
-    def of(topics: Iterable[str], image: MetadataImage) -> Selection:
-        """The selection of ``topics`` with their placements in ``image``."""
-        names = frozenset(topics)
-        return Selection(names, backing_of(names, image))
+    def of(topics: Iterable[str], image: MetadataImage, clusters: Iterable[str] = ()) -> Selection:
+        """The selection of ``topics`` and of the topics on ``clusters``, placed as ``image`` says."""
+        names, on = frozenset(topics), frozenset(clusters)
+        placed = placed_on(image)
+        return Selection(names.union(*(placed.get(c, ()) for c in on)), backing_of(names, image), on)
 
     def wants(self, record: Record) -> bool:
         """Whether a follower of these topics receives ``record``."""
-        if isinstance(record, _BY_TOPIC):
-            return record.topic in self.topics
         if isinstance(record, _LEADERS):
             physical = record.physical_topic
-            return physical in self.topics or (record.cluster_id, physical) in self.backing
-        if isinstance(record, _BY_NAME):
-            return record.name in self.topics
-        return True
+            return (
+                record.cluster_id in self.clusters
+                or physical in self.topics
+                or (record.cluster_id, physical) in self.backing
+            )
+        if isinstance(record, TopicDeleted):
+            return record.name in self.topics or bool(self.clusters)
+        topic = topic_of(record)
+        return topic is None or topic in self.topics
 
     def image(self, image: MetadataImage) -> MetadataImage:
         """``image`` as a follower of these topics holds it: their topics and key orders, every cluster with
-        only the leaders of the physical topics that back them, every federation-wide part."""
+        only the leaders of the physical topics that back them (all of a selected cluster's), every
+        federation-wide part."""
         return replace(
             image,
             topics={name: t for name, t in image.topics.items() if name in self.topics},
             key_orders={name: k for name, k in image.key_orders.items() if name in self.topics},
             clusters={c.cluster_id: _leaders_kept(c, self) for c in image.clusters.values()},
         )
+
+
+def topic_of(record: Record) -> str | None:
+    """The logical topic ``record`` is about (its creation, partitions, states, key order, deletion); None for
+    a leader report or a federation-wide kind."""
+    if isinstance(record, _BY_TOPIC):
+        return record.topic
+    if isinstance(record, TopicCreated | TopicDeleted):
+        return record.name
+    return None
+
+
+_placed: list[tuple[MetadataImage, dict[str, frozenset[str]]]] = []  # the last image's, for the next reader
+
+
+def placed_on(image: MetadataImage) -> dict[str, frozenset[str]]:
+    """The logical topics with a partition on each cluster, by cluster id. Computed once per image: every
+    agent's page of the same image reads it."""
+    cached = _placed[0] if _placed else None
+    if cached is not None and cached[0] is image:
+        return cached[1]
+    by_cluster: dict[str, set[str]] = {}
+    for name, topic in image.topics.items():
+        for run in topic.partitions.runs:
+            by_cluster.setdefault(run.cluster_id, set()).add(name)
+    placed = {cluster: frozenset(names) for cluster, names in by_cluster.items()}
+    _placed[:] = [(image, placed)]
+    return placed
 
 
 def backing_of(topics: Collection[str], image: MetadataImage) -> frozenset[tuple[str, str]]:
@@ -110,6 +151,8 @@ def backing_of(topics: Collection[str], image: MetadataImage) -> frozenset[tuple
 
 def _leaders_kept(cluster: ClusterImage, selection: Selection) -> ClusterImage:
     leaders = cluster.leaders
+    if cluster.cluster_id in selection.clusters:
+        return cluster
     kept = {
         physical: slots
         for physical, slots in leaders.indexes()

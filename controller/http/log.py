@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import AsyncIterator, Sequence
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final, Literal, NamedTuple
 
 import orjson
 from fastapi import Depends, Header, Query, Request
@@ -16,7 +16,7 @@ from metadata_log.codec import pack
 from metadata_log.errors import Conflict, Gone, InvalidRequest, TooManyRequests, Unavailable
 from metadata_log.image import MetadataImage
 from metadata_log.records import LATEST_METADATA_VERSION, version_to_read
-from metadata_log.selection import MAX_SELECTED_TOPICS, MAX_SELECTION_CHARS, Selection
+from metadata_log.selection import MAX_SELECTED_CLUSTERS, MAX_SELECTED_TOPICS, MAX_SELECTION_CHARS, Selection
 from metadata_log.snapshot import Layout, pack_body
 
 from ..readmodel import Entry, ReadModel
@@ -46,23 +46,46 @@ TopicsSelected = Annotated[
     ),
 ]
 
+ClustersSelected = Annotated[
+    str | None,
+    Query(
+        max_length=MAX_SELECTION_CHARS,
+        description="Comma-separated cluster ids: the records of every topic placed on them, their leader "
+        f"reports, every topic deletion (with topics=, those topics too), up to {MAX_SELECTED_CLUSTERS} clusters.",
+    ),
+]
 
-def selected_topics(topics: str | None) -> list[str] | None:
-    """The ``topics=`` parameter's names (None: every record; none: the federation-wide kinds only)."""
-    if topics is None:
+
+class Chosen(NamedTuple):
+    """What a follower selected: ``topics=`` and ``clusters=`` as names."""
+
+    topics: list[str]
+    clusters: list[str]
+
+    def selection(self, image: MetadataImage) -> Selection:
+        return Selection.of(self.topics, image, self.clusters)
+
+
+def selected(topics: str | None, clusters: str | None = None) -> Chosen | None:
+    """The ``topics=`` and ``clusters=`` parameters' names (None: every record; none: the federation-wide kinds
+    only)."""
+    if topics is None and clusters is None:
         return None
-    names = [name for name in topics.split(",") if name]
+    names = [name for name in (topics or "").split(",") if name]
     if len(names) > MAX_SELECTED_TOPICS:
         raise InvalidRequest("topics", f"topics names up to {MAX_SELECTED_TOPICS} comma-separated logical topics")
-    return names
+    ids = [cid for cid in (clusters or "").split(",") if cid]
+    if len(ids) > MAX_SELECTED_CLUSTERS:
+        raise InvalidRequest("clusters", f"clusters names up to {MAX_SELECTED_CLUSTERS} comma-separated clusters")
+    return Chosen(names, ids)
 
 
-def _sent(entries: Sequence[Entry], names: list[str] | None, image: MetadataImage) -> Sequence[Entry]:
-    """The ``entries`` a follower of ``names`` gets, its topics placed as ``image`` says (the newest: placements
+def _sent(entries: Sequence[Entry], chosen: Chosen | None, image: MetadataImage) -> Sequence[Entry]:
+    """The ``entries`` a follower of ``chosen`` gets, its topics placed as ``image`` says (the newest: placements
     only grow while the reader waits)."""
-    if names is None:
+    if chosen is None:
         return entries
-    selection = Selection.of(names, image)
+    selection = chosen.selection(image)
     return [e for e in entries if selection.wants(e.record)]
 
 
@@ -123,16 +146,17 @@ async def read_log(
     wait_ms: Annotated[int, Query(ge=0, le=WAIT_MS_MAX, description="Wait this long when there is nothing yet.")] = 0,
     metadata_version: ReaderVersion = READER_VERSION_DEFAULT,
     topics: TopicsSelected = None,
+    clusters: ClustersSelected = None,
 ) -> Response:
     rm = service.read_model
-    names = selected_topics(topics)
+    chosen = selected(topics, clusters)
     rm.read(offset, 1)  # 410 now, before waiting, when below the window
     if wait_ms and rm.high_watermark <= offset:
         await rm.wait_beyond(offset, wait_ms / 1000)
     page = rm.read(offset, limit)
     entries = _readable(page.entries, metadata_version)
     next_offset = entries[-1].offset + 1 if len(entries) < len(page.entries) else page.next_offset
-    entries = _sent(entries, names, rm.image)
+    entries = _sent(entries, chosen, rm.image)
     positions = {
         "next_offset": next_offset,
         "high_watermark": page.high_watermark,
@@ -159,9 +183,10 @@ async def stream_log(
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     metadata_version: ReaderVersion = READER_VERSION_DEFAULT,
     topics: TopicsSelected = None,
+    clusters: ClustersSelected = None,
 ) -> Response:
     rm = service.read_model
-    names = selected_topics(topics)  # a bad selection is refused before the stream starts
+    chosen = selected(topics, clusters)  # a bad selection is refused before the stream starts
     if last_event_id is not None:
         text = last_event_id.strip()
         if not text.lstrip("-").isdigit() or len(text) > 19 or not -1 <= int(text) < INT64_MAX:
@@ -173,14 +198,14 @@ async def stream_log(
     client = request.client.host if request.client else "?"
     streams.admit(client)
     return StreamingResponse(
-        _events(rm, start, streams, client, metadata_version, names),
+        _events(rm, start, streams, client, metadata_version, chosen),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
 async def _events(
-    rm: ReadModel, position: int, streams: LogStreams, client: str, reader_version: int, names: list[str] | None
+    rm: ReadModel, position: int, streams: LogStreams, client: str, reader_version: int, chosen: Chosen | None
 ) -> AsyncIterator[bytes]:
     try:
         yield b"retry: 1000\n\n"
@@ -194,7 +219,7 @@ async def _events(
                 return
             if entries:
                 position = entries[-1].offset + 1
-                if sent := _sent(entries, names, rm.image):
+                if sent := _sent(entries, chosen, rm.image):
                     yield b"".join(b"id: %d\nevent: record\ndata: %s\n\n" % (e.offset, e.json) for e in sent)
                 continue
             if not await rm.wait_beyond(position, SSE_KEEPALIVE_S):
@@ -223,6 +248,7 @@ async def snapshot(
     ] = "records",
     metadata_version: ReaderVersion = READER_VERSION_DEFAULT,
     topics: TopicsSelected = None,
+    clusters: ClustersSelected = None,
 ) -> Response:
     if min_offset is not None:
         await service.image_at_least(min_offset, MIN_OFFSET_WAIT_S)
@@ -230,15 +256,15 @@ async def snapshot(
     snap = service.read_model.snapshot(-1 if min_offset is None else min_offset)
     if snap.image.metadata_version > metadata_version:
         raise _newer(snap.image.metadata_version, metadata_version, f"the snapshot at offset {snap.image.offset}")
-    names = selected_topics(topics)
-    if names is not None:  # a follower's own: encoded for it, of the size of its topics
+    chosen = selected(topics, clusters)
+    if chosen is not None:  # a follower's own: encoded for it, of the size of its topics
         if not wants_msgpack(request):
             raise InvalidRequest(
                 "topics", "a snapshot of some topics is served as msgpack (Accept: application/msgpack)"
             )
-        image = Selection.of(names, snap.image).image(snap.image)
-        chosen: Layout = "runs" if layout == "runs" else "rows"
-        return Response(await asyncio.to_thread(pack_body, image, chosen), media_type=MSGPACK)
+        image = chosen.selection(snap.image).image(snap.image)
+        written: Layout = "runs" if layout == "runs" else "rows"
+        return Response(await asyncio.to_thread(pack_body, image, written), media_type=MSGPACK)
     if wants_msgpack(request):
         encoded = (lambda: snap.runs) if layout == "runs" else (lambda: snap.msgpack)
         return Response(await asyncio.to_thread(encoded), media_type=MSGPACK)

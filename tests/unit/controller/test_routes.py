@@ -35,6 +35,7 @@ from metadata_log.records import (
     PhysicalLeadersReported,
     Record,
     TopicCreated,
+    TopicDeleted,
 )
 from tests.unit.samples import ONE_OF_EACH
 
@@ -413,3 +414,37 @@ def test_a_follower_of_one_topic_gets_its_records_and_snapshot_and_nothing_of_an
         assert set(follower.image.topics) == {"X", "Y"} and follower.snapshots_loaded == 2
         too_many = http.get("/v1/log", params={"offset": 0, "topics": ",".join(f"t{i}" for i in range(1001))})
         assert too_many.status_code == 422 and too_many.json()["field"] == "topics"
+
+
+def test_an_agents_follower_holds_its_clusters_topics_and_loads_a_topic_expanded_onto_it() -> None:
+    from starlette.testclient import TestClient
+
+    from metadata_client.follower import LogFollower
+    from metadata_log.selection import Selection
+
+    service = FakeService()
+    rm = service.read_model
+    committed(rm, [ClusterRegistered("c7", "r1", "127.0.0.1:1"), ClusterRegistered("c8", "r1", "127.0.0.1:2"),
+                   TopicCreated("id-x", "X", "r1"), PartitionRangeAdded("X", 0, 10, "c7", "X", 0),
+                   TopicCreated("id-z", "Z", "r1"), PartitionRangeAdded("Z", 0, 4, "c8", "Z", 0),
+                   TopicCreated("id-w", "W", "r1"), PartitionRangeAdded("W", 0, 4, "c8", "W", 0)])  # fmt: skip
+    app = routers_only(service)
+    with TestClient(app, base_url="http://node") as http:
+        follower = LogFollower("http://node", client=http, clusters={"c7"}, wait_ms=0)
+        follower.poll()
+        assert follower.image == Selection.of((), rm.image, {"c7"}).image(rm.image)
+        assert "X" in follower.image.topics and not {"Z", "W"} & set(follower.image.topics)
+        committed(rm, [PhysicalLeadersReported("c8", "Z", ("127.0.0.1:2",), (0, 4), (0, 0, 0, 0)),
+                       TopicDeleted("W"),
+                       PhysicalLeadersReported("c7", "X", ("127.0.0.1:1",), (0, 2), (0, 0))])  # fmt: skip
+        assert follower.poll() == 1, "only its own cluster's leaders; the deletion of W, not held, skipped"
+        assert follower.image == Selection.of((), rm.image, {"c7"}).image(rm.image)
+        loads = follower.snapshots_loaded
+        committed(rm, [PartitionRangeAdded("Z", 4, 4, "c7", "Z", 0)])  # Z expanded onto c7
+        follower.poll()
+        assert follower.snapshots_loaded == loads + 1 and "Z" in follower.image.topics
+        follower.poll()
+        assert follower.image == Selection.of((), rm.image, {"c7"}).image(rm.image)
+        assert follower.image.offset == rm.image.offset
+        too_many = http.get("/v1/log", params={"offset": 0, "clusters": ",".join(f"c{i}" for i in range(101))})
+        assert too_many.status_code == 422 and too_many.json()["field"] == "clusters"

@@ -16,16 +16,22 @@ from metadata_log.records import (
     PhysicalLeadersReported,
     Record,
     TopicCreated,
+    TopicDeleted,
 )
 from metadata_log.selection import Selection
 from tests.unit.samples import BATCH_ENDS, ONE_OF_EACH
+
+
+def held(image: MetadataImage, record: Record) -> bool:
+    """False for the deletion of a topic the follower does not hold: a follower of clusters skips it."""
+    return not isinstance(record, TopicDeleted) or record.name in image.topics
 
 
 def followed(batches: list[list[Record]], selection: Selection) -> MetadataImage:
     """What a follower of ``selection`` holds after ``batches``: each record it is sent applied at its offset."""
     image, offset = EMPTY_IMAGE, -1
     for batch in batches:
-        sent = [(offset + 1 + i, r) for i, r in enumerate(batch) if selection.wants(r)]
+        sent = [(offset + 1 + i, r) for i, r in enumerate(batch) if selection.wants(r) and held(image, r)]
         for _, run in itertools.groupby(enumerate(sent), lambda item: item[1][0] - item[0]):
             pairs = [pair for _, pair in run]
             image = apply(dataclasses.replace(image, offset=pairs[0][0] - 1), [r for _, r in pairs])
@@ -64,3 +70,20 @@ def test_another_topics_partitions_and_its_physical_topics_leaders_are_not_sent(
                              PhysicalLeadersReported("c1", "A", ("h:1",), (0, 4), (0, 0, 0, 0))])  # fmt: skip
     kept = selection.image(reported).clusters["c1"].leaders
     assert set(kept) == {("A", p) for p in range(4)}
+
+
+@pytest.mark.parametrize("clusters", [{"c1"}, {"c3"}, {"c1", "c3"}])
+def test_a_follower_of_clusters_holds_their_topics_and_leaders_and_skips_other_deletions(clusters: set[str]) -> None:
+    batches = [ONE_OF_EACH[a:b] for a, b in itertools.pairwise(BATCH_ENDS)]
+    whole = apply(EMPTY_IMAGE, ONE_OF_EACH)
+    selection = Selection.of((), whole, clusters)
+    mine = followed(batches, selection)
+    assert mine == selection.image(whole) and mine.offset == whole.offset
+    on = {name for name, t in whole.topics.items() if any(run.cluster_id in clusters for run in t.partitions.runs)}
+    assert set(mine.topics) == on and on
+    for cid in clusters:
+        assert mine.clusters[cid].leaders == whole.clusters[cid].leaders
+    assert any(isinstance(r, TopicDeleted) for r in ONE_OF_EACH) and all(
+        selection.wants(r) for r in ONE_OF_EACH if isinstance(r, TopicDeleted)
+    )
+    assert not selection.wants(PhysicalLeadersReported("c2", "elsewhere", ("h:1",), (0, 1), (0,))) or "c2" in clusters
