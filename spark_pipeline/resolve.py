@@ -1,13 +1,14 @@
 """The metadata image a query plans with: the latest one, or the one as of a given log offset.
 
-Both are rebuilt with the same pure ``apply`` as every other reader of the log. ``image_at(N)`` replays
-the log from offset 0 (or uses the snapshot when it is exactly at N) so a batch read with
-``metadataOffset=N`` sees the same partitions however much the federation changed since.
+Both are rebuilt with the same pure ``apply`` as every other reader of the log, filtered to the job's topics.
+``image_at(N)`` replays the log from offset 0 (or uses the snapshot when it is exactly at N) so a batch read
+with ``metadataOffset=N`` sees the same partitions however much the federation changed since.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 import httpx
@@ -19,6 +20,7 @@ from metadata_log.codec import record_from_dict, unpack
 from metadata_log.errors import KfedError, Unavailable
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
 from metadata_log.records import LATEST_METADATA_VERSION, Record
+from metadata_log.selection import fits
 from metadata_log.snapshot import read_body
 
 from .options import SourceOptionError
@@ -53,15 +55,23 @@ def catch_up(follower: LogFollower) -> MetadataImage:
 
 
 def image_at(
-    controllers: Sequence[str], offset: int, timeout_s: float = 10.0, access: Access = NO_ACCESS
+    controllers: Sequence[str],
+    offset: int,
+    timeout_s: float = 10.0,
+    access: Access = NO_ACCESS,
+    topics: Collection[str] | None = None,
 ) -> MetadataImage:
     """The image after exactly the records ``0..offset``; ``SourceOptionError('metadataOffset')`` when the
-    controllers no longer hold them (below their window) or do not have them yet (above the high watermark)."""
+    controllers no longer hold them (below their window) or do not have them yet (above the high watermark).
+    With ``topics``, only what a job of those topics needs: the log is read filtered to them
+    (``metadata_log.selection``), each record applied at its own offset, so the job's topics are exactly as a
+    whole replay has them."""
+    selected = ",".join(sorted(topics)) if topics is not None and fits(topics) else None
     errors = []
     with access.http_client(timeout_s) as client:
         for url in controllers:
             try:
-                return _replay(client, url, offset)
+                return _replay(client, url, offset, selected)
             except (httpx.HTTPError, KfedError, KeyError, TypeError, ValueError) as e:
                 if isinstance(e, SourceOptionError):
                     raise
@@ -71,19 +81,22 @@ def image_at(
 
 def _get(client: httpx.Client, url: str, path: str, **params: Any) -> tuple[int, Any]:
     params["metadata_version"] = LATEST_METADATA_VERSION  # the records this code reads
+    params = {name: value for name, value in params.items() if value is not None}
     r = client.get(url + path, params=params, headers={"Accept": MSGPACK})
     if r.status_code not in (200, 410):
         raise reply_error(url, r)
     return r.status_code, unpack(r.content)
 
 
-def _replay(client: httpx.Client, url: str, offset: int) -> MetadataImage:
+def _replay(client: httpx.Client, url: str, offset: int, topics: str | None) -> MetadataImage:
+    """``topics``: the comma-separated selection read, or None (every record)."""
     image = EMPTY_IMAGE
     position = 0
     while image.offset < offset:
-        status, body = _get(client, url, "/v1/log", offset=position, limit=min(PAGE_RECORDS, offset - position + 1))
+        limit = min(PAGE_RECORDS, offset - position + 1)  # never a record past ``offset``
+        status, body = _get(client, url, "/v1/log", offset=position, limit=limit, topics=topics)
         if status == 410:
-            _, snap = _get(client, url, "/v1/snapshot", layout="runs")  # rows from a controller without runs
+            _, snap = _get(client, url, "/v1/snapshot", layout="runs", topics=topics)  # rows from an older node
             if int(snap["offset"]) == offset:
                 return read_body(snap, offset)
             raise SourceOptionError(
@@ -96,13 +109,29 @@ def _replay(client: httpx.Client, url: str, offset: int) -> MetadataImage:
             raise SourceOptionError(
                 "metadataOffset", f"{offset} is not in the log yet (high watermark {high}, last offset {high - 1})"
             )
-        records: list[Record] = []
-        for item in body["records"]:
-            if int(item["offset"]) != position + len(records):
-                raise ValueError(f"{url} sent offset {item['offset']} where {position + len(records)} was expected")
-            records.append(record_from_dict(item["type"], item["data"]))
-        if not records:
-            raise ValueError(f"{url} sent no records at offset {position} below its high watermark {high}")
-        image = apply(image, records[: offset - position + 1])
-        position = image.offset + 1
+        end = min(int(body["next_offset"]), offset + 1)
+        if end <= position:
+            raise ValueError(f"{url} moved no further than offset {position} below its high watermark {high}")
+        image = _apply_at_offsets(image, body["records"], position, end, url)
+        position = end
     return image
+
+
+def _apply_at_offsets(image: MetadataImage, items: Sequence[Any], position: int, end: int, url: str) -> MetadataImage:
+    """``items`` (a page's records, with the gaps a filtered page leaves) applied each at its own offset, then
+    the image moved to ``end - 1``: what was left out changed nothing this reader holds."""
+    runs: list[tuple[int, list[Record]]] = []  # (first offset, records)
+    expected = position
+    for item in items:
+        at = int(item["offset"])
+        if not expected <= at < end:
+            raise ValueError(f"{url} sent offset {at} outside {expected}..{end - 1}")
+        record = record_from_dict(item["type"], item["data"])
+        if runs and at == expected:
+            runs[-1][1].append(record)
+        else:
+            runs.append((at, [record]))
+        expected = at + 1
+    for first, records in runs:
+        image = apply(replace(image, offset=first - 1), records)
+    return replace(image, offset=end - 1)

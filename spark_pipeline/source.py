@@ -163,7 +163,7 @@ class KfedBatchReader(DataSourceReader):
         o = self.options
         timeout_s = o.timeout_ms / 1000
         image = (
-            image_at(o.controllers, o.metadata_offset, timeout_s, o.access)
+            image_at(o.controllers, o.metadata_offset, timeout_s, o.access, o.topics)
             if o.metadata_offset is not None
             else latest_image(o.controllers, timeout_s, o.access, o.topics)
         )
