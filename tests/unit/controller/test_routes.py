@@ -32,6 +32,7 @@ from metadata_log.records import (
     ClusterRegistered,
     MetadataVersionChanged,
     PartitionRangeAdded,
+    PartitionRangeStateChanged,
     PhysicalLeadersReported,
     Record,
     TopicCreated,
@@ -448,3 +449,52 @@ def test_an_agents_follower_holds_its_clusters_topics_and_loads_a_topic_expanded
         assert follower.image.offset == rm.image.offset
         too_many = http.get("/v1/log", params={"offset": 0, "clusters": ",".join(f"c{i}" for i in range(101))})
         assert too_many.status_code == 422 and too_many.json()["field"] == "clusters"
+
+
+def test_a_follower_of_one_topic_carries_on_across_a_dead_node_and_a_410_holding_only_its_topic() -> None:
+    from starlette.testclient import TestClient
+
+    from metadata_client.follower import LogFollower
+    from metadata_log.selection import Selection
+
+    class Nodes(httpx.BaseTransport):
+        """Requests to http://a and http://b, each node's app; a node in ``down`` refuses connections."""
+
+        def __init__(self, clients: dict[str, TestClient]) -> None:
+            self.clients, self.down = clients, set[str]()
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            if request.url.host in self.down:
+                raise httpx.ConnectError("connection refused", request=request)
+            return self.clients[request.url.host]._transport.handle_request(request)
+
+    a, b = FakeService(), FakeService()
+    b.read_model = ReadModel(retention_records=4)  # a short window: a follower that was away gets 410
+    committed(b.read_model, ONE_OF_EACH[:9])
+    start = [ClusterRegistered("c7", "r1", "127.0.0.1:1"), TopicCreated("id-x", "X", "r1"),
+             PartitionRangeAdded("X", 0, 8, "c7", "X", 0), TopicCreated("id-y", "Y", "r1"),
+             PartitionRangeAdded("Y", 0, 8, "c7", "Y", 0)]  # fmt: skip
+    for node in (a, b):
+        committed(node.read_model, start)
+    with TestClient(routers_only(a), base_url="http://a") as ta, TestClient(routers_only(b), base_url="http://b") as tb:
+        nodes = Nodes({"a": ta, "b": tb})
+        with httpx.Client(transport=nodes) as http:
+            follower = LogFollower(["http://a", "http://b"], client=http, topics={"X"}, wait_ms=0)
+            follower.poll()
+            assert follower.url == "http://a" and set(follower.image.topics) == {"X"}
+            nodes.down.add("a")  # node a dies; b goes on (the new leader) and trims its log
+            for i in range(12):
+                topic = "X" if i % 2 else "Y"
+                leader = f"127.0.0.1:{100 + i}"
+                committed(b.read_model, [PhysicalLeadersReported("c7", topic, (leader,), (0, 8), (0,) * 8)])
+            committed(b.read_model, [PartitionRangeStateChanged("X", 2, 2, "read_only"),
+                                     PartitionRangeAdded("Y", 8, 8, "c7", "Y", 8)])  # fmt: skip
+            loads = follower.snapshots_loaded
+            while follower.poll() or not follower.caught_up:
+                pass
+    whole = b.read_model.image
+    assert follower.url == "http://b" and follower.snapshots_loaded == loads + 1, "a 410 on b: its snapshot"
+    assert follower.image == Selection.of({"X"}, whole).image(whole) and follower.image.offset == whole.offset
+    assert [p.state for p in follower.image.topics["X"].partitions][2:4] == ["read_only"] * 2
+    assert set(follower.image.topics) == {"X"} and ("Y", 0) not in follower.image.clusters["c7"].leaders
+    assert follower.image.clusters["c7"].leaders.get(("X", 7)) == "127.0.0.1:111"  # X's last report
