@@ -149,13 +149,15 @@ class Gateway:
         )
         produce_context = ProduceContext(
             view=self.view,
+            resolve=self.followed.resolve,
             upstream=self.upstream,
             producers=self.producers,
             limits=self.limits,
             key_order_lease_held=self.key_order_lease_held,
         )
-        fetch_context = FetchContext(view=self.view, upstream=self.upstream, limits=self.limits, members=self.members)
-        group_context = GroupContext(view=self.view, upstream=self.upstream, members=self.members, quorum=self.quorum)
+        view, resolve, upstream, members = self.view, self.followed.resolve, self.upstream, self.members
+        fetch_context = FetchContext(view, resolve, upstream=upstream, limits=self.limits, members=members)
+        group_context = GroupContext(view, resolve, upstream=upstream, members=members, quorum=self.quorum)
         return {
             **bind(admin_context, admin.HANDLERS),
             **bind(produce_context, produce.HANDLERS),

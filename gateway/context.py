@@ -10,7 +10,9 @@ its job needs, and none of the rest (registration, heartbeats, the log follower,
 - ``GroupContext``: the group protocol and committed offsets (``groups.py``, ``offsets.py``).
 
 What changes while the gateway runs (the followed image) is read through ``view()``: the cluster view of the
-image as it is now. This module imports no handler.
+image as it is now. The image holds the topics this gateway's clients use (``followed.py``): a handler first
+``resolve``s the topics its request names (at once when they are followed, else after their snapshot is
+loaded), then reads the view. This module imports no handler.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class AdminContext:
 @dataclass(frozen=True, slots=True)
 class ProduceContext:
     view: Callable[[], ClusterView]
+    resolve: Callable[[Collection[str]], Awaitable[None]]
     upstream: Upstream
     producers: ProducerIds
     limits: Limits
@@ -72,6 +75,7 @@ class ProduceContext:
 @dataclass(frozen=True, slots=True)
 class FetchContext:
     view: Callable[[], ClusterView]
+    resolve: Callable[[Collection[str]], Awaitable[None]]
     upstream: Upstream
     limits: Limits
     members: Members  # whose groups a strict topic's reads are held back for
@@ -80,6 +84,7 @@ class FetchContext:
 @dataclass(frozen=True, slots=True)
 class GroupContext:
     view: Callable[[], ClusterView]
+    resolve: Callable[[Collection[str]], Awaitable[None]]
     upstream: Upstream
     members: Members
     quorum: Quorum

@@ -47,6 +47,7 @@ async def fetch(ctx: FetchContext, conn: ClientConnection, request: kp.Request) 
     body = request.body
     if int(getattr(body, "session_id", 0)) != 0:  # this gateway never opens fetch sessions
         return {"error_code": ErrorCode.fetch_session_id_not_found, "session_id": 0, "responses": ()}
+    await ctx.resolve([topic.topic for topic in body.topics])
     view = ctx.view()
     max_wait_s = max(0, kp.milliseconds(body.max_wait)) / 1000
     min_bytes = max(0, int(body.min_bytes))
@@ -252,6 +253,7 @@ async def _fetch_from(
 async def list_offsets(ctx: FetchContext, conn: ClientConnection, request: kp.Request) -> Any:
     conn.saw("consumer")
     body = request.body
+    await ctx.resolve([topic.name for topic in body.topics])
     view = ctx.view()
     isolation = int(getattr(body, "isolation_level", 0))
     answers: dict[tuple[str, int], dict[str, Any]] = {}

@@ -102,6 +102,7 @@ async def join_group(ctx: GroupContext, conn: ClientConnection, request: kp.Requ
     if picked is None:
         return {**refused, "error_code": ErrorCode.inconsistent_group_protocol}
     protocol, subscription = picked
+    await ctx.resolve(subscription.topics)  # what its partitions' offsets and key order are read from
     cooperative = protocol in COOPERATIVE
     session_ms = kp.milliseconds(body.session_timeout)
     if not SESSION_TIMEOUT_MS_MIN <= session_ms <= SESSION_TIMEOUT_MS_MAX:

@@ -72,6 +72,7 @@ async def _call_coordinator(cluster: ClusterClient, group: str, api_key: int, bo
 async def offset_commit(ctx: GroupContext, conn: ClientConnection, request: kp.Request) -> Any:
     conn.saw("consumer")
     body = request.body
+    await ctx.resolve([topic.name for topic in body.topics])
     view = ctx.view()
     allowed = _may_commit(ctx, view, body.group_id, body.member_id, int(body.generation_id_or_member_epoch))
     answers: dict[tuple[str, int], ErrorCode] = {}
@@ -144,6 +145,11 @@ async def _commit_to(
 async def offset_fetch(ctx: GroupContext, conn: ClientConnection, request: kp.Request) -> Any:
     conn.saw("consumer")
     body = request.body
+    if body.topics is not None:
+        await ctx.resolve([topic.name for topic in body.topics])
+    else:  # the topics of the partitions the group's members own: those it commits
+        recorded = ctx.view().image.groups.get(body.group_id)
+        await ctx.resolve({t for m in recorded.members for t, _ in m.assignment} if recorded else ())
     view = ctx.view()
     group = body.group_id
     require_stable = bool(getattr(body, "require_stable", False))

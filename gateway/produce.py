@@ -53,6 +53,7 @@ async def produce(ctx: ProduceContext, conn: ClientConnection, request: kp.Reque
     body = request.body
     timeout_ms = kp.milliseconds(body.timeout)
     timeout_s = timeout_ms / 1000 + REQUEST_MARGIN_S
+    await ctx.resolve([topic.name for topic in body.topic_data])
     routes = await _route(ctx, conn, body, timeout_s)
     acks = int(body.acks)
     sends = await _send(routes, acks, timeout_ms)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from types import SimpleNamespace
 from typing import Any
 
@@ -73,7 +73,11 @@ def context(c1: Broker, c2: Broker) -> FetchContext:
     view = SimpleNamespace(placement=lambda t, p: placements.get((t, p)), bootstrap_of=lambda c: f"{c}:9092",
                            image=EMPTY_IMAGE)  # fmt: skip
     upstream = SimpleNamespace(cluster=lambda cluster_id, bootstrap: clusters[cluster_id])
-    return FetchContext(view=lambda: view, upstream=upstream, limits=Limits(), members=Members())  # type: ignore[arg-type]  # the stand-ins
+    return FetchContext(view=lambda: view, resolve=followed, upstream=upstream, limits=Limits(), members=Members())  # type: ignore[arg-type]  # the stand-ins
+
+
+async def followed(names: Collection[str]) -> None:
+    """Every topic is followed (as a gateway's resolve finds them)."""
 
 
 def fetch_request(offset_0: int, offset_1: int) -> Any:
