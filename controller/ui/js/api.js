@@ -70,11 +70,23 @@ export async function request(path, { method = "GET", body, signal } = {}) {
   return response.json();
 }
 
+/** A query string of the parameters that are set. */
+function query(params) {
+  return new URLSearchParams(Object.entries(params).filter(([, v]) => v !== undefined)).toString();
+}
+
 // -- the routes this page uses ---------------------------------------------------------------------
 export const api = {
   node: () => request("/v1/node"),
   quorum: () => request("/v1/quorum"),
-  metadata: (minOffset) => request(minOffset >= 0 ? `/v1/metadata?min_offset=${minOffset}` : "/v1/metadata"),
+  /** A page of topics by name from `first`, each with its first `partitionLimit` partitions. */
+  metadata: (minOffset, { first = "", topicLimit, partitionLimit }) =>
+    request(`/v1/metadata?${query({ min_offset: minOffset >= 0 ? minOffset : undefined, first_topic: first,
+      topic_limit: topicLimit, partition_limit: partitionLimit })}`),
+  /** One topic's page of partitions from `first` (the metadata of one topic). */
+  topicPage: (minOffset, topic, first, partitionLimit) =>
+    request(`/v1/metadata?${query({ min_offset: minOffset >= 0 ? minOffset : undefined, topic,
+      first_partition: first, partition_limit: partitionLimit })}`),
   agents: () => request("/v1/agents"),
   drain: () => request("/v1/drain"),
   gateways: () => request("/v1/gateways"),

@@ -2,7 +2,10 @@
 //
 // Sources (all on this node's public API):
 //  - GET /v1/log/stream: every record as it commits; each one schedules a (debounced) re-read of
-//    GET /v1/metadata, so partitions, cluster states and fencing follow the log.
+//    GET /v1/metadata, so partitions, cluster states and fencing follow the log. The page reads the
+//    topics it shows only: TOPICS_PER_PAGE of them by name (from a search prefix, paged), each with a
+//    page of PARTITIONS_PER_PAGE partitions (paged per topic): a federation may hold 10,000 topics of
+//    10,000 partitions.
 //  - GET /v1/quorum, /v1/agents, /v1/drain every POLL_MS: state that is not in the log (roles,
 //    applied offsets, leases, drain measurements). A poll also re-reads the metadata when the
 //    quorum's high watermark is ahead of it, so the page stays current while the log is paused.
@@ -16,6 +19,9 @@ const POLL_MS = 1000;
 const METADATA_DEBOUNCE_MS = 150; // records come in bursts (a topic's partitions are one batch)
 const LOG_BACKLOG = 30; // records shown from before the page opened
 const LOG_KEEP = 300; // entries kept in the page
+const TOPICS_PER_PAGE = 20;
+const PARTITIONS_PER_PAGE = 200;
+const SEARCH_DEBOUNCE_MS = 200;
 
 const $ = (testid) => document.querySelector(`[data-testid="${testid}"]`);
 
@@ -29,6 +35,14 @@ const state = {
   lastOffset: -1, // last record shown in the log
   knownOffset: -1, // highest offset known committed (records seen, write replies): metadata waits for it
   paused: false,
+  topics: {
+    search: "", // shown: the topics whose names start with it
+    first: "", // the page starts at the first topic named at or after this
+    back: [], // where the pages before this one started
+    partitions: new Map(), // topic -> first partition shown, for topics paged past their first
+    version: 0, // of the query above: an answer to an older one is not shown
+  },
+  metadataVersion: -1, // the query version state.metadata answers
 };
 
 // -- messages ----------------------------------------------------------------------------------------
@@ -73,8 +87,14 @@ async function refreshMetadata() {
   }
   metadataInFlight = (async () => {
     try {
-      const md = await api.metadata(state.knownOffset);
-      if (!state.metadata || md.offset >= state.metadata.offset) state.metadata = md;
+      const q = state.topics;
+      const version = q.version;
+      const md = await readTopics(q);
+      const newer = !state.metadata || version > state.metadataVersion || md.offset >= state.metadata.offset;
+      if (version === q.version && newer) {
+        state.metadata = md;
+        state.metadataVersion = version;
+      } else if (version !== q.version) metadataAgain = true;
       setStale("metadata", null);
       renderMetadata();
     } catch (error) {
@@ -88,6 +108,56 @@ async function refreshMetadata() {
     }
   })();
   return metadataInFlight;
+}
+
+/** The metadata of the topics the query shows: a page of them, and the partition page each is at. */
+async function readTopics(q) {
+  const md = await api.metadata(state.knownOffset, {
+    first: q.first,
+    topicLimit: TOPICS_PER_PAGE,
+    partitionLimit: PARTITIONS_PER_PAGE,
+  });
+  // names are in order: past the first that does not start with the search, none does
+  md.topics = md.topics.filter((t) => t.name.startsWith(q.search));
+  if (md.next_topic != null && !md.next_topic.startsWith(q.search)) md.next_topic = null;
+  md.topics = await Promise.all(
+    md.topics.map(async (t) => {
+      const first = q.partitions.get(t.name) || 0;
+      if (!first) return t;
+      const page = await api.topicPage(md.offset, t.name, first, PARTITIONS_PER_PAGE).catch(() => null);
+      return page && page.topics.length ? page.topics[0] : t; // deleted meanwhile: the next read drops it
+    }),
+  );
+  return md;
+}
+
+/** Shows another set of topics (search, paging): read at once. */
+function changeTopics(change) {
+  change(state.topics);
+  state.topics.version += 1;
+  topicsSignature = "";
+  refreshMetadata();
+}
+
+function wireTopics() {
+  let timer = null;
+  $("topic-search").addEventListener("input", (event) => {
+    clearTimeout(timer);
+    const search = event.target.value.trim();
+    timer = setTimeout(() => changeTopics((q) => Object.assign(q, { search, first: search, back: [] })), SEARCH_DEBOUNCE_MS);
+  });
+  $("topic-search-form").addEventListener("submit", (event) => event.preventDefault());
+  $("topics-next").addEventListener("click", () => {
+    const next = state.metadata && state.metadata.next_topic;
+    if (next != null) changeTopics((q) => Object.assign(q, { back: [...q.back, q.first], first: next }));
+  });
+  $("topics-prev").addEventListener("click", () => {
+    if (state.topics.back.length) changeTopics((q) => Object.assign(q, { first: q.back.at(-1), back: q.back.slice(0, -1) }));
+  });
+}
+
+function showPartitions(topic, first) {
+  changeTopics((q) => (first ? q.partitions.set(topic, first) : q.partitions.delete(topic)));
 }
 
 // -- polling -----------------------------------------------------------------------------------------
@@ -167,10 +237,19 @@ function renderTopics() {
   if (!state.metadata) return;
   const drains = new Map((state.drain.partitions || []).map((r) => [`${r.topic}/${r.partition}`, r]));
   // Only rebuild when something shown changed: the grid holds many buttons.
-  const signature = JSON.stringify([state.metadata.offset, state.metadata.clusters, [...drains.values()]]);
+  const md = state.metadata;
+  const signature = JSON.stringify([md.offset, state.metadataVersion, md.clusters, [...drains.values()]]);
   if (signature === topicsSignature) return;
   topicsSignature = signature;
-  replaceChildren($("topics-body"), topicsView(state.metadata, drains, confirmReadOnly));
+  const q = state.topics;
+  $("topics-prev").disabled = !q.back.length;
+  $("topics-next").disabled = md.next_topic == null;
+  const names = md.topics.map((t) => t.name);
+  $("topics-range").textContent = names.length
+    ? `${names.length} topic${names.length === 1 ? "" : "s"}: ${names[0]} … ${names.at(-1)}`
+    : "";
+  const paging = { perPage: PARTITIONS_PER_PAGE, onPartitions: showPartitions };
+  replaceChildren($("topics-body"), topicsView(md, drains, confirmReadOnly, paging, q.search));
 }
 
 // -- the live log ----------------------------------------------------------------------------------
@@ -309,6 +388,7 @@ function wireToken() {
 // -- start ---------------------------------------------------------------------------------------------
 async function main() {
   wireToken();
+  wireTopics();
   $("error").querySelector("button").addEventListener("click", () => ($("error").hidden = true));
   $("log-pause").addEventListener("click", pauseLog);
   $("log-resume-form").addEventListener("submit", resumeLog);

@@ -64,7 +64,7 @@ function fact(label, value, testid) {
 export function regionsView(metadata, agents, highWatermark, onDecommission, now = Date.now()) {
   if (!metadata.clusters.length) return [h("p", { class: "empty" }, "No cluster is registered yet.")];
   const leases = new Map((agents.agents || []).map((a) => [a.cluster_id, a]));
-  const partitionCount = new Map();
+  const partitionCount = new Map(); // of the page of topics shown (a federation may hold 100 M)
   for (const t of metadata.topics)
     for (const p of t.partitions)
       if (p.state !== "removed") partitionCount.set(p.cluster_id, (partitionCount.get(p.cluster_id) || 0) + 1);
@@ -133,7 +133,7 @@ function clusterCard(c, { leases, agentsError, partitionCount, highWatermark, on
       { class: "kv" },
       h("dt", {}, "Bootstrap"),
       h("dd", { class: "mono" }, c.bootstrap_servers),
-      h("dt", {}, "Partitions"),
+      h("dt", { title: "of the topics shown below" }, "Partitions shown"),
       h("dd", {}, partitionCount.get(c.cluster_id) || 0),
       h("dt", {}, "Agent"),
       h("dd", { "data-testid": "cluster-agent" }, agent),
@@ -172,13 +172,36 @@ const STATE_LABEL = { writable: "writable", read_only: "read only", removed: "re
 /** "N logical partitions", and which are shown when the view lists a page of them (next_partition). */
 function partitionCount(t) {
   const count = t.partition_count ?? t.partitions.length;
-  const paged = t.next_partition != null ? ` (the first ${t.partitions.length} shown)` : "";
-  return `${count.toLocaleString("en")} logical partitions${paged}`;
+  return `${count.toLocaleString("en")} logical partitions`;
 }
 
-/** @param drains Map "topic/partition" -> drain row of GET /v1/drain */
-export function topicsView(metadata, drains, onReadOnly) {
-  if (!metadata.topics.length) return [h("p", { class: "empty" }, "No logical topic yet.")];
+/** "P0–P199 of 10,000" with buttons to the pages around it, for a topic with more partitions than a page. */
+function partitionPager(t, { perPage, onPartitions }) {
+  const count = t.partition_count ?? t.partitions.length;
+  const first = t.partitions.length ? t.partitions[0].partition : 0;
+  if (count <= t.partitions.length && first === 0) return null;
+  const last = t.partitions.length ? t.partitions[t.partitions.length - 1].partition : first;
+  return h(
+    "span",
+    { class: "pager", "data-testid": "partition-pager" },
+    h("button", { type: "button", "data-testid": "partitions-prev", disabled: first === 0,
+      onclick: () => onPartitions(t.name, Math.max(0, first - perPage)) }, "‹"),
+    h("span", { "data-testid": "partitions-range" },
+      `P${first}–P${last} of ${count.toLocaleString("en")}`),
+    h("button", { type: "button", "data-testid": "partitions-next", disabled: t.next_partition == null,
+      onclick: () => onPartitions(t.name, t.next_partition) }, "›"),
+  );
+}
+
+/**
+ * @param drains Map "topic/partition" -> drain row of GET /v1/drain
+ * @param paging {perPage, onPartitions(topic, firstPartition)}: a topic's partitions are shown a page at a time
+ */
+export function topicsView(metadata, drains, onReadOnly, paging, search = "") {
+  if (!metadata.topics.length) {
+    const none = search ? `No logical topic starts with “${search}”.` : "No logical topic yet.";
+    return [h("p", { class: "empty", "data-testid": "topics-empty" }, none)];
+  }
   const clusters = new Map(metadata.clusters.map((c) => [c.cluster_id, c]));
   return metadata.topics.map((t) => {
     const shown = t.partitions.map((p) => ({ p, ...displayState(p, clusters.get(p.cluster_id)) }));
@@ -192,6 +215,7 @@ export function topicsView(metadata, drains, onReadOnly) {
         { class: "topic-head" },
         h("h3", { id: `topic-${t.name}` }, t.name),
         h("span", { class: "dim" }, `region ${t.region} · ${partitionCount(t)}`),
+        partitionPager(t, paging),
         h(
           "span",
           { class: "counts" },
