@@ -20,16 +20,22 @@ this machine at the full size (a 3-node quorum of it stops near 6 M partitions),
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
 import signal
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 
-from deploy.launcher import LocalQuorum, stop_processes
+from deploy.launcher import LocalQuorum, free_ports, stop_processes
+from deploy.processes import wait_port
+from gateway.cli import spawn as spawn_gateway
 
 from .common import (
     NO_FSYNC,
@@ -40,6 +46,7 @@ from .common import (
     Sizes,
     fmt,
     leader_applied,
+    median,
     note_log_errors,
     proc_status,
     running_quorum,
@@ -56,6 +63,10 @@ EXPAND_GOAL = Goal("<=", 1.0, "s")
 AGENTS_CPU_GOAL = Goal("<=", 50.0, "% of a core")
 CATCH_UP_GOAL = Goal("<=", 60.0, "s")
 FAILOVER_GOAL = Goal("<=", 1.0, "s")
+GATEWAY_RSS_GOAL = Goal("<=", 128.0, "MiB")
+GATEWAY_METADATA_GOAL = Goal("<=", 250.0, "ms")
+GATEWAY_TOPICS = 10
+METADATA_TRIALS = 5
 CLIENTS = 4
 LEADERS_PER_REQUEST = 100_000  # the controllers' limit per report
 BROKERS = ("127.0.0.1:9092", "127.0.0.1:9093", "127.0.0.1:9094")
@@ -132,6 +143,7 @@ def run(sizes: Sizes, tmp: Path, result: BenchResult) -> None:
             )  # fmt: skip
             move_leaders(q, sizes, result)
             expand(q, result)
+            gateway(q, sizes, tmp, result)
             leader = q.leader()
             cpu0, t0 = cpu_seconds(q.procs[leader].pid), time.monotonic()
             time.sleep(CPU_WINDOW_S)
@@ -216,6 +228,57 @@ def expand(q: LocalQuorum, result: BenchResult) -> None:
         Row(f"expand a topic by {EXPANDED:,} partitions -> applied by every node", seconds, "s", goal=EXPAND_GOAL,
             note=f"{offsets} log offset(s)")
     )  # fmt: skip
+
+
+def gateway(q: LocalQuorum, sizes: Sizes, tmp: Path, result: BenchResult) -> None:
+    """A gateway whose clients use 10 topics of the federation: its RSS over the same gateway against an empty
+    quorum (measured beside it), and kcat listing one topic (``-L -t``: a Metadata request) through it."""
+    kcat = shutil.which("kcat")
+    names = [topic_name(k) for k in range(1, 1 + min(GATEWAY_TOPICS, sizes.scale_topics - 1))]
+    with LocalQuorum(tmp / "empty-quorum", size=1) as empty:
+        empty.wait_ready(timeout_s=30)
+        with running_gateway(empty, tmp / "gateway-empty.log") as (port, pid):
+            if kcat:
+                subprocess.run([kcat, "-b", f"127.0.0.1:{port}", "-L"], capture_output=True, timeout=60, check=False)
+            baseline = proc_status(pid).get("VmRSS", 0)
+    with running_gateway(q, tmp / "gateway.log") as (port, pid):
+        if kcat is None:
+            result.rows.append(Row("gateway serving 10 topics: RSS over an empty federation's", None, "MiB",
+                                   goal=GATEWAY_RSS_GOAL, note="kcat is not installed"))  # fmt: skip
+            return
+        listing = [kcat, "-b", f"127.0.0.1:{port}", "-L", "-t"]
+        for name in names:  # each followed as a client asks for it
+            subprocess.run([*listing, name], capture_output=True, timeout=60, check=True)
+        grown = (proc_status(pid).get("VmRSS", 0) - baseline) / 1024
+        seconds = []
+        for _ in range(METADATA_TRIALS):
+            t0 = time.monotonic()
+            listed = subprocess.run([*listing, names[0]], capture_output=True, timeout=60, check=True, text=True)
+            seconds.append(time.monotonic() - t0)
+        shown = listed.stdout.count("partition ")
+    result.rows.append(
+        Row(f"gateway serving {len(names)} topics: RSS over the same gateway against an empty federation", grown,
+            "MiB", goal=GATEWAY_RSS_GOAL, note=f"empty federation's gateway {baseline >> 10} MiB")
+    )  # fmt: skip
+    result.rows.append(
+        Row(f"kcat -L -t one {sizes.scale_partitions_per_topic:,}-partition topic through the gateway",
+            median(seconds) * 1000, "ms", goal=GATEWAY_METADATA_GOAL,
+            note=f"median of {METADATA_TRIALS}, kcat's start included; {shown:,} partitions listed")
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def running_gateway(q: LocalQuorum, log_path: Path) -> Iterator[tuple[int, int]]:
+    """A gateway process of ``q`` on a free port, serving: (its port, its pid)."""
+    port = free_ports(1)[0]
+    token = ["--token-file", str(q.token_file)] if q.token_file else []
+    with open(log_path, "ab") as log:
+        proc = spawn_gateway(q.urls, f"127.0.0.1:{port}", log, *token)
+    try:
+        wait_port(port, 60)
+        yield port, proc.pid
+    finally:
+        stop_processes([proc])
 
 
 def failover(q: LocalQuorum, result: BenchResult) -> None:
