@@ -44,6 +44,9 @@ name with ``INVALID_REQUEST``."""
 FORGET_AFTER_S: Final = 900.0
 """How long a topic no request named stays followed: three times clients' metadata refresh."""
 
+CATCH_UP_S: Final = 2.0
+"""Longest a request for every topic waits for the followed log to reach the offset its listing was read at."""
+
 TOPIC_SIZES_TTL_S: Final = 5.0
 """How long the federation's topic list (asked of the controllers for a request for every topic, while
 following some topics) is reused: a storm of such requests costs one listing."""
@@ -77,7 +80,7 @@ class FollowedTopics:
         self._clock = clock
         self._used: dict[str, float] = {}  # legal names a request named, and when last
         self._every_topic_at = float("-inf")  # when a request last asked for every topic
-        self._sizes: tuple[float, dict[str, int]] | None = None  # (when listed, partitions by topic)
+        self._sizes: tuple[float, int, dict[str, int]] | None = None  # (when, at which offset, partitions by topic)
         self._pending: set[str] = set()  # followed in the background now
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -129,21 +132,28 @@ class FollowedTopics:
             names = sorted(image.topics)
             await asyncio.to_thread(self.follower.select, self._recent())  # grew past it: hold what is used
             return names, False
-        sizes = await self._topic_sizes()
+        listed_at, sizes = await self._topic_sizes()
         if sum(sizes.values()) > MAX_ALL_TOPICS_PARTITIONS:
             return sorted(sizes), False
-        await asyncio.to_thread(self.follower.select, None)
+        await asyncio.to_thread(self._follow_all, listed_at)
         return sorted(self.follower.image.topics), True
 
-    async def _topic_sizes(self) -> dict[str, int]:
+    def _follow_all(self, listed_at: int) -> None:
+        """Follow the whole log, and wait (briefly) until it is as new as the listing: another node may have
+        answered that, ahead of the one followed, and the answer should not miss a topic it named."""
+        self.follower.select(None)
+        self.follower.wait_for(listed_at, CATCH_UP_S)
+
+    async def _topic_sizes(self) -> tuple[int, dict[str, int]]:
         now = self._clock()
         if self._sizes is None or now - self._sizes[0] > TOPIC_SIZES_TTL_S:
             try:
-                self._sizes = (now, await self._quorum.topic_sizes())
+                self._sizes = (now, *await self._quorum.topic_sizes())
             except KfedError as e:  # answered with what the gateway holds
                 log.warning("could not list the federation's topics: %s", e.detail)
-                return {name: len(t.partitions) for name, t in self.follower.image.topics.items()}
-        return self._sizes[1]
+                image = self.follower.image
+                return image.offset, {name: len(t.partitions) for name, t in image.topics.items()}
+        return self._sizes[1], self._sizes[2]
 
     def _recent(self) -> set[str]:
         now = self._clock()

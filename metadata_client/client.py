@@ -187,16 +187,19 @@ class AsyncControllerClient(BaseControllerClient):
     ) -> dict[str, Any]:
         return await self.request("POST", path, json, idempotency_key=idempotency_key, deadline_s=deadline_s)
 
-    async def topic_sizes(self) -> dict[str, int]:
-        """Every logical topic's partition count, by name: ``GET /v1/metadata`` read in pages of topics listed
-        without their partitions (a page is of one offset each, as in ``ControllerClient.topic``)."""
+    async def topic_sizes(self) -> tuple[int, dict[str, int]]:
+        """Every logical topic's partition count, by name, and the newest offset the listing was read at:
+        ``GET /v1/metadata`` read in pages of topics listed without their partitions (a page is of one offset
+        each, as in ``ControllerClient.topic``)."""
         sizes: dict[str, int] = {}
+        offset = -1
         params: dict[str, Any] = {"partition_limit": 0, "topic_limit": MAX_TOPICS_PAGE}
         while True:
             page = await self.get("/v1/metadata", **params)
             sizes.update((t["name"], int(t["partition_count"])) for t in page["topics"])
+            offset = max(offset, int(page["offset"]))
             if page.get("next_topic") is None:
-                return sizes
+                return offset, sizes
             params["first_topic"] = page["next_topic"]
 
     async def put(

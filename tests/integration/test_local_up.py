@@ -127,7 +127,9 @@ def test_local_up_then_cluster_add_lets_the_readme_expand_onto_c3_and_ctrl_c_sto
             assert [w["state"] for w in master["workers"]] == ["ALIVE"], master["workers"]
         # any Kafka client sees the federation through the gateway: the demo topic and its 8 partitions
         gateway = AdminClient({"bootstrap.servers": f"127.0.0.1:{layout.gateway_port}"})
-        assert len(gateway.list_topics(timeout=20).topics["U_TopicA"].partitions) == 8
+        listed = gateway.list_topics(timeout=20).topics
+        assert "U_TopicA" in listed, f"the gateway listed {sorted(listed)}; kfed local up printed: {output.tail()}"
+        assert len(listed["U_TopicA"].partitions) == 8
         controller = f"http://127.0.0.1:{layout.http_base_port}"
         token = ["--token-file", str(layout.data_dir / "admin.token")]
         assert kfed(["local", "cluster", "add", "c3", "--data-dir", str(layout.data_dir)]) == 0
