@@ -12,8 +12,9 @@ gateways, the quorum; ``metadata_log/selection.py``). Then:
   ``topic.metadata.refresh.interval.ms``), and every Produce or Fetch names its topics, so the default (15
   minutes) drops only what nobody uses;
 - a **Metadata request for every topic** is answered whole while the federation holds at most
-  ``MAX_ALL_TOPICS_PARTITIONS`` partitions: the gateway follows the whole log for it (until no such request came
-  for ``forget_after_s``). Past that the answer would pass what a client should be sent at once (at 100 M
+  ``MAX_ALL_TOPICS_PARTITIONS`` partitions: the topics the controllers list are followed by name, as a request
+  naming them would (or, more than one selection holds, the whole log, until no such request came for
+  ``forget_after_s``). Past that the answer would pass what a client should be sent at once (at 100 M
   partitions, Kafka's frame size): every topic is listed by name with ``INVALID_REQUEST`` and no partitions, and
   clients ask for their topics by name. Regex subscriptions over such a federation are not supported.
 
@@ -34,6 +35,7 @@ from metadata_client.client import AsyncControllerClient
 from metadata_client.follower import LogFollower
 from metadata_log.commands.common import MAX_NAME_CHARS
 from metadata_log.errors import KfedError
+from metadata_log.selection import fits
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +137,9 @@ class FollowedTopics:
         listed_at, sizes = await self._topic_sizes()
         if sum(sizes.values()) > MAX_ALL_TOPICS_PARTITIONS:
             return sorted(sizes), False
+        if fits(sizes):  # followed by name, as a request naming them is
+            await self.resolve(sizes)
+            return sorted(sizes), True
         await asyncio.to_thread(self._follow_all, listed_at)
         return sorted(self.follower.image.topics), True
 
