@@ -75,7 +75,6 @@ class LogFollower:
         )
         self._selected = threading.RLock()  # a page is applied, and the selection widened, one at a time
         self._generation = 0  # of the selection: a page asked for with an older one is dropped
-        self._reload = False  # the selection grew and its snapshot is still to be loaded
         self.wait_ms = wait_ms
         self.limit = limit
         self.image: MetadataImage = EMPTY_IMAGE
@@ -133,9 +132,8 @@ class LogFollower:
 
     def _poll_once(self, wait_ms: int) -> int:
         with self._selected:
-            if (self.image.offset < 0 and self.snapshots_loaded == 0) or self._reload:
+            if self.image.offset < 0 and self.snapshots_loaded == 0:
                 self.load_snapshot()
-                self._reload = False
             generation = self._generation
         sent = time.monotonic()
         r = self._get("/v1/log", {"offset": self.next_offset, "limit": self.limit, "wait_ms": wait_ms})
@@ -233,7 +231,8 @@ class LogFollower:
     def select(self, topics: Collection[str] | None) -> None:
         """Follow exactly these topics from now on; None, or more than a node accepts in one selection
         (``selection.fits``): the whole log. Topics left are dropped from the image at once; a selection that
-        grows loads its snapshot now, on the caller's thread, and a page asked for before is dropped."""
+        grows loads its snapshot now, on the caller's thread (it stays as it was when that fails), and a page
+        asked for before is dropped."""
         with self._selected:
             wanted = frozenset(topics) if topics is not None and fits(topics) else None
             if wanted == self.topics:
@@ -244,17 +243,19 @@ class LogFollower:
                 base, image = self.image, Selection.of(wanted, self.image, self.clusters).image(self.image)
                 self._set_image(image, LogDelta.replaced, base, image)
                 return
-            self._reload = True  # by the next poll, if not now
-            self._on_each_url(self.load_snapshot)
-            self._reload = False
+            try:
+                self._on_each_url(lambda: self.load_snapshot(at_least=self.image.offset))
+            except Exception:
+                self.topics = was  # the image is still of the old selection
+                raise
 
     def load_snapshot(self, at_least: int | None = None) -> None:
         """Replace the image by the controller's snapshot, unless that would move it backwards. A follower of
         some topics, or one whose selection just grew, asks for one at least as new as its image (nodes reuse a
         snapshot for a while, and an older one would move it backwards); ``at_least``: and at least this one."""
         params: dict[str, int | str] = {"layout": "runs"}
-        if (self.topics is not None or self._reload) and self.image.offset >= 0:
-            params["min_offset"] = max(self.image.offset, at_least or -1)
+        if (self.topics is not None or at_least is not None) and self.image.offset >= 0:
+            params["min_offset"] = self.image.offset if at_least is None else max(self.image.offset, at_least)
         r = self._get("/v1/snapshot", params)
         if r.status_code != 200:
             raise FollowerError(f"GET /v1/snapshot answered {r.status_code}: {reply_error(self.url, r)}")

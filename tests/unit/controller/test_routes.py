@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import msgpack
+import pytest
 from fastapi import FastAPI
 from starlette.responses import Response
 
@@ -451,22 +452,50 @@ def test_an_agents_follower_holds_its_clusters_topics_and_loads_a_topic_expanded
         assert too_many.status_code == 422 and too_many.json()["field"] == "clusters"
 
 
+class Nodes(httpx.BaseTransport):
+    """Requests to http://a, http://b, ..., each to its node's app; a node in ``down`` refuses connections."""
+
+    def __init__(self, clients: dict[str, Any]) -> None:  # host -> starlette TestClient
+        self.clients, self.down = clients, set[str]()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.host in self.down:
+            raise httpx.ConnectError("connection refused", request=request)
+        response: httpx.Response = self.clients[request.url.host]._transport.handle_request(request)
+        return response
+
+
+def test_a_selection_that_cannot_grow_for_want_of_a_controller_stays_as_it_was() -> None:
+    from starlette.testclient import TestClient
+
+    from metadata_client.follower import FollowerError, LogFollower
+
+    service = FakeService()
+    committed(service.read_model, [ClusterRegistered("c7", "r1", "127.0.0.1:1"), TopicCreated("id-x", "X", "r1"),
+                                   TopicCreated("id-y", "Y", "r1")])  # fmt: skip
+    with TestClient(routers_only(service), base_url="http://a") as ta:
+        nodes = Nodes({"a": ta})
+        with httpx.Client(transport=nodes) as http:
+            follower = LogFollower(["http://a"], client=http, topics={"X"}, wait_ms=0)
+            follower.poll()
+            before = follower.image
+            nodes.down.add("a")
+            with pytest.raises(FollowerError):
+                follower.follow({"Y"})
+            assert follower.topics == {"X"} and follower.image is before, "neither half-switched"
+            with pytest.raises(FollowerError):
+                follower.select(None)
+            assert follower.topics == {"X"} and follower.image is before
+            nodes.down.clear()
+            follower.follow({"Y"})
+    assert set(follower.image.topics) == {"X", "Y"}
+
+
 def test_a_follower_of_one_topic_carries_on_across_a_dead_node_and_a_410_holding_only_its_topic() -> None:
     from starlette.testclient import TestClient
 
     from metadata_client.follower import LogFollower
     from metadata_log.selection import Selection
-
-    class Nodes(httpx.BaseTransport):
-        """Requests to http://a and http://b, each node's app; a node in ``down`` refuses connections."""
-
-        def __init__(self, clients: dict[str, TestClient]) -> None:
-            self.clients, self.down = clients, set[str]()
-
-        def handle_request(self, request: httpx.Request) -> httpx.Response:
-            if request.url.host in self.down:
-                raise httpx.ConnectError("connection refused", request=request)
-            return self.clients[request.url.host]._transport.handle_request(request)
 
     a, b = FakeService(), FakeService()
     b.read_model = ReadModel(retention_records=4)  # a short window: a follower that was away gets 410
