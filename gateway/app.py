@@ -114,7 +114,7 @@ class Gateway:
         image = self.follower.image
         view = self._view
         if view is None or view.image is not image or view.self_broker != self.self_broker:
-            view = self._view = ClusterView(image, self.self_broker, self.config.listener, self.followed.used)
+            view = self._view = ClusterView(image, self.self_broker, self.config.listener)
             self._topic_metadata = {}
         return view
 

@@ -4,9 +4,8 @@ A gateway starts following no topic (its image holds the federation-wide kinds o
 gateways, the quorum; ``metadata_log/selection.py``). Then:
 
 - a **Metadata request naming topics** follows them before it is answered (their snapshot is loaded first);
-- **any other request** for a topic not followed (a client that asked another gateway for metadata, then sends
-  its Produce or Fetch here) is answered as for an unknown topic, a retriable error, and the topic is followed
-  in the background, so that the client's retry finds it;
+- so does **every other request that names topics** (Produce, Fetch, ListOffsets, the group's offsets and
+  JoinGroup): a client may have asked another gateway for the metadata;
 - a topic **no request named for** ``forget_after_s`` is dropped. Clients ask for the metadata of the topics
   they use at least every 5 minutes (Kafka's ``metadata.max.age.ms``, librdkafka's
   ``topic.metadata.refresh.interval.ms``), and every Produce or Fetch names its topics, so the default (15
@@ -83,8 +82,6 @@ class FollowedTopics:
         self._used: dict[str, float] = {}  # legal names a request named, and when last
         self._every_topic_at = float("-inf")  # when a request last asked for every topic
         self._sizes: tuple[float, int, dict[str, int]] | None = None  # (when, at which offset, partitions by topic)
-        self._pending: set[str] = set()  # followed in the background now
-        self._tasks: set[asyncio.Task[None]] = set()
 
     def _track(self, name: str, now: float) -> bool:
         """Note that a request named ``name``; False when it is not to be followed (illegal, or too many)."""
@@ -92,24 +89,6 @@ class FollowedTopics:
             return False
         self._used[name] = now
         return True
-
-    def used(self, name: str) -> None:
-        """A request named ``name``: keep it followed; follow it in the background when it is not."""
-        if not self._track(name, self._clock()):
-            return
-        if not self.follower.follows(name) and name not in self._pending:
-            self._pending.add(name)
-            task = asyncio.get_running_loop().create_task(self._follow_later(name), name=f"follow {name}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _follow_later(self, name: str) -> None:
-        try:
-            await asyncio.to_thread(self.follower.follow, {name})
-        except Exception as e:  # no controller now: the client's retry asks again
-            log.warning("could not follow topic %s: %s", name, e)
-        finally:
-            self._pending.discard(name)
 
     async def resolve(self, names: Collection[str]) -> None:
         """Follow ``names`` (the legal ones) before answering a request for them; a failure leaves them

@@ -30,7 +30,6 @@ from __future__ import annotations
 import uuid
 import zlib
 from array import array
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -96,10 +95,6 @@ class TopicView:
     strict: StrictRoute | None = None
 
 
-def _nobody(name: str) -> None:
-    pass
-
-
 @dataclass
 class ClusterView:
     """One image as a Kafka cluster, seen from the gateway ``self_broker``. Built once per image."""
@@ -107,8 +102,6 @@ class ClusterView:
     image: MetadataImage
     self_broker: Broker
     listener: str = "PLAINTEXT"  # the answering gateway's: clients are told only of gateways they can connect to
-    named: Callable[[str], None] = _nobody
-    """Told of every topic looked up by name: the gateway follows what its clients name (``followed.py``)."""
     brokers: tuple[Broker, ...] = field(init=False)
     _topics: dict[str, TopicView | None] = field(init=False, default_factory=dict)
     _by_uuid: dict[uuid.UUID, str] | None = field(init=False, default=None)
@@ -141,7 +134,6 @@ class ClusterView:
         return sorted(self.image.topics)
 
     def topic(self, name: str) -> TopicView | None:
-        self.named(name)
         if name in self._topics:
             return self._topics[name]
         t = self.image.topics.get(name)

@@ -3,7 +3,6 @@ controller's routes (``tests/unit/controller/test_routes.py``'s fake service), a
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -56,12 +55,11 @@ async def test_a_gateway_follows_the_topics_its_requests_name_and_forgets_those_
         assert follower.topics == frozenset() and not follower.image.topics and follower.image.clusters
         await topics.resolve(["X", "not a name", "a" * 250])
         assert follower.topics == {"X"} and set(follower.image.topics) == {"X"}  # illegal names are not followed
-        topics.used("Y")  # a Produce here for a topic whose metadata the client asked of another gateway
-        await asyncio.gather(*list(topics._tasks))
+        await topics.resolve(["Y"])  # a Produce here for a topic whose metadata the client asked of another gateway
         assert set(follower.image.topics) == {"X", "Y"}
         loads = follower.snapshots_loaded
         clock.now += 45
-        topics.used("Y")
+        await topics.resolve(["Y"])  # named again: kept
         clock.now += 45  # X unnamed for 90 s, Y for 45
         await topics.forget()
         assert follower.topics == {"Y"} and set(follower.image.topics) == {"Y"}
