@@ -27,7 +27,7 @@ from metadata_log.heap import gc_paused
 from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, Touched, apply_touched
 from metadata_log.publisher import LogDelta, MetadataPublisher, Publishers
 from metadata_log.records import LATEST_METADATA_VERSION, Record, TopicCreated, TopicDeleted
-from metadata_log.selection import Selection, backing_of, fits, topic_of
+from metadata_log.selection import Selection, backing_of, fits, offset_runs, page_records, topic_of
 from metadata_log.snapshot import read_body
 
 from .access import NO_ACCESS, Access
@@ -173,33 +173,25 @@ class LogFollower:
     def _advance_selected(self, body: Any, sent: float) -> int:
         """A page of the selected topics' records: each run of consecutive offsets applied at its own offsets,
         then the image moved to the page's end. A selected topic that gains a placement loads the snapshot."""
-        runs: list[tuple[int, list[Record]]] = []  # (first offset, records)
-        expected = self.next_offset
-        held = set(self.image.topics)
-        unheld = False  # a record of a topic not held: one expanded onto a selected cluster
         try:
             end = int(body["next_offset"])
-            for item in body["records"]:
-                offset = int(item["offset"])
-                if not expected <= offset < end:
-                    raise FollowerError(f"{self.url} sent offset {offset} outside {expected}..{end - 1}")
-                record = record_from_dict(item["type"], item["data"])
-                topic = topic_of(record)
-                if isinstance(record, TopicCreated):
-                    held.add(record.name)
-                elif isinstance(record, TopicDeleted):
-                    if record.name not in held:  # a follower of clusters is sent every deletion
-                        continue
-                    held.discard(record.name)
-                elif topic is not None and topic not in held:
-                    unheld = True
-                if runs and offset == expected:
-                    runs[-1][1].append(record)
-                else:
-                    runs.append((offset, [record]))
-                expected = offset + 1
+            pairs = page_records(body["records"], self.next_offset, end)
         except (CodecError, KeyError, TypeError, ValueError) as e:  # what a broken or hostile node may send
             raise FollowerError(f"records from {self.url} do not decode: {type(e).__name__}: {e}") from e
+        held = set(self.image.topics)
+        unheld = False  # a record of a topic not held: one expanded onto a selected cluster
+        kept = []
+        for offset, record in pairs:
+            if isinstance(record, TopicCreated):
+                held.add(record.name)
+            elif isinstance(record, TopicDeleted):
+                if record.name not in held:  # a follower of clusters is sent every deletion
+                    continue
+                held.discard(record.name)
+            elif (topic := topic_of(record)) is not None and topic not in held:
+                unheld = True
+            kept.append((offset, record))
+        runs = offset_runs(kept)
         if unheld:
             self.load_snapshot(at_least=end - 1)  # one that holds it: this page is read again after it
             return 0

@@ -24,10 +24,11 @@ onto its cluster).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import Any, Final
 
+from .codec import record_from_dict
 from .image import ClusterImage, Leaders, MetadataImage
 from .records import (
     KEY_ORDER_RECORD_TYPES,
@@ -137,6 +138,33 @@ def placed_on(image: MetadataImage) -> dict[str, frozenset[str]]:
     placed = {cluster: frozenset(names) for cluster, names in by_cluster.items()}
     _placed[:] = [(image, placed)]
     return placed
+
+
+def page_records(items: Iterable[Mapping[str, Any]], first: int, end: int) -> list[tuple[int, Record]]:
+    """The records of a (filtered) ``/v1/log`` page read from offset ``first``, with their offsets: increasing
+    and within ``first .. end - 1`` (``end``: the page's ``next_offset``), else ``ValueError``; a record that
+    does not decode is a ``CodecError``."""
+    pairs: list[tuple[int, Record]] = []
+    expected = first
+    for item in items:
+        offset = int(item["offset"])
+        if not expected <= offset < end:
+            raise ValueError(f"offset {offset} outside {expected}..{end - 1}")
+        pairs.append((offset, record_from_dict(item["type"], item["data"])))
+        expected = offset + 1
+    return pairs
+
+
+def offset_runs(pairs: Iterable[tuple[int, Record]]) -> list[tuple[int, list[Record]]]:
+    """``pairs`` as runs of consecutive offsets, (first offset, records): a follower applies each run at its own
+    offsets, what was left out between them having changed nothing it holds."""
+    runs: list[tuple[int, list[Record]]] = []
+    for offset, record in pairs:
+        if runs and offset == runs[-1][0] + len(runs[-1][1]):
+            runs[-1][1].append(record)
+        else:
+            runs.append((offset, [record]))
+    return runs
 
 
 def backing_of(topics: Collection[str], image: MetadataImage) -> frozenset[tuple[str, str]]:

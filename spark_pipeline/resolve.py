@@ -16,11 +16,11 @@ import httpx
 from metadata_client.access import NO_ACCESS, Access
 from metadata_client.follower import MSGPACK, FollowerError, LogFollower
 from metadata_client.retry import reply_error
-from metadata_log.codec import record_from_dict, unpack
+from metadata_log.codec import unpack
 from metadata_log.errors import KfedError, Unavailable
 from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
-from metadata_log.records import LATEST_METADATA_VERSION, Record
-from metadata_log.selection import fits
+from metadata_log.records import LATEST_METADATA_VERSION
+from metadata_log.selection import fits, offset_runs, page_records
 from metadata_log.snapshot import read_body
 
 from .options import SourceOptionError
@@ -112,26 +112,14 @@ def _replay(client: httpx.Client, url: str, offset: int, topics: str | None) -> 
         end = min(int(body["next_offset"]), offset + 1)
         if end <= position:
             raise ValueError(f"{url} moved no further than offset {position} below its high watermark {high}")
-        image = _apply_at_offsets(image, body["records"], position, end, url)
+        image = _apply_at_offsets(image, body["records"], position, end)
         position = end
     return image
 
 
-def _apply_at_offsets(image: MetadataImage, items: Sequence[Any], position: int, end: int, url: str) -> MetadataImage:
+def _apply_at_offsets(image: MetadataImage, items: Sequence[Any], position: int, end: int) -> MetadataImage:
     """``items`` (a page's records, with the gaps a filtered page leaves) applied each at its own offset, then
     the image moved to ``end - 1``: what was left out changed nothing this reader holds."""
-    runs: list[tuple[int, list[Record]]] = []  # (first offset, records)
-    expected = position
-    for item in items:
-        at = int(item["offset"])
-        if not expected <= at < end:
-            raise ValueError(f"{url} sent offset {at} outside {expected}..{end - 1}")
-        record = record_from_dict(item["type"], item["data"])
-        if runs and at == expected:
-            runs[-1][1].append(record)
-        else:
-            runs.append((at, [record]))
-        expected = at + 1
-    for first, records in runs:
+    for first, records in offset_runs(page_records(items, position, end)):
         image = apply(replace(image, offset=first - 1), records)
     return replace(image, offset=end - 1)

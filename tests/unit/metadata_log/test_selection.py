@@ -18,7 +18,7 @@ from metadata_log.records import (
     TopicCreated,
     TopicDeleted,
 )
-from metadata_log.selection import Selection
+from metadata_log.selection import Selection, offset_runs, page_records
 from tests.unit.samples import BATCH_ENDS, ONE_OF_EACH
 
 
@@ -87,3 +87,14 @@ def test_a_follower_of_clusters_holds_their_topics_and_leaders_and_skips_other_d
         selection.wants(r) for r in ONE_OF_EACH if isinstance(r, TopicDeleted)
     )
     assert not selection.wants(PhysicalLeadersReported("c2", "elsewhere", ("h:1",), (0, 1), (0,))) or "c2" in clusters
+
+
+def test_a_filtered_page_is_read_in_runs_of_consecutive_offsets_and_refused_out_of_order() -> None:
+    created = {"type": "TopicCreated", "data": {"topic_id": "a", "name": "A", "region": "r1"}}
+    items = [{"offset": o, **created} for o in (5, 6, 9)]
+    pairs = page_records(items, 5, 10)
+    assert [o for o, _ in pairs] == [5, 6, 9]
+    assert [(first, len(records)) for first, records in offset_runs(pairs)] == [(5, 2), (9, 1)]
+    for bad, first, end in (([9, 6], 5, 10), ([5, 6], 6, 10), ([5, 10], 5, 10), ([5, 5], 5, 10)):
+        with pytest.raises(ValueError, match="outside"):
+            page_records([{"offset": o, **created} for o in bad], first, end)
