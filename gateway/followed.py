@@ -90,15 +90,16 @@ class FollowedTopics:
         self._used[name] = now
         return True
 
-    async def resolve(self, names: Collection[str]) -> None:
+    async def resolve(self, names: Collection[str], listed_at: int | None = None) -> None:
         """Follow ``names`` (the legal ones) before answering a request for them; a failure leaves them
-        unknown for this answer (logged), as a topic of a controller out of reach is."""
+        unknown for this answer (logged), as a topic of a controller out of reach is. ``listed_at``: the offset
+        the names were listed at, which their snapshot is at least as new as (nodes reuse one for a while)."""
         now = self._clock()
         tracked = {name for name in names if self._track(name, now)}
         if all(self.follower.follows(name) for name in tracked):
             return
         try:
-            await asyncio.to_thread(self.follower.follow, tracked)
+            await asyncio.to_thread(self.follower.follow, tracked, listed_at)
         except Exception as e:
             log.warning("could not follow topics %s: %s", sorted(tracked)[:10], e)
 
@@ -117,7 +118,7 @@ class FollowedTopics:
         if sum(sizes.values()) > MAX_ALL_TOPICS_PARTITIONS:
             return sorted(sizes), False
         if fits(sizes):  # followed by name, as a request naming them is
-            await self.resolve(sizes)
+            await self.resolve(sizes, listed_at)
             return sorted(sizes), True
         await asyncio.to_thread(self._follow_all, listed_at)
         return sorted(self.follower.image.topics), True

@@ -75,6 +75,7 @@ class LogFollower:
         )
         self._selected = threading.RLock()  # a page is applied, and the selection widened, one at a time
         self._generation = 0  # of the selection: a page asked for with an older one is dropped
+        self._unloaded: frozenset[str] = frozenset()  # asked to follow, its snapshot not loaded: retried by polls
         self.wait_ms = wait_ms
         self.limit = limit
         self.image: MetadataImage = EMPTY_IMAGE
@@ -134,6 +135,10 @@ class LogFollower:
         with self._selected:
             if self.image.offset < 0 and self.snapshots_loaded == 0:
                 self.load_snapshot()
+            if self._unloaded and self.topics is not None:  # on this URL only: poll tries each
+                grown = self.topics | self._unloaded
+                self._grow(grown if fits(grown) else None, self.image.offset)
+                self._unloaded = frozenset()
             generation = self._generation
         sent = time.monotonic()
         r = self._get("/v1/log", {"offset": self.next_offset, "limit": self.limit, "wait_ms": wait_ms})
@@ -213,41 +218,56 @@ class LogFollower:
         """Whether the image holds ``topic`` (when it exists): the whole log, or a selection that has it."""
         return self.topics is None or topic in self.topics
 
-    def follow(self, topics: Collection[str]) -> None:
-        """Follow these topics too (a follower of the whole log has them already): see ``select``."""
+    def follow(self, topics: Collection[str], at_least: int | None = None) -> None:
+        """Follow these topics too (a follower of the whole log has them already): see ``select``. When their
+        snapshot does not load, the follower's own polls retry it until it does (or a selection drops them)."""
         with self._selected:
             if self.topics is None or set(topics) <= self.topics:
                 return
-            self.select(self.topics | frozenset(topics))
+            wanted = self.topics | self._unloaded | frozenset(topics)
+            try:
+                self.select(wanted, at_least)
+            except Exception:
+                self._unloaded = wanted - self.topics
+                raise
 
-    def select(self, topics: Collection[str] | None) -> None:
+    def select(self, topics: Collection[str] | None, at_least: int | None = None) -> None:
         """Follow exactly these topics from now on; None, or more than a node accepts in one selection
         (``selection.fits``): the whole log. Topics left are dropped from the image at once; a selection that
-        grows loads its snapshot now, on the caller's thread (it stays as it was when that fails), and a page
-        asked for before is dropped."""
+        grows loads its snapshot now (one at least as new as the image, and as ``at_least``), on the caller's
+        thread (it stays as it was when that fails), and a page asked for before is dropped."""
         with self._selected:
             wanted = frozenset(topics) if topics is not None and fits(topics) else None
             if wanted == self.topics:
-                return
-            was, self.topics = self.topics, wanted
-            self._generation += 1
-            if wanted is not None and (was is None or wanted <= was):  # narrows: nothing to fetch
+                pass
+            elif wanted is not None and (self.topics is None or wanted <= self.topics):  # narrows: nothing to fetch
+                self.topics = wanted
+                self._generation += 1
                 base, image = self.image, Selection.of(wanted, self.image, self.clusters).image(self.image)
                 self._set_image(image, LogDelta.replaced, base, image)
-                return
-            try:
-                self._on_each_url(lambda: self.load_snapshot(at_least=self.image.offset))
-            except Exception:
-                self.topics = was  # the image is still of the old selection
-                raise
+            else:
+                self._on_each_url(lambda: self._grow(wanted, self.image.offset if at_least is None else at_least))
+            self._unloaded = frozenset()  # the selection is what was asked for
+
+    def _grow(self, wanted: frozenset[str] | None, at_least: int) -> None:
+        """Select ``wanted``, more than followed now, with a snapshot of the current URL at least as new as
+        ``at_least``; the selection stays as it was when that fails (the image is still of the old one)."""
+        was, self.topics = self.topics, wanted
+        self._generation += 1  # a page asked for meanwhile lacks the new topics
+        try:
+            self.load_snapshot(at_least=at_least)
+        except Exception:
+            self.topics = was
+            raise
 
     def load_snapshot(self, at_least: int | None = None) -> None:
         """Replace the image by the controller's snapshot, unless that would move it backwards. A follower of
         some topics, or one whose selection just grew, asks for one at least as new as its image (nodes reuse a
         snapshot for a while, and an older one would move it backwards); ``at_least``: and at least this one."""
         params: dict[str, int | str] = {"layout": "runs"}
-        if (self.topics is not None or at_least is not None) and self.image.offset >= 0:
-            params["min_offset"] = self.image.offset if at_least is None else max(self.image.offset, at_least)
+        newest = max(self.image.offset, -1 if at_least is None else at_least)
+        if (self.topics is not None or at_least is not None) and newest >= 0:
+            params["min_offset"] = newest
         r = self._get("/v1/snapshot", params)
         if r.status_code != 200:
             raise FollowerError(f"GET /v1/snapshot answered {r.status_code}: {reply_error(self.url, r)}")

@@ -143,7 +143,7 @@ class FederatedConsumer:
         """
         self._topics = list(topics)
         self._on_assign, self._on_revoke = on_assign, on_revoke
-        try:  # their metadata (the client holds what it uses); retried by the follower's snapshot on failure
+        try:  # their metadata (the client holds what it uses); on failure, the follower's polls retry it
             self._follower.follow(self._topics)
         except FollowerError as e:
             log.warning("no metadata of %s yet (%s)", self._topics, e)

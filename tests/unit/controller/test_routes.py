@@ -465,7 +465,7 @@ class Nodes(httpx.BaseTransport):
         return response
 
 
-def test_a_selection_that_cannot_grow_for_want_of_a_controller_stays_as_it_was() -> None:
+def test_a_selection_that_cannot_grow_for_want_of_a_controller_stays_as_it_was_until_a_poll_grows_it() -> None:
     from starlette.testclient import TestClient
 
     from metadata_client.follower import FollowerError, LogFollower
@@ -487,7 +487,8 @@ def test_a_selection_that_cannot_grow_for_want_of_a_controller_stays_as_it_was()
                 follower.select(None)
             assert follower.topics == {"X"} and follower.image is before
             nodes.down.clear()
-            follower.follow({"Y"})
+            follower.poll()  # the follower's own thread retries what it was asked to follow
+            assert follower.topics == {"X", "Y"}
     assert set(follower.image.topics) == {"X", "Y"}
 
 

@@ -88,6 +88,14 @@ async def test_every_topic_is_answered_whole_up_to_its_limit_and_by_name_past_it
         assert (await topics.every_topic())[0] == sorted([*every, "Z"])
 
 
+async def test_every_topic_listed_is_answered_though_the_node_reuses_a_snapshot_older_than_the_listing() -> None:
+    with gateway_side() as (service, topics, _clock):
+        committed(service.read_model, [TopicCreated("id-z", "Z", "r1")])  # after the snapshot the follower loaded
+        names, whole = await topics.every_topic()
+        assert "Z" in names and whole
+        assert "Z" in topics.follower.image.topics, "listed, so answered with its partitions"
+
+
 async def test_a_gateway_following_the_whole_log_that_grows_past_the_limit_keeps_only_what_is_named(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
