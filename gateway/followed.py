@@ -93,15 +93,22 @@ class FollowedTopics:
     async def resolve(self, names: Collection[str], listed_at: int | None = None) -> None:
         """Follow ``names`` (the legal ones) before answering a request for them; a failure leaves them
         unknown for this answer (logged), as a topic of a controller out of reach is. ``listed_at``: the offset
-        the names were listed at, which their snapshot is at least as new as (nodes reuse one for a while)."""
+        the names were listed at; the image is made at least as new (briefly waited for when they were followed
+        already: a name followed before its topic was created is in the image once its creation is)."""
         now = self._clock()
         tracked = {name for name in names if self._track(name, now)}
-        if all(self.follower.follows(name) for name in tracked):
+        followed = all(self.follower.follows(name) for name in tracked)
+        if followed and (listed_at is None or self.follower.image.offset >= listed_at):
             return
         try:
-            await asyncio.to_thread(self.follower.follow, tracked, listed_at)
+            await asyncio.to_thread(self._follow, tracked, listed_at)
         except Exception as e:
             log.warning("could not follow topics %s: %s", sorted(tracked)[:10], e)
+
+    def _follow(self, names: Collection[str], listed_at: int | None) -> None:
+        self.follower.follow(names, listed_at)  # a snapshot at least as new as listed_at, when any is new
+        if listed_at is not None:
+            self.follower.wait_for(listed_at, CATCH_UP_S)
 
     async def every_topic(self) -> tuple[list[str], bool]:
         """The names a request for every topic is answered with, and whether they are followed (the answer is

@@ -73,6 +73,7 @@ class LogFollower:
         self.topics: frozenset[str] | None = (
             frozenset(topics) if topics is not None else frozenset() if self.clusters else None
         )
+        self._asked = self.topics  # what requests select: the topics, or those a growing selection loads
         self._selected = threading.RLock()  # a page is applied, and the selection widened, one at a time
         self._generation = 0  # of the selection: a page asked for with an older one is dropped
         self._unloaded: frozenset[str] = frozenset()  # asked to follow, its snapshot not loaded: retried by polls
@@ -241,7 +242,7 @@ class LogFollower:
             if wanted == self.topics:
                 pass
             elif wanted is not None and (self.topics is None or wanted <= self.topics):  # narrows: nothing to fetch
-                self.topics = wanted
+                self.topics = self._asked = wanted
                 self._generation += 1
                 base, image = self.image, Selection.of(wanted, self.image, self.clusters).image(self.image)
                 self._set_image(image, LogDelta.replaced, base, image)
@@ -251,14 +252,16 @@ class LogFollower:
 
     def _grow(self, wanted: frozenset[str] | None, at_least: int) -> None:
         """Select ``wanted``, more than followed now, with a snapshot of the current URL at least as new as
-        ``at_least``; the selection stays as it was when that fails (the image is still of the old one)."""
-        was, self.topics = self.topics, wanted
+        ``at_least``; the selection stays as it was when that fails (the image is still of the old one). Until
+        the snapshot loaded, ``topics`` (and ``follows``) still say what the image holds."""
+        self._asked = wanted
         self._generation += 1  # a page asked for meanwhile lacks the new topics
         try:
             self.load_snapshot(at_least=at_least)
         except Exception:
-            self.topics = was
+            self._asked = self.topics
             raise
+        self.topics = wanted
 
     def load_snapshot(self, at_least: int | None = None) -> None:
         """Replace the image by the controller's snapshot, unless that would move it backwards. A follower of
@@ -266,7 +269,7 @@ class LogFollower:
         snapshot for a while, and an older one would move it backwards); ``at_least``: and at least this one."""
         params: dict[str, int | str] = {"layout": "runs"}
         newest = max(self.image.offset, -1 if at_least is None else at_least)
-        if (self.topics is not None or at_least is not None) and newest >= 0:
+        if (self._asked is not None or at_least is not None) and newest >= 0:
             params["min_offset"] = newest
         r = self._get("/v1/snapshot", params)
         if r.status_code != 200:
@@ -292,9 +295,9 @@ class LogFollower:
         make the follower hold more than that in memory."""
         self._retry_after_s = None
         params = {**(params or {}), "metadata_version": LATEST_METADATA_VERSION}  # the records this code reads
-        if self.topics is not None:
-            params["topics"] = ",".join(sorted(self.topics))  # may be empty: the federation-wide kinds only
-        if self.clusters and self.topics is not None:
+        if self._asked is not None:
+            params["topics"] = ",".join(sorted(self._asked))  # may be empty: the federation-wide kinds only
+        if self.clusters and self._asked is not None:
             params["clusters"] = ",".join(sorted(self.clusters))
         with self._client.stream("GET", self.url + path, params=params, headers={"Accept": MSGPACK}) as r:
             if r.status_code != 200:

@@ -492,6 +492,31 @@ def test_a_selection_that_cannot_grow_for_want_of_a_controller_stays_as_it_was_u
     assert set(follower.image.topics) == {"X", "Y"}
 
 
+def test_a_growing_selection_says_it_follows_its_new_topics_only_once_their_snapshot_loaded() -> None:
+    from starlette.testclient import TestClient
+
+    from metadata_client.follower import LogFollower
+
+    service = FakeService()
+    committed(service.read_model, [TopicCreated("id-x", "X", "r1"), TopicCreated("id-y", "Y", "r1")])
+    seen: list[bool] = []  # follows("Y") while each snapshot is being served
+
+    class Watching(Nodes):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            if request.url.path == "/v1/snapshot":
+                seen.append(follower.follows("Y"))
+            return super().handle_request(request)
+
+    with (
+        TestClient(routers_only(service), base_url="http://a") as ta,
+        httpx.Client(transport=Watching({"a": ta})) as http,
+    ):
+        follower = LogFollower(["http://a"], client=http, topics={"X"}, wait_ms=0)
+        follower.poll()
+        follower.follow({"Y"})  # a concurrent request for Y must not be answered from the image without it
+    assert seen == [False, False] and follower.follows("Y") and "Y" in follower.image.topics
+
+
 def test_a_follower_of_one_topic_carries_on_across_a_dead_node_and_a_410_holding_only_its_topic() -> None:
     from starlette.testclient import TestClient
 

@@ -96,6 +96,24 @@ async def test_every_topic_listed_is_answered_though_the_node_reuses_a_snapshot_
         assert "Z" in topics.follower.image.topics, "listed, so answered with its partitions"
 
 
+async def test_every_topic_listed_is_answered_though_it_was_followed_before_it_was_created(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with gateway_side() as (service, topics, _clock):
+        follower = topics.follower
+        await topics.resolve([*service.read_model.image.topics, "Z"])  # a client asked for Z before it existed
+        committed(service.read_model, [TopicCreated("id-z", "Z", "r1")])  # not polled yet
+
+        def poll_once(offset: int, timeout_s: float) -> bool:  # what the follower's thread does meanwhile
+            follower.poll()
+            return follower.image.offset >= offset
+
+        monkeypatch.setattr(follower, "wait_for", poll_once)
+        names, whole = await topics.every_topic()
+        assert "Z" in names and whole
+        assert "Z" in follower.image.topics, "listed, so answered with its partitions"
+
+
 async def test_a_gateway_following_the_whole_log_that_grows_past_the_limit_keeps_only_what_is_named(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
