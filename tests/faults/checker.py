@@ -20,6 +20,8 @@ anomalies found (an empty list when all holds):
   unknown outcome answered 4xx (or as a no-op) although the write's effect is in the log;
 - ``phantom-record``: a record that answers no write, no agent and none of the quorum's own duties;
 - ``tail-order`` / ``tail-mismatch``: a tailer that saw a gap, a duplicate, a reordering / another record;
+- ``tail-missing`` / ``tail-foreign``: a tailer of some topics (``topics=``) not sent a record it must get /
+  sent one of another topic;
 - ``tail-jump``: a tailer that skipped ahead through a snapshot without a 410 at the offset it was at;
 - ``false-410``: a 410 for an offset inside the window the same answer declares;
 - ``two-leaders``: two nodes that each claimed leadership in the same term (each seen at least twice:
@@ -50,6 +52,7 @@ from typing import Any
 
 from metadata_log.codec import record_from_dict
 from metadata_log.image import EMPTY_IMAGE, InvalidRecord, MetadataImage, apply
+from metadata_log.selection import Selection
 from metadata_log.views import metadata_view
 
 from .history import record_digest
@@ -481,7 +484,8 @@ def check_tails(ops: Sequence[dict[str, Any]], log: Sequence[dict[str, Any]], im
     """Each tailer's pages, in the order it read them, must be the log itself: offsets 0, 1, 2, ... with
     no gap and no duplicate, each record the final log's. The one allowed jump is the API's own: after a
     410 at the offset it was at (from every node) the tailer loads ``/v1/snapshot`` at S (checked against
-    apply of the log) and goes on at S+1."""
+    apply of the log) and goes on at S+1. A tailer of some topics is checked page by page (see
+    ``_check_selected_page``), its snapshot against the selection of apply of the log."""
     out = []
     digests = [record_digest(r) for r in log]
     seen_by: dict[str, int] = {}
@@ -502,6 +506,10 @@ def check_tails(ops: Sequence[dict[str, Any]], log: Sequence[dict[str, Any]], im
             seen_by[client] = op["offset"] + 1
             continue
         gone_at.pop(client, None)
+        if "topics" in op:
+            out += _check_selected_page(op, expected, digests, images)
+            seen_by[client] = op["next_offset"]
+            continue
         for offset, digest in op["records"]:
             if offset != expected:
                 out.append(Anomaly("tail-order", f"{client} got offset {offset} from node {op['node']} where "
@@ -520,6 +528,8 @@ def _check_snapshot(op: dict[str, Any], expected: int, gone_at: int | None, imag
     out = []
     client, offset = op["client"], op["offset"]
     image = images.at(offset)
+    if image is not None and "topics" in op:
+        image = Selection.of(op["topics"], image).image(image)
     if image is None or _plain(metadata_view(image)) != op["metadata"]:
         out.append(Anomaly("metadata-mismatch", f"{client}: snapshot at {offset} from node {op['node']} differs "
                            "from apply of the log"))  # fmt: skip
@@ -528,6 +538,36 @@ def _check_snapshot(op: dict[str, Any], expected: int, gone_at: int | None, imag
     if offset + 1 > expected and gone_at != expected:
         out.append(Anomaly("tail-jump", f"{client} jumped from offset {expected} to {offset + 1} through a snapshot "
                            f"without a 410 at {expected} (last 410: {gone_at})"))  # fmt: skip
+    return out
+
+
+def _check_selected_page(op: dict[str, Any], expected: int, digests: Sequence[str], images: _Images) -> list[Anomaly]:
+    """A page of a tailer of some topics, read from ``expected`` up to its ``next_offset``: records of the final
+    log at increasing offsets in between; each record there a follower of the topics must get (their own, the
+    leaders of physical topics named like them, every federation-wide kind: ``Selection`` without placements)
+    sent, and each sent one of those or the leaders of a physical topic they are placed on (at the page's end
+    or the log's: the node selects with its newest image)."""
+    out = []
+    client, node, end = op["client"], op["node"], op["next_offset"]
+    if end > len(digests):
+        out.append(Anomaly("tail-mismatch", f"{client}: node {node}'s page ends at {end}, beyond the log"))
+        end = len(digests)
+    got = dict(op["records"])
+    offsets = [offset for offset, _ in op["records"]]
+    if offsets != sorted(set(offsets)) or not all(expected <= offset < end for offset in offsets):
+        out.append(Anomaly("tail-order", f"{client} got offsets {offsets[:10]} from node {node} for {expected}..{end}"))
+    must = Selection(frozenset(op["topics"]))
+    may = [Selection.of(op["topics"], image) for image in (images.at(end - 1), images.at(len(digests) - 1))]
+    for offset in range(expected, end):
+        record = images.records[offset]
+        if offset not in got:
+            if must.wants(record):
+                out.append(Anomaly("tail-missing", f"{client} was not sent offset {offset} by node {node}"))
+        elif got[offset] != digests[offset]:
+            out.append(Anomaly("tail-mismatch", f"{client} read a record at offset {offset} from node {node} that "
+                               "is not the final log's"))  # fmt: skip
+        elif not any(selection.wants(record) for selection in may):
+            out.append(Anomaly("tail-foreign", f"{client} was sent offset {offset} of another topic by node {node}"))
     return out
 
 

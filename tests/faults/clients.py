@@ -16,7 +16,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -168,12 +168,17 @@ class Writer(threading.Thread):
 
 
 class Tailer(threading.Thread):
-    """Reads the log from offset 0 and follows it across nodes until told where to stop."""
+    """Reads the log from offset 0 and follows it across nodes until told where to stop; ``topics``: only the
+    records of these topics and the federation-wide ones (``GET /v1/log?topics=``), as a client of them does."""
 
-    def __init__(self, name: str, urls: list[str], history: History, seed: int) -> None:
+    def __init__(
+        self, name: str, urls: list[str], history: History, seed: int, topics: Collection[str] | None = None
+    ) -> None:
         super().__init__(name=name, daemon=True)
         self.client_id = name
         self.urls = urls
+        self.topics = None if topics is None else sorted(topics)
+        self.selection = {} if self.topics is None else {"topics": ",".join(self.topics)}  # the parameter
         self.history = history
         self.rng = random.Random(f"{seed}/{name}")
         self.next_offset = 0
@@ -181,7 +186,7 @@ class Tailer(threading.Thread):
         self.give_up_at = float("inf")
         self.http = httpx.Client(timeout=3.0)
         self.pages = 0
-        self.records: list[dict[str, Any]] = []  # every record read, in full: the log below the nodes' dumps
+        self.records: list[dict[str, Any]] = []  # every record of the whole log read: the log below the nodes' dumps
         self.gone_in_a_row = 0
 
     def run(self) -> None:
@@ -205,22 +210,25 @@ class Tailer(threading.Thread):
 
     def poll(self, node: int) -> bool:
         op: dict[str, Any] = {"client": self.client_id, "op": "tail", "node": node + 1, "offset": self.next_offset,
-                              "call": self.history.now()}  # fmt: skip
+                              "call": self.history.now(), **self._topics()}  # fmt: skip
         try:
-            r = self.http.get(self.urls[node] + "/v1/log", params={"offset": self.next_offset, "limit": 200,
-                                                                     "wait_ms": 500, **READS})  # fmt: skip
+            params = {"offset": self.next_offset, "limit": 200, "wait_ms": 500, **READS, **self.selection}
+            r = self.http.get(self.urls[node] + "/v1/log", params=params)
         except httpx.TimeoutException:
             op.update(ret=self.history.now(), outcome="unknown", error="timeout")
         except httpx.TransportError as e:
             op.update(ret=self.history.now(), outcome="unknown", error=type(e).__name__)
         else:
             if r.status_code == 200:
-                records = r.json()["records"]
+                body = r.json()
+                records = body["records"]
                 op.update(ret=self.history.now(), outcome="ok",
                           records=[[rec["offset"], record_digest(rec)] for rec in records])  # fmt: skip
-                if records:
-                    self.next_offset = records[-1]["offset"] + 1
-                self.records += records
+                if self.topics is not None:  # pages skip what is not selected: they say where the next one starts
+                    op["next_offset"] = self.next_offset = body["next_offset"]
+                else:
+                    self.next_offset = records[-1]["offset"] + 1 if records else self.next_offset
+                    self.records += records
                 self.pages += 1
             else:
                 op.update(ret=self.history.now(), outcome="failed", status=r.status_code)
@@ -234,7 +242,7 @@ class Tailer(threading.Thread):
         """Below every node's window (410 everywhere): load the snapshot and go on after it."""
         call = self.history.now()
         try:
-            r = self.http.get(self.urls[node] + "/v1/snapshot", params=READS, timeout=10)
+            r = self.http.get(self.urls[node] + "/v1/snapshot", params={**READS, **self.selection}, timeout=10)
             r.raise_for_status()
         except httpx.HTTPError:
             return
@@ -242,9 +250,13 @@ class Tailer(threading.Thread):
         image = read_records([record_from_dict(x["type"], x["data"]) for x in body["records"]], body["offset"])
         self.history.add({"client": self.client_id, "op": "snapshot", "node": node + 1, "call": call,
                           "ret": self.history.now(), "outcome": "ok", "offset": body["offset"],
-                          "metadata": json.loads(json.dumps(metadata_view(image)))})  # fmt: skip
+                          "metadata": json.loads(json.dumps(metadata_view(image))), **self._topics()})  # fmt: skip
         self.next_offset = body["offset"] + 1
         self.gone_in_a_row = 0
+
+    def _topics(self) -> dict[str, list[str]]:
+        """What the history says of this tailer's selection (``checker.check_tails`` reads it)."""
+        return {} if self.topics is None else {"topics": self.topics}
 
 
 class Observer(threading.Thread):

@@ -29,6 +29,8 @@ SCHEDULE = ("http_cut", "kill", "kill_broker", "pause", "cut", "leader_kill_mid_
 """The explicit schedule of the pytest subset: every fault of the catalogue once."""
 WRITERS = 4
 TAILERS = 2
+SELECTED_TOPICS = ("on-agents", *(f"w0-t{n}" for n in range(300)))
+"""What one more tailer follows (``topics=``): the agents' topic and the first writer's, not the others'."""
 AGENTS = 2
 BURST_WRITES = 16  # concurrent writes in flight when the leader is killed mid-batch
 START_TIMEOUT_S = 90.0  # the machine is shared: be patient
@@ -304,14 +306,15 @@ def _place_a_topic_on_the_agents(q: FaultQuorum, history: History, seed: int, ru
 
 
 class _Clients:
-    """The writers, the tailers (one of them starts late, below every node's window), the observers and the
-    heartbeater of the writers' clusters."""
+    """The writers, the tailers (one of them starts late, below every node's window; one follows some topics),
+    the observers and the heartbeater of the writers' clusters."""
 
     def __init__(self, q: FaultQuorum, history: History, seed: int, run_id: str) -> None:
         self.q, self.history, self.seed, self.run_id = q, history, seed, run_id
         self.writers = [Writer(f"w{i}", q.client_urls, history, seed, run_id, q.admin_token) for i in range(WRITERS)]
         self.tailers = [Tailer(f"t{i}", q.client_urls, history, seed) for i in range(TAILERS)]
         self.late = Tailer("t-late", q.client_urls, history, seed)
+        self.tailers.append(Tailer("t-selected", q.client_urls, history, seed, topics=SELECTED_TOPICS))
         self.observers = [Observer(n, q.url(n), history) for n in NODE_IDS]
         self.heartbeater = Heartbeater(q.client_urls, AGENT_REGION, seed, token=q.admin_token)
         self.bursts = 0

@@ -405,6 +405,85 @@ def test_a_410_for_an_offset_inside_the_window() -> None:
     assert run_check(ops=ops) == ["false-410"]
 
 
+# -- a tailer of one topic (topics=): its records and every federation-wide one, nothing of another topic -------
+def two_topic_log() -> list[dict[str, Any]]:
+    """The good log, then another writer's topic w1-t9 (offsets 6 and 7)."""
+    return [*good_log(), rec(6, "TopicCreated", topic_id="id-t9", name="w1-t9", region="r-w0", retention_ms=None),
+            rec(7, "PartitionsAdded", topic="w1-t9", partition=0, cluster_id="w0-c1", physical_topic="w1-t9",
+                physical_partition=0)]  # fmt: skip
+
+
+def selected_page(offset: int, next_offset: int, offsets: list[int], call: float) -> dict[str, Any]:
+    log = two_topic_log()
+    return {"client": "ts", "op": "tail", "topics": ["w0-t2"], "node": 2, "offset": offset, "call": call,
+            "ret": call + 0.1, "outcome": "ok", "next_offset": next_offset,
+            "records": [[o, record_digest(log[o])] for o in offsets]}  # fmt: skip
+
+
+def selected_metadata_at(offset: int, whole: bool = False) -> dict[str, Any]:
+    """The metadata of the two-topic log at ``offset``, as a follower of w0-t2 holds it (``whole``: all of it)."""
+    from metadata_log.codec import record_from_dict
+    from metadata_log.image import EMPTY_IMAGE, apply
+    from metadata_log.selection import Selection
+    from metadata_log.views import metadata_view
+
+    image = apply(EMPTY_IMAGE, [record_from_dict(r["type"], r["data"]) for r in two_topic_log()[: offset + 1]])
+    return copy.deepcopy(metadata_view(image if whole else Selection.of(["w0-t2"], image).image(image)))
+
+
+def check_selected(*pages: dict[str, Any]) -> list[str]:
+    """The good history, w1-t9 created by w1, and the pages of a tailer of w0-t2 (default: all of its log)."""
+    log = two_topic_log()
+    ops = [*good_history(log), write("k6", "create_topic", "ok", 8.0, 7, name="w1-t9", partitions_per_cluster=1),
+           *(pages or (selected_page(0, 4, [0, 1, 2, 3], 2.0), selected_page(4, 8, [4, 5], 9.0)))]  # fmt: skip
+    anomalies, _ = check(ops, {1: log, 2: copy.deepcopy(log)}, {})
+    return [a.kind for a in anomalies]
+
+
+def test_a_tailer_of_one_topic_sent_its_records_and_every_federation_wide_one_has_no_anomaly() -> None:
+    assert check_selected() == []
+
+
+def test_a_tailer_of_one_topic_not_sent_one_of_its_records_or_a_federation_wide_one() -> None:
+    assert check_selected(selected_page(0, 4, [0, 1, 2, 3], 2.0), selected_page(4, 8, [4], 9.0)) == ["tail-missing"]
+    assert check_selected(selected_page(0, 4, [1, 2, 3], 2.0), selected_page(4, 8, [4, 5], 9.0)) == ["tail-missing"]
+
+
+def test_a_tailer_of_one_topic_sent_a_record_of_another_topic() -> None:
+    foreign = selected_page(4, 8, [4, 5, 6], 9.0)
+    assert check_selected(selected_page(0, 4, [0, 1, 2, 3], 2.0), foreign) == ["tail-foreign"]
+
+
+def test_a_tailer_of_one_topic_sent_a_record_that_is_not_the_logs() -> None:
+    wrong = selected_page(4, 8, [4, 5], 9.0)
+    wrong["records"][1][1] = "0" * 16
+    assert check_selected(selected_page(0, 4, [0, 1, 2, 3], 2.0), wrong) == ["tail-mismatch"]
+
+
+def test_a_tailer_of_one_topic_whose_page_is_out_of_order_or_out_of_its_bounds() -> None:
+    first = selected_page(0, 4, [0, 1, 2, 3], 2.0)
+    reordered = selected_page(4, 8, [5, 4], 9.0)
+    assert check_selected(first, reordered) == ["tail-order"]
+    below = selected_page(4, 8, [3, 4, 5], 9.0)  # 3 was read already
+    assert check_selected(first, below) == ["tail-order"]
+    beyond = selected_page(4, 9, [4, 5], 9.0)  # the log ends at 7
+    assert check_selected(first, beyond) == ["tail-mismatch"]
+
+
+def test_a_tailer_of_one_topic_goes_on_through_the_snapshot_of_its_topic() -> None:
+    gone = [{"client": "ts", "op": "tail", "topics": ["w0-t2"], "node": n, "offset": 0, "call": 1.0 + n / 10,
+             "ret": 1.05 + n / 10, "outcome": "failed", "status": 410, "log_start_offset": 3}
+            for n in (1, 2)]  # fmt: skip
+
+    def snapshot(offset: int, metadata: dict[str, Any]) -> dict[str, Any]:
+        return {"client": "ts", "op": "snapshot", "topics": ["w0-t2"], "node": 2, "call": 1.5, "ret": 1.6,
+                "outcome": "ok", "offset": offset, "metadata": metadata}  # fmt: skip
+
+    assert check_selected(*gone, snapshot(7, selected_metadata_at(7))) == []
+    assert check_selected(*gone, snapshot(7, selected_metadata_at(7, whole=True))) == ["metadata-mismatch"]
+    assert check_selected(*gone, snapshot(9, selected_metadata_at(7))) == ["metadata-mismatch"]  # beyond the log
+
+
 # -- the rest of the branches, each with a history only it catches ------------------------------------------
 def test_a_record_that_does_not_apply() -> None:
     log = [*good_log(), rec(6, "PartitionStateChanged", topic="nowhere", partition=0, state="read_only")]
