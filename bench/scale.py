@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,8 +33,10 @@ from typing import Any
 
 import httpx
 import orjson
+from confluent_kafka import Producer
 
-from deploy.launcher import LocalQuorum, free_ports, stop_processes
+from deploy.kafka_cluster import KafkaCluster
+from deploy.launcher import LocalQuorum, SubCluster, free_ports, stop_processes
 from deploy.processes import wait_port
 from gateway.cli import spawn as spawn_gateway
 
@@ -65,6 +68,9 @@ CATCH_UP_GOAL = Goal("<=", 60.0, "s")
 FAILOVER_GOAL = Goal("<=", 1.0, "s")
 GATEWAY_RSS_GOAL = Goal("<=", 128.0, "MiB")
 GATEWAY_METADATA_GOAL = Goal("<=", 250.0, "ms")
+SDK_RSS_GOAL = Goal("<=", 64.0, "MiB")
+SDK_FIRST_ACK_GOAL = Goal("<=", 1.0, "s")
+SDK_PARTITIONS = 1000
 GATEWAY_TOPICS = 10
 METADATA_TRIALS = 5
 CLIENTS = 4
@@ -144,6 +150,7 @@ def run(sizes: Sizes, tmp: Path, result: BenchResult) -> None:
             move_leaders(q, sizes, result)
             expand(q, result)
             gateway(q, sizes, tmp, result)
+            sdk_producer(q, tmp, result)
             leader = q.leader()
             cpu0, t0 = cpu_seconds(q.procs[leader].pid), time.monotonic()
             time.sleep(CPU_WINDOW_S)
@@ -265,6 +272,93 @@ def gateway(q: LocalQuorum, sizes: Sizes, tmp: Path, result: BenchResult) -> Non
             median(seconds) * 1000, "ms", goal=GATEWAY_METADATA_GOAL,
             note=f"median of {METADATA_TRIALS}, kcat's start included; {shown:,} partitions listed")
     )  # fmt: skip
+
+
+def sdk_producer(q: LocalQuorum, tmp: Path, result: BenchResult) -> None:
+    """A ``FederatedProducer`` writing to a 1,000-partition topic placed on a real local Kafka broker (with its
+    agent): its RSS over the same process against an empty federation (measured beside it, on the same broker),
+    and the time from its construction to its first acknowledged message (each partition written once before,
+    straight to the broker)."""
+    broker = KafkaCluster(tmp / "sdk-broker", 1)
+    broker.start()
+    try:
+        with LocalQuorum(tmp / "sdk-empty-quorum", size=1) as empty:
+            empty.wait_ready(timeout_s=30)
+            baseline = _first_ack(empty, broker, tmp / "sdk-empty", "sdk-empty")
+        figures = _first_ack(q, broker, tmp / "sdk", "sdk-scale")
+    finally:
+        broker.stop()
+    grown = (figures["rss_kib"] - baseline["rss_kib"]) / 1024
+    result.rows.append(
+        Row(f"SDK producer writing to one {SDK_PARTITIONS:,}-partition topic: RSS over the same process against an "
+            "empty federation", grown, "MiB", goal=SDK_RSS_GOAL,
+            note=f"empty federation's {baseline['rss_kib'] >> 10} MiB; this one's {figures['rss_kib'] >> 10} MiB")
+    )  # fmt: skip
+    result.rows.append(
+        Row("SDK producer: construction -> first acknowledged message", figures["first_ack_s"], "s",
+            goal=SDK_FIRST_ACK_GOAL, note=f"against an empty federation {fmt(baseline['first_ack_s'])} s")
+    )  # fmt: skip
+
+
+def _first_ack(q: LocalQuorum, broker: KafkaCluster, data_dir: Path, topic: str) -> dict[str, Any]:
+    """The real broker as cluster ``real`` of ``q`` (its agent started), a topic of ``SDK_PARTITIONS`` on it
+    with every leader known, and the figures of a producer process writing one message to it."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    cluster = SubCluster("real", "real", broker, data_dir, q.urls, q.token_args, owns_brokers=False)
+    cluster.start_agent()
+    try:
+        url = q.url(q.leader())
+        body = {"name": topic, "region": "real", "partitions_per_cluster": SDK_PARTITIONS}
+        deadline = time.monotonic() + 60
+        while q.client.post(url + "/v1/topics", json=body, timeout=30).status_code == 409:  # not registered yet
+            if time.monotonic() > deadline:
+                raise TimeoutError("the real cluster's agent did not register it within 60 s")
+            time.sleep(0.2)
+        while not _all_led(q.client.get(url + "/v1/metadata", params={"topic": topic, "partition_limit": 10_000})):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the leaders of {topic} were not reported within 60 s")
+            time.sleep(0.2)
+        _write_each_partition(broker.bootstrap, topic)
+        child = subprocess.run(
+            [sys.executable, "-c", "import sys; from bench.scale import first_ack; first_ack(*sys.argv[1:])",
+             ",".join(q.urls), topic],
+            capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        figures: dict[str, Any] = orjson.loads(child.stdout.splitlines()[-1])
+        return figures
+    finally:
+        cluster.stop()
+
+
+def _write_each_partition(bootstrap: str, topic: str) -> None:
+    """One message to each physical partition of ``topic``, straight to the broker: a fresh Kafka topic takes
+    seconds to acknowledge its first write, a cost of the broker and not of the producer measured."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.metrics.push": False})
+    for partition in range(SDK_PARTITIONS):
+        producer.produce(topic, b"warm", partition=partition)
+    if producer.flush(60):
+        raise TimeoutError(f"the broker did not acknowledge a first write to each partition of {topic} in 60 s")
+
+
+def _all_led(reply: httpx.Response) -> bool:
+    topics = reply.json()["topics"] if reply.status_code == 200 else []
+    return bool(topics) and all(p["leader"] for p in topics[0]["partitions"])
+
+
+def first_ack(controllers: str, topic: str) -> None:
+    """In a process of its own: construct a ``FederatedProducer``, send one message to ``topic``, and print
+    (JSON) the seconds until it was acknowledged and the process's RSS then."""
+    from sdk import FederatedProducer
+
+    acked: list[float] = []
+    t0 = time.monotonic()
+    producer = FederatedProducer({"kfed.controllers": controllers, "enable.metrics.push": False})
+    producer.produce(topic, b"first", on_delivery=lambda err, msg: acked.append(time.monotonic()) if not err else None)
+    producer.flush(60)
+    if not acked:
+        raise SystemExit(f"the message to {topic} was not acknowledged within 60 s")
+    print(orjson.dumps({"first_ack_s": acked[0] - t0, "rss_kib": proc_status(os.getpid()).get("VmRSS", 0)}).decode())
+    producer.close()
 
 
 @contextlib.contextmanager
