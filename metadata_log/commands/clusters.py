@@ -7,14 +7,13 @@ batch (``key_order.with_epochs``).
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
 from ..errors import Conflict, InvalidRequest
 from ..image import CLUSTER_TRANSITIONS, ClusterImage, InvalidRecord, MetadataImage
-from ..image.partitions import MAX_PHYSICAL_PARTITION, leader_range_pairs, ranges_of
+from ..image.partitions import MAX_PHYSICAL_PARTITION, leader_range_pairs, ranges_of, translated
 from ..records import (
     CLUSTER_STATES,
     MAX_LEADERS_PER_RECORD,
@@ -191,12 +190,11 @@ def report_leader_ranges(image: MetadataImage, cluster_id: str, reports: Sequenc
     changed: list[tuple[LeaderRanges, int, int, int]] = []  # (report, first partition, count, first leader)
     for i, r in enumerate(reports):
         pairs = _checked_ranges(r, i)
-        # the cluster's index of each address reported (-2: one it has never had), -1 for none
-        lookup = {j: table.get(address, -2) for j, address in enumerate(r.brokers)} | {-1: -1}
+        indexes = [table.get(address, -2) for address in r.brokers]  # the cluster's (-2: one it never had)
         at = 0
         for first, count in pairs:
             taken.setdefault(r.physical_topic, []).append((first, first + count, i))
-            reported = array("h", map(lookup.__getitem__, r.leaders[at : at + count]))
+            reported = translated(r.leaders[at : at + count], indexes)
             if reported != cluster.leaders.segment(r.physical_topic, first, count):
                 changed.append((r, first, count, at))
             at += count

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right, insort
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
 from typing import Final, NamedTuple, overload
 
@@ -248,16 +248,34 @@ _MAX_BROKERS: Final = 32_767
 first keeps only the addresses in use, so one batch has the other half to add to."""
 
 
+def _led(arrays: Iterable[array[int]]) -> int:
+    """How many partitions of these arrays have a leader."""
+    return sum(len(a) - a.count(_NO_LEADER) for a in arrays)
+
+
+_NONE_BLOCK: Final = array("h", [_NO_LEADER]) * 4096
+
+
+def _none(count: int) -> array[int]:
+    """``count`` slots without a leader (copied in blocks, not one by one)."""
+    if count <= len(_NONE_BLOCK):
+        return _NONE_BLOCK[:count]
+    return array("h", [_NO_LEADER]) * count
+
+
 class Leaders(Mapping[tuple[str, int], str]):
     """One cluster's reported leaders: (physical topic, physical partition) -> "host:port". Per physical topic
     an ``array('h')`` of indexes into ``brokers`` (-1: no leader), so a partition's leader costs 2 bytes."""
 
     __slots__ = ("_brokers", "_count", "_topics")
 
-    def __init__(self, brokers: tuple[str, ...] = (), topics: Mapping[str, array[int]] | None = None) -> None:
+    def __init__(
+        self, brokers: tuple[str, ...] = (), topics: Mapping[str, array[int]] | None = None, count: int | None = None
+    ) -> None:
+        """``count``: how many partitions have a leader, when the caller knows (else counted)."""
         self._brokers = brokers
         self._topics: Mapping[str, array[int]] = topics or {}
-        self._count = sum(len(a) - a.count(_NO_LEADER) for a in self._topics.values())
+        self._count = _led(self._topics.values()) if count is None else count
 
     def __getitem__(self, key: tuple[str, int]) -> str:
         try:
@@ -296,7 +314,7 @@ class Leaders(Mapping[tuple[str, int], str]):
         slots = self._topics.get(physical_topic)
         part = slots[first : first + count] if slots is not None else array("h")
         if len(part) < count:
-            part.extend(repeat(_NO_LEADER, count - len(part)))
+            part.extend(_none(count - len(part)))
         return part
 
     def indexes(self) -> Iterator[tuple[str, array[int]]]:
@@ -353,7 +371,7 @@ class LeadersBuilder:
             self._copied.add(physical_topic)
         assert slots is not None
         if len(slots) < size:
-            slots.extend(repeat(_NO_LEADER, size - len(slots)))
+            slots.extend(_none(size - len(slots)))
         return slots
 
     def _broker(self, address: str) -> int:
@@ -396,8 +414,7 @@ class LeadersBuilder:
         pairs = leader_range_pairs(physical_topic, len(brokers), ranges, leaders)
         if not pairs:
             return
-        translate = {i: self._broker(address) for i, address in enumerate(brokers)} | {-1: _NO_LEADER}
-        values = array("h", map(translate.__getitem__, leaders))
+        values = translated(leaders, [self._broker(address) for address in brokers])
         slots = self._slots(physical_topic, max(first + count for first, count in pairs))
         at = 0
         for first, count in pairs:
@@ -407,14 +424,30 @@ class LeadersBuilder:
     def freeze(self) -> Leaders:
         if not self._copied:
             return self._base
+        base_topics = self._base._topics
+        count = self._base._count - _led(base_topics[name] for name in self._copied if name in base_topics)
         topics: dict[str, array[int]] = {}
         for name, slots in self._topics.items():
+            if name not in self._copied:
+                topics[name] = slots
+                continue
             end = len(slots)
             while end and slots[end - 1] == _NO_LEADER:
                 end -= 1
             if end:
                 topics[name] = slots if end == len(slots) else slots[:end]
-        return Leaders(tuple(self._brokers), topics)
+                count += _led((slots,))
+        return Leaders(tuple(self._brokers), topics, count)
+
+
+def translated(leaders: Sequence[int], to: Sequence[int]) -> array[int]:
+    """``leaders`` (indexes into a report's brokers, -1: none) as indexes into a table where the report's broker
+    ``i`` is ``to[i]``. Reports name their brokers in the table's order almost always: then no lookup per
+    partition."""
+    if all(index == i for i, index in enumerate(to)):
+        return array("h", leaders)
+    lookup = dict(enumerate(to)) | {_NO_LEADER: _NO_LEADER}
+    return array("h", map(lookup.__getitem__, leaders))
 
 
 def leader_range_pairs(

@@ -157,7 +157,8 @@ def batches(draw: st.DrawFn, counts: dict[str, int]) -> list[Record]:
         leaders = draw(st.lists(st.integers(-1, len(BROKERS) - 1), min_size=n, max_size=n))
         cluster = draw(st.sampled_from(sorted(CLUSTERS)))
         ranges = tuple(v for pair in pairs for v in pair)
-        return [PhysicalLeadersReported(cluster, physical, BROKERS, ranges, tuple(leaders))]
+        brokers = tuple(draw(st.permutations(BROKERS)))  # mostly not in the order of the cluster's table
+        return [PhysicalLeadersReported(cluster, physical, brokers, ranges, tuple(leaders))]
     return [TopicDeleted(topic), TopicCreated(f"id-{topic}-again", topic, "r1")]
 
 
