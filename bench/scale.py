@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -50,6 +51,7 @@ from .common import (
     fmt,
     leader_applied,
     median,
+    node_status,
     note_log_errors,
     proc_status,
     running_quorum,
@@ -65,6 +67,7 @@ MOVE_OFFSETS_GOAL = Goal("<=", 100, "offsets")
 EXPAND_GOAL = Goal("<=", 1.0, "s")
 AGENTS_CPU_GOAL = Goal("<=", 50.0, "% of a core")
 CATCH_UP_GOAL = Goal("<=", 60.0, "s")
+SNAPSHOT_GOAL = Goal("<=", 10.0, "s")
 FAILOVER_GOAL = Goal("<=", 1.0, "s")
 GATEWAY_RSS_GOAL = Goal("<=", 128.0, "MiB")
 GATEWAY_METADATA_GOAL = Goal("<=", 250.0, "ms")
@@ -161,13 +164,40 @@ def run(sizes: Sizes, tmp: Path, result: BenchResult) -> None:
             )  # fmt: skip
             final = leader_applied(q)
             follower = next(n for n in q.procs if n != leader)
+            term = node_status(q, leader)["term"]
             caught = wipe_and_catch_up(q, follower, final, timeout_s=1800)
             result.rows.append(
                 Row("wiped follower -> caught up", caught["catch_up_s"], "s", goal=CATCH_UP_GOAL,
                     note=f"node {follower}, RSS after {caught['rss_kib'].get('VmRSS', 0) >> 10} MiB")
             )  # fmt: skip
+            kept = q.leader() == leader and node_status(q, leader)["term"] == term
+            snapshot_rows(q, leader, follower, kept, result)
             failover(q, result)
         note_log_errors(q, result, "scale")
+
+
+def snapshot_rows(q: LocalQuorum, leader: int, follower: int, kept: bool, result: BenchResult) -> None:
+    """From the nodes' logs: the leader's last dump (the one a wiped follower is sent), and that follower's
+    install of it; ``kept``: whether the leader led the same term throughout."""
+    written = _last_match(q.data_dir / f"node-{leader}.log", r"dump of (\d+) bytes written in ([\d.]+) s")
+    installed = _last_match(q.data_dir / f"node-{follower}.log", r"installed the leader's dump .* in ([\d.]+) s")
+    size = f"{int(written[0]) / 2**20:,.0f} MiB; " if written else "no dump written at this size; "
+    result.rows.append(
+        Row("snapshot (dump) written by the leader", float(written[1]) if written else None, "s", goal=SNAPSHOT_GOAL,
+            note=f"{size}leadership {'kept' if kept else 'LOST'} while it was written and sent")
+    )  # fmt: skip
+    result.rows.append(
+        Row("snapshot loaded by the wiped follower (InstallSnapshot)", float(installed[0]) if installed else None,
+            "s", goal=SNAPSHOT_GOAL, note=f"node {follower}" + ("" if installed else ", caught up from the log"))
+    )  # fmt: skip
+
+
+def _last_match(path: Path, pattern: str) -> tuple[str, ...] | None:
+    found = re.findall(pattern, path.read_text(errors="replace")) if path.exists() else []
+    if not found:
+        return None
+    last = found[-1]
+    return last if isinstance(last, tuple) else (last,)
 
 
 def build(q: LocalQuorum, sizes: Sizes, result: BenchResult) -> None:
@@ -333,7 +363,7 @@ def _first_ack(q: LocalQuorum, broker: KafkaCluster, data_dir: Path, topic: str)
 def _write_each_partition(bootstrap: str, topic: str) -> None:
     """One message to each physical partition of ``topic``, straight to the broker: a fresh Kafka topic takes
     seconds to acknowledge its first write, a cost of the broker and not of the producer measured."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.metrics.push": False})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.metrics.push": False, "log_level": 3})
     for partition in range(SDK_PARTITIONS):
         producer.produce(topic, b"warm", partition=partition)
     if producer.flush(60):

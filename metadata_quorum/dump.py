@@ -184,6 +184,11 @@ class NodeDump:
         §7) since, which is loaded into the state here."""
         internal = self._loaded
         if internal is None:
-            internal = self.state.load(Path(file_name).read_bytes())
+            started = time.monotonic()
+            data = Path(file_name).read_bytes()
+            internal = self.state.load(data)
+            seconds = time.monotonic() - started
+            log.info("installed the leader's dump at offset %d (%d bytes) in %.2f s", self.state.image.offset,
+                     len(data), seconds)  # fmt: skip
         self._loaded = None
         return list(internal["last"]), list(internal["prev"]), list(internal["cluster"])
