@@ -293,3 +293,19 @@ def test_a_clusters_address_table_keeps_only_the_addresses_in_use_once_past_half
     with pytest.raises(InvalidRecord, match="distinct leaders"):
         for i in range(40_000):
             overflowing.set("t", (0,), (f"10.1.{i // 250}.{i % 250}:9092",))
+
+
+@pytest.mark.parametrize("brokers", [0, 1, 3, 254, 255, 256, 300])
+def test_a_leader_index_is_taken_exactly_when_it_is_minus_one_or_below_the_brokers_reported(brokers: int) -> None:
+    """The check on the array's bytes (up to 255 brokers) agrees with comparing each index, at every edge."""
+    edges = [-32769, -32768, -257, -256, -255, -2, -1, 0, 1, 2, 3, 126, 127, 128, 253, 254, 255, 256, 257, 299,
+             300, 511, 32767, 32768]  # fmt: skip
+    for index in edges:
+        for leaders in ([index], [0, index, -1] if brokers else [index, -1], [-1] * 5 + [index]):
+            expected = all(-1 <= i < brokers for i in leaders)
+            pairs = (0, len(leaders))
+            if expected:
+                assert compact.leader_range_pairs("t", brokers, pairs, leaders) == [(0, len(leaders))]
+            else:
+                with pytest.raises(InvalidRecord, match="outside"):
+                    compact.leader_range_pairs("t", brokers, pairs, leaders)
