@@ -35,7 +35,11 @@ def free_ports(count: int) -> list[int]:
     low = ephemeral_low()
     first = low - PORTS_BELOW_EPHEMERAL
     share = range(first, low)[_worker_slice()]
-    candidates = random.sample(share, len(share)) if first >= 1024 else []
+    fresh = [port for port in share if port not in _handed_out] if first >= 1024 else []
+    if first >= 1024 and len(fresh) < count + len(share) // 4:  # most handed out already: start over
+        _handed_out.clear()
+        fresh = list(share)
+    candidates = random.sample(fresh, len(fresh))
     sockets: list[socket.socket] = []
     try:
         while len(sockets) < count:
@@ -45,10 +49,18 @@ def free_ports(count: int) -> list[int]:
                 s.bind(("127.0.0.1", candidates.pop() if candidates else 0))
             except OSError:  # taken: the next candidate
                 sockets.pop().close()
-        return [s.getsockname()[1] for s in sockets]
+        ports = [s.getsockname()[1] for s in sockets]
+        _handed_out.update(ports)
+        return ports
     finally:
         for s in sockets:
             s.close()
+
+
+_handed_out: set[int] = set()
+"""Ports ``free_ports`` gave this process: not given again (while most of the share is left). A server may bind
+its port seconds later (a JVM starting), or be stopped and started again on it (a broker a test killed): in
+between the port looks free, and handing it out again would make one of the two fail to bind."""
 
 
 def ephemeral_low() -> int:

@@ -31,3 +31,15 @@ def test_a_worker_name_that_is_not_xdists_leaves_every_port_to_pick(monkeypatch:
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "master")
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
     assert len({p % 3 for p in processes.free_ports(60)}) > 1
+
+
+def test_a_port_handed_out_is_not_handed_out_again_though_nothing_bound_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker's JVM binds its ports seconds after they were picked, and a broker a test killed is started again
+    on the same ones: meanwhile they look free, and must not go to another server of this process."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.setattr(processes, "PORTS_BELOW_EPHEMERAL", 400)
+    monkeypatch.setattr(processes, "_handed_out", set())
+    first = processes.free_ports(100)
+    assert not set(first) & set(processes.free_ports(100)), "a port picked and not yet bound was picked again"
+    processes.free_ports(150)  # most of the 400 handed out: it starts over rather than run dry
+    assert len(processes.free_ports(50)) == 50
