@@ -422,6 +422,9 @@ class Agents(Background):
         self.cluster_ids = list(cluster_ids)
         self.interval_s = interval_s
         self.failures = 0
+        self.silenced: set[str] = set()  # clusters whose agent stopped beating (a dead agent)
+        self.last_ok: dict[str, float] = {}  # when (time.monotonic()) each cluster's last beat was answered
+        self.fenced_seen: set[str] = set()  # clusters a beat found fenced while their agent was beating
         super().__init__("agents")
 
     async def _agent(self, i: int, cluster_id: str) -> None:
@@ -429,6 +432,9 @@ class Agents(Background):
         conns = [Connection(u) for u in self.urls]
         try:
             while not self._stop.is_set():
+                if cluster_id in self.silenced:
+                    await asyncio.sleep(self.interval_s)
+                    continue
                 try:
                     reply = await conns[turn].request(
                         "POST", f"/v1/agents/{cluster_id}/heartbeat", b'{"healthy":true}', timeout_s=2.0
@@ -436,6 +442,10 @@ class Agents(Background):
                     ok = reply.ok
                 except TRANSPORT_ERRORS:
                     ok = False
+                if ok:
+                    self.last_ok[cluster_id] = time.monotonic()
+                    if reply.json().get("fenced"):
+                        self.fenced_seen.add(cluster_id)
                 if not ok:
                     self.failures += 1
                     turn = (turn + 1) % len(conns)

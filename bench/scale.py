@@ -68,6 +68,9 @@ EXPAND_GOAL = Goal("<=", 1.0, "s")
 AGENTS_CPU_GOAL = Goal("<=", 50.0, "% of a core")
 CATCH_UP_GOAL = Goal("<=", 60.0, "s")
 SNAPSHOT_GOAL = Goal("<=", 10.0, "s")
+DEAD_AGENT_GOAL = Goal("<=", 3.0, "s")
+FALSE_FENCES_GOAL = Goal("<=", 0, "clusters")
+AGENT_LEASE_S = 3.0  # the controllers' default --lease-ms
 FAILOVER_GOAL = Goal("<=", 1.0, "s")
 GATEWAY_RSS_GOAL = Goal("<=", 128.0, "MiB")
 GATEWAY_METADATA_GOAL = Goal("<=", 250.0, "ms")
@@ -162,6 +165,7 @@ def run(sizes: Sizes, tmp: Path, result: BenchResult) -> None:
                 Row(f"{clusters:,} agents beating once a second: leader CPU", share, "% of a core",
                     goal=AGENTS_CPU_GOAL, note=f"heartbeat failures {agents.failures}")
             )  # fmt: skip
+            dead_agent(q, agents, ids[-1], result)
             final = leader_applied(q)
             follower = next(n for n in q.procs if n != leader)
             term = node_status(q, leader)["term"]
@@ -174,6 +178,31 @@ def run(sizes: Sizes, tmp: Path, result: BenchResult) -> None:
             snapshot_rows(q, leader, follower, kept, result)
             failover(q, result)
         note_log_errors(q, result, "scale")
+
+
+def dead_agent(q: LocalQuorum, agents: Agents, victim: str, result: BenchResult) -> None:
+    """One agent of the swarm stops beating: the time from its last answered heartbeat until its cluster is
+    fenced; and how many clusters of beating agents a heartbeat found fenced during the whole run."""
+    agents.silenced.add(victim)
+    last = agents.last_ok.get(victim, time.monotonic())
+    deadline = time.monotonic() + 30
+    fenced = None
+    while fenced is None and time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            if q.client.get(q.url(q.leader()) + f"/v1/clusters/{victim}", timeout=2).json().get("fenced"):
+                fenced = time.monotonic() - last
+        time.sleep(0.05)
+    falsely = sorted(agents.fenced_seen - {victim})
+    result.rows.append(
+        Row("an agent stops beating -> its cluster fenced (from its last answered heartbeat)", fenced, "s",
+            goal=DEAD_AGENT_GOAL,
+            note=f"agent lease {AGENT_LEASE_S:g} s" + (f": fenced {fenced - AGENT_LEASE_S:.2f} s after it ran out"
+                                                       if fenced is not None else ""))
+    )  # fmt: skip
+    result.rows.append(
+        Row("clusters of beating agents found fenced during the run", len(falsely), "clusters",
+            goal=FALSE_FENCES_GOAL, note=", ".join(falsely[:5]) + (" ..." if len(falsely) > 5 else ""))
+    )  # fmt: skip
 
 
 def snapshot_rows(q: LocalQuorum, leader: int, follower: int, kept: bool, result: BenchResult) -> None:
