@@ -43,6 +43,7 @@ import orjson
 from deploy.launcher import LocalQuorum, stop_processes
 from metadata_client.follower import MSGPACK, FollowerError, LogFollower
 from metadata_log.codec import MAX_DECODE_BYTES, CodecError, unpack
+from metadata_log.records import LATEST_METADATA_VERSION
 from metadata_quorum import RaftSettings
 
 from .common import (
@@ -521,19 +522,24 @@ def report_leaders(q: LocalQuorum, sizes: Sizes, topics: int, result: BenchResul
     )
 
 
+SNAPSHOT = f"/v1/snapshot?metadata_version={LATEST_METADATA_VERSION}"
+"""The snapshot as a reader of the records this code writes asks for it (an older reader is refused its newer
+records)."""
+
+
 def snapshot_for_tailer(q: LocalQuorum, partitions: int, result: BenchResult) -> int:
     """Fetch and decode the snapshot from a follower, as a new tailer would; returns the follower's id."""
     leader = q.leader()
     follower = next(v.id for v in q.voters if v.id != leader)
     url = q.url(follower)
     term0 = (q.node(leader) or {}).get("term")
-    _, first_json_s = fetch(url, "/v1/snapshot")
-    body, json_get_s = fetch(url, "/v1/snapshot")
+    _, first_json_s = fetch(url, SNAPSHOT)
+    body, json_get_s = fetch(url, SNAPSHOT)
     _, json_decode_s = timed(orjson.loads, body)
     json_size = len(body)
     del body, _
-    _, first_mp_s = fetch(url, "/v1/snapshot", MSGPACK)
-    body, mp_get_s = fetch(url, "/v1/snapshot", MSGPACK)
+    _, first_mp_s = fetch(url, SNAPSHOT, MSGPACK)
+    body, mp_get_s = fetch(url, SNAPSHOT, MSGPACK)
     mp_size = len(body)
     codec_error = None
     try:
@@ -542,8 +548,8 @@ def snapshot_for_tailer(q: LocalQuorum, partitions: int, result: BenchResult) ->
         codec_error = str(e)
         _, mp_decode_s = timed(lambda b: msgpack.unpackb(b, raw=False), body)
     del body, _
-    _, first_runs_s = fetch(url, "/v1/snapshot?layout=runs", MSGPACK)
-    body, _runs_get_s = fetch(url, "/v1/snapshot?layout=runs", MSGPACK)
+    _, first_runs_s = fetch(url, SNAPSHOT + "&layout=runs", MSGPACK)
+    body, _runs_get_s = fetch(url, SNAPSHOT + "&layout=runs", MSGPACK)
     runs_size = len(body)
     del body, _
     # What the SDK / agents do: LogFollower.load_snapshot() = GET msgpack runs + codec.unpack + snapshot.read_runs.
