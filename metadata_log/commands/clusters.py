@@ -7,13 +7,14 @@ batch (``key_order.with_epochs``).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
 from ..errors import Conflict, InvalidRequest
 from ..image import CLUSTER_TRANSITIONS, ClusterImage, InvalidRecord, MetadataImage
-from ..image.partitions import MAX_PHYSICAL_PARTITION, leader_range_pairs, ranges_of, translated
+from ..image.partitions import MAX_PHYSICAL_PARTITION, checked_leader_report, ranges_of, translated
 from ..records import (
     CLUSTER_STATES,
     MAX_LEADERS_PER_RECORD,
@@ -189,13 +190,12 @@ def report_leader_ranges(image: MetadataImage, cluster_id: str, reports: Sequenc
     taken: dict[str, list[tuple[int, int, int]]] = {}  # per physical topic: (first, end, report index)
     changed: list[tuple[LeaderRanges, int, int, int]] = []  # (report, first partition, count, first leader)
     for i, r in enumerate(reports):
-        pairs = _checked_ranges(r, i)
-        indexes = [table.get(address, -2) for address in r.brokers]  # the cluster's (-2: one it never had)
+        pairs, indexes = _checked_ranges(r, i)
+        reported = translated(indexes, [table.get(address, -2) for address in r.brokers])  # -2: never the cluster's
         at = 0
         for first, count in pairs:
             taken.setdefault(r.physical_topic, []).append((first, first + count, i))
-            reported = translated(r.leaders[at : at + count], indexes)
-            if reported != cluster.leaders.segment(r.physical_topic, first, count):
+            if reported[at : at + count] != cluster.leaders.segment(r.physical_topic, first, count):
                 changed.append((r, first, count, at))
             at += count
     for physical_topic, spans in taken.items():
@@ -221,13 +221,14 @@ def report_leader_ranges(image: MetadataImage, cluster_id: str, reports: Sequenc
     return Result(tuple(records), cluster_view(after.clusters[cluster_id]))
 
 
-def _checked_ranges(r: LeaderRanges, i: int) -> list[tuple[int, int]]:
-    """The (first, count) pairs of report ``i``, each of its fields checked (``InvalidRequest`` naming it)."""
+def _checked_ranges(r: LeaderRanges, i: int) -> tuple[list[tuple[int, int]], array[int]]:
+    """The (first, count) pairs of report ``i`` and its leaders as an array, each of its fields checked
+    (``InvalidRequest`` naming it)."""
     check_name(r.physical_topic, f"leaders.{i}.physical_topic")
     for j, broker in enumerate(r.brokers):
         check_bootstrap(broker, f"leaders.{i}.brokers.{j}")
     try:
-        return leader_range_pairs(r.physical_topic, len(r.brokers), r.ranges, r.leaders)
+        return checked_leader_report(r.physical_topic, len(r.brokers), r.ranges, r.leaders)
     except InvalidRecord as e:  # what replay would refuse, said of the request's field
         raise InvalidRequest(f"leaders.{i}.{e.extra['field']}", e.detail) from None
 

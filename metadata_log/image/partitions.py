@@ -260,13 +260,8 @@ _IS_FF: Final = bytes(1 if byte == 0xFF else 0 for byte in range(256))
 """A ``bytes.translate`` table: 1 for 0xff, 0 for any other byte."""
 
 
-_NONE_BLOCK: Final = array("h", [_NO_LEADER]) * 4096
-
-
 def _none(count: int) -> array[int]:
-    """``count`` slots without a leader (copied in blocks, not one by one)."""
-    if count <= len(_NONE_BLOCK):
-        return _NONE_BLOCK[:count]
+    """``count`` slots without a leader (a repeated array is copied in blocks, not made one by one)."""
     return array("h", [_NO_LEADER]) * count
 
 
@@ -417,13 +412,12 @@ class LeadersBuilder:
         self, physical_topic: str, brokers: Sequence[str], ranges: Sequence[int], leaders: Sequence[int]
     ) -> None:
         """A ``PhysicalLeadersReported``: the partitions of each (first, count) pair of ``ranges`` take, in order,
-        the leaders named by index into ``brokers`` (-1: none), checked (``leader_range_pairs``) before any is set."""
-        pairs, values = _checked_report(physical_topic, len(brokers), ranges, leaders)
+        the leaders named by index into ``brokers`` (-1: none), checked (``checked_leader_report``) before any is
+        set."""
+        pairs, values = checked_leader_report(physical_topic, len(brokers), ranges, leaders)
         if not pairs:
             return
-        to = [self._broker(address) for address in brokers]
-        if any(index != i for i, index in enumerate(to)):  # not in the table's order: translated
-            values = translated(values, to)
+        values = translated(values, [self._broker(address) for address in brokers])
         slots = self._slots(physical_topic, max(first + count for first, count in pairs))
         at = 0
         for first, count in pairs:
@@ -459,19 +453,12 @@ def translated(leaders: Sequence[int], to: Sequence[int]) -> array[int]:
     return array("h", map(lookup.__getitem__, leaders))
 
 
-def leader_range_pairs(
-    physical_topic: str, brokers: int, ranges: Sequence[int], leaders: Sequence[int]
-) -> list[tuple[int, int]]:
-    """The (first, count) pairs of a leader report's ``ranges``, checked with its ``leaders`` (indexes into
-    ``brokers`` addresses, or -1): ``InvalidRecord`` whose ``extra["field"]`` names the field that does not fit
-    (the command names it in its 422; replay refuses the record)."""
-    return _checked_report(physical_topic, brokers, ranges, leaders)[0]
-
-
-def _checked_report(
+def checked_leader_report(
     physical_topic: str, brokers: int, ranges: Sequence[int], leaders: Sequence[int]
 ) -> tuple[list[tuple[int, int]], array[int]]:
-    """``leader_range_pairs``, and the leaders as an array."""
+    """The (first, count) pairs of a leader report's ``ranges``, and its ``leaders`` (indexes into ``brokers``
+    addresses, or -1) as an array, both checked: ``InvalidRecord`` whose ``extra["field"]`` names the field that
+    does not fit (the command names it in its 422; replay refuses the record)."""
     pairs = list(zip(ranges[::2], ranges[1::2], strict=False))
     if len(ranges) % 2 or any(first < 0 or count < 1 for first, count in pairs):
         raise InvalidRecord("ranges must be (first partition >= 0, count >= 1) pairs", field="ranges")

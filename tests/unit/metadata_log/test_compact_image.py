@@ -305,7 +305,7 @@ def test_a_leader_index_is_taken_exactly_when_it_is_minus_one_or_below_the_broke
             expected = all(-1 <= i < brokers for i in leaders)
             pairs = (0, len(leaders))
             if expected:
-                assert compact.leader_range_pairs("t", brokers, pairs, leaders) == [(0, len(leaders))]
+                assert compact.checked_leader_report("t", brokers, pairs, leaders)[0] == [(0, len(leaders))]
             else:
                 with pytest.raises(InvalidRecord, match="outside"):
-                    compact.leader_range_pairs("t", brokers, pairs, leaders)
+                    compact.checked_leader_report("t", brokers, pairs, leaders)
