@@ -137,8 +137,7 @@ class LogFollower:
             if self.image.offset < 0 and self.snapshots_loaded == 0:
                 self.load_snapshot()
             if self._unloaded and self.topics is not None:  # on this URL only: poll tries each
-                grown = self.topics | self._unloaded
-                self._grow(grown if fits(grown) else None, self.image.offset)
+                self._grow(_selection(self.topics | self._unloaded), self.image.offset)
                 self._unloaded = frozenset()
             generation = self._generation
         sent = time.monotonic()
@@ -238,7 +237,7 @@ class LogFollower:
         grows loads its snapshot now (one at least as new as the image, and as ``at_least``), on the caller's
         thread (it stays as it was when that fails), and a page asked for before is dropped."""
         with self._selected:
-            wanted = frozenset(topics) if topics is not None and fits(topics) else None
+            wanted = _selection(topics)
             if wanted == self.topics:
                 pass
             elif wanted is not None and (self.topics is None or wanted <= self.topics):  # narrows: nothing to fetch
@@ -393,3 +392,9 @@ def _unpack(response: httpx.Response) -> Any:
     if not isinstance(body, dict):
         raise FollowerError(f"unexpected body from {response.url}")
     return body
+
+
+def _selection(topics: Collection[str] | None) -> frozenset[str] | None:
+    """What a follower selects for ``topics``: them, or the whole log (None) when more than a node accepts in
+    one selection (``selection.fits``)."""
+    return frozenset(topics) if topics is not None and fits(topics) else None
