@@ -35,11 +35,13 @@ def free_ports(count: int) -> list[int]:
     low = ephemeral_low()
     first = low - PORTS_BELOW_EPHEMERAL
     share = range(first, low)[_worker_slice()]
-    fresh = [port for port in share if port not in _handed_out] if first >= 1024 else []
-    if first >= 1024 and len(fresh) < count + len(share) // 4:  # most handed out already: start over
-        _handed_out.clear()
-        fresh = list(share)
-    candidates = random.sample(fresh, len(fresh))
+    candidates: list[int] = []
+    if first >= 1024:
+        fresh = [port for port in share if port not in _handed_out]
+        if len(fresh) < count + len(share) // 4:  # most handed out already: start over
+            _handed_out.clear()
+            fresh = list(share)
+        candidates = random.sample(fresh, len(fresh))
     sockets: list[socket.socket] = []
     try:
         while len(sockets) < count:

@@ -178,7 +178,6 @@ class Tailer(threading.Thread):
         self.client_id = name
         self.urls = urls
         self.topics = None if topics is None else sorted(topics)
-        self.selection = {} if self.topics is None else {"topics": ",".join(self.topics)}  # the parameter
         self.history = history
         self.rng = random.Random(f"{seed}/{name}")
         self.next_offset = 0
@@ -227,7 +226,8 @@ class Tailer(threading.Thread):
                 if self.topics is not None:  # pages skip what is not selected: they say where the next one starts
                     op["next_offset"] = self.next_offset = body["next_offset"]
                 else:
-                    self.next_offset = records[-1]["offset"] + 1 if records else self.next_offset
+                    if records:
+                        self.next_offset = records[-1]["offset"] + 1
                     self.records += records
                 self.pages += 1
             else:
@@ -257,6 +257,11 @@ class Tailer(threading.Thread):
     def _topics(self) -> dict[str, list[str]]:
         """What the history says of this tailer's selection (``checker.check_tails`` reads it)."""
         return {} if self.topics is None else {"topics": self.topics}
+
+    @property
+    def selection(self) -> dict[str, str]:
+        """The ``topics=`` parameter of its reads (none: the whole log)."""
+        return {} if self.topics is None else {"topics": ",".join(self.topics)}
 
 
 class Observer(threading.Thread):
