@@ -446,7 +446,7 @@ class Agents(Background):
                     self.last_ok[cluster_id] = time.monotonic()
                     if reply.json().get("fenced"):
                         self.fenced_seen.add(cluster_id)
-                if not ok:
+                else:
                     self.failures += 1
                     turn = (turn + 1) % len(conns)
                 await asyncio.sleep(self.interval_s)

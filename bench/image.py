@@ -35,15 +35,16 @@ import signal
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import msgpack
 import orjson
 
 from deploy.launcher import LocalQuorum, stop_processes
+from metadata_client.client import READS
 from metadata_client.follower import MSGPACK, FollowerError, LogFollower
 from metadata_log.codec import MAX_DECODE_BYTES, CodecError, unpack
-from metadata_log.records import LATEST_METADATA_VERSION
 from metadata_quorum import RaftSettings
 
 from .common import (
@@ -522,7 +523,7 @@ def report_leaders(q: LocalQuorum, sizes: Sizes, topics: int, result: BenchResul
     )
 
 
-SNAPSHOT = f"/v1/snapshot?metadata_version={LATEST_METADATA_VERSION}"
+SNAPSHOT = f"/v1/snapshot?{urlencode(READS)}"
 """The snapshot as a reader of the records this code writes asks for it (an older reader is refused its newer
 records)."""
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from controller.config import ConfigError
+from controller.leases import DEFAULT_LEASE_MS
 from metadata_client.arguments import non_negative_int, positive_int
 
 if TYPE_CHECKING:
@@ -91,8 +92,8 @@ def _add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lease-ms",
         type=positive_int,
-        default=3000,
-        help="an agent that has not heartbeat for this long has its cluster fenced (default 3000)",
+        default=DEFAULT_LEASE_MS,
+        help=f"an agent that has not heartbeat for this long has its cluster fenced (default {DEFAULT_LEASE_MS})",
     )
     parser.add_argument(
         "--compaction-min-entries",
