@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import orjson
@@ -166,6 +166,7 @@ def run(sizes: Sizes, tmp: Path, result: BenchResult) -> None:
                     goal=AGENTS_CPU_GOAL, note=f"heartbeat failures {agents.failures}")
             )  # fmt: skip
             dead_agent(q, agents, ids[-1], result)
+            leader_dumped(q, leader)  # so that the wiped follower is sent the whole image (InstallSnapshot)
             final = leader_applied(q)
             follower = next(n for n in q.procs if n != leader)
             term = node_status(q, leader)["term"]
@@ -204,12 +205,28 @@ def dead_agent(q: LocalQuorum, agents: Agents, victim: str, result: BenchResult)
     )  # fmt: skip
 
 
+DUMP_WRITTEN: Final = r"dump of (\d+) bytes written in ([\d.]+) s"
+"""What a node logs once it wrote its state dump (``metadata_quorum.dump``)."""
+
+
+def leader_dumped(q: LocalQuorum, leader: int, timeout_s: float = 300) -> None:
+    """Wait until the leader writes its next dump, from the whole image: nodes dump on a period (or past a
+    number of entries), each in its own slot of it, so whether the leader has dumped since the build is chance."""
+    log_path = q.data_dir / f"node-{leader}.log"
+    before = len(re.findall(DUMP_WRITTEN, log_path.read_text(errors="replace")))
+    deadline = time.monotonic() + timeout_s
+    while len(re.findall(DUMP_WRITTEN, log_path.read_text(errors="replace"))) <= before:
+        if time.monotonic() > deadline:
+            return  # the rows then say no dump was written
+        time.sleep(1)
+
+
 def snapshot_rows(q: LocalQuorum, leader: int, follower: int, kept: bool, result: BenchResult) -> None:
     """From the nodes' logs: the leader's last dump (the one a wiped follower is sent), and that follower's
     install of it; ``kept``: whether the leader led the same term throughout."""
-    written = _last_match(q.data_dir / f"node-{leader}.log", r"dump of (\d+) bytes written in ([\d.]+) s")
+    written = _last_match(q.data_dir / f"node-{leader}.log", DUMP_WRITTEN)
     installed = _last_match(q.data_dir / f"node-{follower}.log", r"installed the leader's dump .* in ([\d.]+) s")
-    size = f"{int(written[0]) / 2**20:,.0f} MiB; " if written else "no dump written at this size; "
+    size = f"{int(written[0]) / 2**20:,.0f} MiB; " if written else "no dump written within 300 s; "
     result.rows.append(
         Row("snapshot (dump) written by the leader", float(written[1]) if written else None, "s", goal=SNAPSHOT_GOAL,
             note=f"{size}leadership {'kept' if kept else 'LOST'} while it was written and sent")
