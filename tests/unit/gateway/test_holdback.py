@@ -11,51 +11,12 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 
 from gateway.holdback import GroupKeyOrder
 from gateway.members import Member
-from metadata_log import commands
-from metadata_log import commands as key_order
-from metadata_log.image import EMPTY_IMAGE, MetadataImage, apply
-from metadata_log.image.key_order_history import KeyOrderTopic
-from metadata_log.image.key_orders import strict_history
-from metadata_log.keymap import slot_of
-from metadata_log.records import ClusterRegistered, GroupGenerationStarted, GroupMember, KeyRangeReleased
+from metadata_log.image import apply
+from metadata_log.records import GroupGenerationStarted, GroupMember, KeyRangeReleased
+
+from ..samples import keys, shrunk, strict
 
 MAX_BYTES = 1 << 20
-
-
-def shrunk() -> MetadataImage:
-    """S strict over P0-P3, then P3 shrunk: epoch 2 moved P3's slots to P0-P2."""
-    image = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1"), ClusterRegistered("c2", "r1", "h:2")])
-    image = apply(image, key_order.create_topic(image, "S", "r1", 2, "id", key_order="strict").records)
-    return apply(image, key_order.with_epochs(image, commands.shrink_partitions(image, "S", [3]),
-                                              "shrink").records)  # fmt: skip
-
-
-def strict(image: MetadataImage) -> KeyOrderTopic:
-    history = strict_history(image.key_orders, "S")
-    assert history is not None
-    return history
-
-
-def keys(image: MetadataImage) -> tuple[bytes, bytes]:
-    """A key that moved from P3 to P0 in epoch 2, and one P0 always had."""
-    history = strict_history(image.key_orders, "S")
-    assert history is not None
-    moved_slots = {
-        s for m in history.changes[-1].moves if m.from_partition == 3 for s in range(m.first_slot, m.end_slot)
-    }
-    moved = next(
-        k
-        for k in (b"k%d" % i for i in range(100_000))
-        if slot_of(k) in moved_slots and history.map.owner(slot_of(k)) == 0
-    )
-    kept = next(
-        k
-        for k in (b"k%d" % i for i in range(100_000))
-        if slot_of(k) not in moved_slots and history.map.owner(slot_of(k)) == 0
-    )
-    move = history.changes[-1].move_of(slot_of(moved))
-    assert move is not None and move.from_partition == 3 and history.changes[-1].move_of(slot_of(kept)) is None
-    return moved, kept
 
 
 def answer(base: int, records: list[tuple[bytes, list[tuple[str, bytes]]]]) -> bytes:
