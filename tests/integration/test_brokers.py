@@ -1,9 +1,10 @@
 """What differs between the brokers, on real ones: the probe that tells them apart, the agent growing a physical
-topic (CreatePartitions on Apache Kafka; a clear refusal on Tansu), end offsets on each, and the SDK reporting
-a message it could not re-route."""
+topic (CreatePartitions on Apache Kafka; a clear refusal on Tansu), end offsets on each, and the SDK re-routing
+key-less messages from a fenced cluster (or reporting one it could not re-route)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,69 @@ def test_a_message_that_cannot_be_rerouted_reaches_the_configured_on_delivery(tm
         producer.close()
     assert sorted(value for _, value in reports) == [f"m{i}".encode() for i in range(5)]
     assert all(err is not None for err, _ in reports)
+
+
+@pytest.mark.slow
+def test_key_less_messages_queued_for_a_cluster_that_gets_fenced_are_all_delivered_on_another(
+    tmp_path: Path, kafka: KafkaCluster
+) -> None:
+    """Key-less messages routed to a cluster that never took them (its broker is unreachable) are taken back
+    when the log fences it and produced on the other cluster: every one acknowledged, none reported failed."""
+    with LocalQuorum(tmp_path / "q") as quorum:
+        quorum.wait_ready()
+        dead = f"127.0.0.1:{free_ports(1)[0]}"  # no broker there: what is routed to c2 stays queued
+        PhysicalCluster(kafka.bootstrap, timeout_s=5.0).create_topics({"R": 1})
+        with quorum.controller_client() as client:
+            for cluster_id, bootstrap in (("c1", kafka.bootstrap), ("c2", dead)):
+                client.post("/v1/clusters", {"cluster_id": cluster_id, "region": "r1", "bootstrap_servers": bootstrap})
+                client.post(f"/v1/agents/{cluster_id}/heartbeat", {})
+            client.post("/v1/topics", {"name": "R", "region": "r1", "partitions_per_cluster": 1})
+            for cluster_id, leader in (("c1", kafka.bootstrap), ("c2", dead)):
+                partition = {"physical_topic": "R", "physical_partition": 0, "leader": leader}
+                client.post(f"/v1/agents/{cluster_id}/partitions", {"partitions": [partition]})
+            offset = client.get("/v1/metadata")["offset"]
+        stop, c2_down = threading.Event(), threading.Event()
+
+        def beat() -> None:  # the agents' part: both leases held, c2's until it is reported down
+            with quorum.controller_client() as client:
+                while not stop.wait(0.3):
+                    for cluster_id in ("c1",) if c2_down.is_set() else ("c1", "c2"):
+                        client.post(f"/v1/agents/{cluster_id}/heartbeat", {})
+
+        beater = threading.Thread(target=beat, daemon=True)
+        beater.start()
+        reports: list[tuple[Any, bytes, str | None]] = []
+        producer = FederatedProducer(
+            {
+                "kfed.controllers": ",".join(quorum.urls),
+                "on_delivery": lambda err, msg: reports.append((err, msg.value(), placed(producer, msg))),
+                "message.timeout.ms": 30_000,
+            }
+        )
+        try:
+            wait_until(lambda: producer.metadata_offset >= offset, 10, "the producer follows the log")
+            sent = [f"m{i}".encode() for i in range(100)]
+            for value in sent:
+                producer.produce("R", value=value)
+            producer.poll(0)
+            assert len(producer._producers["c2"]) > 0, "some messages wait for c2 (the case under test)"
+            c2_down.set()
+            with quorum.controller_client() as client:
+                client.post("/v1/agents/c2/heartbeat", {"healthy": False, "reason": "the test's broker is gone"})
+            assert producer.flush(30) == 0
+        finally:
+            stop.set()
+            beater.join()
+            producer.close()
+    failed = [(value, err.str()) for err, value, _ in reports if err is not None]
+    assert not failed, f"{len(failed)} of {len(sent)} messages failed instead of being re-routed, e.g. {failed[:3]}"
+    assert sorted(value for _, value, _ in reports) == sorted(sent), "each message reported once"
+    assert {cluster for _, _, cluster in reports} == {"c1"}
+
+
+def placed(producer: FederatedProducer, msg: Any) -> str | None:
+    location = producer.placement(msg)
+    return location.cluster_id if location is not None else None
 
 
 def test_a_stopped_launcher_starts_nothing(tmp_path: Path) -> None:
