@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from deploy.launcher import LocalFederation
 from sdk import FederatedConsumer, FederatedProducer
 from tests.waiting import wait_until
 
-from .conftest import TOPIC, controllers
+from .conftest import TOPIC, controllers, partitions
 
 pytestmark = pytest.mark.slow
 
@@ -82,6 +83,41 @@ def test_transactions_over_two_clusters_are_all_or_nothing_to_read_committed(fed
     seen = read_committed(fed, committed | last)
     assert committed | last <= seen, f"missing: {sorted(committed | last - seen)[:10]}"
     assert not seen & aborted, f"aborted but read: {sorted(seen & aborted)[:10]}"
+
+
+def test_a_message_that_fails_before_the_commit_aborts_the_whole_transaction(fed) -> None:
+    """``docs/TRANSACTIONS.md``: the flush fails, the transaction aborts. One message too large for its
+    physical topic on c2 (the broker refuses it) fails the commit before any decision, with
+    ``txn_requires_abort``; the abort that follows leaves no message of the transaction readable, on c1 either."""
+    on_c2 = next(p for p in partitions(fed) if p["cluster_id"] == "c2")
+    admin = AdminClient({"bootstrap.servers": fed.clusters["c2"].bootstrap, "log_level": 3})
+    small = ConfigEntry("max.message.bytes", "2048", incremental_operation=AlterConfigOpType.SET)
+    limit = ConfigResource(ConfigResource.Type.TOPIC, on_c2["physical_topic"], incremental_configs=[small])
+    admin.incremental_alter_configs([limit])[limit].result(30)
+    try:
+        with txn_producer(fed, "tx-failed-delivery") as p:
+            p.init_transactions(60)
+            p.begin_transaction()
+            lost = write(p, "lost")
+            p.produce(TOPIC, value=b"x" * 8192, partition=on_c2["partition"])
+            with pytest.raises(KafkaException) as refused:
+                p.commit_transaction(60)
+            assert refused.value.args[0].txn_requires_abort(), refused.value
+            p.abort_transaction(60)
+    finally:
+        unset = ConfigEntry("max.message.bytes", None, incremental_operation=AlterConfigOpType.DELETE)
+        limit = ConfigResource(ConfigResource.Type.TOPIC, on_c2["physical_topic"], incremental_configs=[unset])
+        admin.incremental_alter_configs([limit])[limit].result(30)
+    # another producer: the failed one's next transaction fails too (its epoch is being bumped), as plain
+    # librdkafka's does
+    with txn_producer(fed, "tx-after-the-failed-one") as p:
+        p.init_transactions(60)
+        p.begin_transaction()
+        kept = write(p, "kept")
+        p.commit_transaction(60)
+    seen = read_committed(fed, kept)
+    assert kept <= seen
+    assert not seen & lost, f"a message of the aborted transaction was read: {sorted(seen & lost)}"
 
 
 def test_a_new_instance_fences_the_old_one_whose_open_transaction_is_aborted(fed) -> None:
