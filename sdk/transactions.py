@@ -120,6 +120,7 @@ class Transactions:
         self._identity: tuple[int, int] | None = None  # (producer_id, epoch) from init_transactions
         self._sequence = 0
         self._in_txn = False
+        self._ending = False  # commit_transaction or abort_transaction was called: nothing may join it now
         self._partitions: set[PartitionLocation] = set()
         self._groups: set[tuple[str, str]] = set()
         # topic -> metadata offset its partitions were registered at; emptied when a transaction starts or ends
@@ -207,6 +208,7 @@ class Transactions:
         for producer in list(self._producer._producers.values()):
             self._kafka(producer.begin_transaction)
         self._in_txn = True
+        self._ending = False
         self._partitions, self._groups = set(), set()
         self._topics_at.clear()  # in place: ``guard`` holds it
         self._ended, self._taken_over = set(), set()
@@ -216,7 +218,7 @@ class Transactions:
         self, positions: Iterable[TopicPartition], group_metadata: Any, timeout: float | None = None
     ) -> None:
         """Commit the group's offsets (logical partitions, the offsets to read next) with this transaction."""
-        self._check_open()
+        self._check_joinable()
         if not isinstance(group_metadata, GroupMetadata):
             raise txn_error(
                 KafkaError._INVALID_ARG, "group_metadata must be FederatedConsumer.consumer_group_metadata()"
@@ -240,6 +242,10 @@ class Transactions:
     # -- the steps -------------------------------------------------------------------------------------
     def _end(self, commit: bool, timeout: float | None) -> None:
         self._check_open()
+        # From the first attempt on, the decision may be in the log (a lost reply): a message or offsets
+        # joining now could be committed without having been flushed, as librdkafka refuses them too.
+        self._ending = True
+        self._topics_at.clear()  # in place (``guard`` holds it): the next produce checks _check_joinable
         deadline = time.monotonic() + (DEFAULT_TIMEOUT_S if timeout is None else timeout)
         clusters = {p.cluster_id for p in self._partitions} | {c for c, _ in self._groups}
         if commit:
@@ -333,7 +339,7 @@ class Transactions:
                 log.warning("transaction %s: completions not reported yet (%s)", self.transactional_id, e)
 
     def _register_topic(self, topic: str) -> None:
-        self._check_open()
+        self._check_joinable()
         follower = self._producer._follower
         if not follower.follows(topic):  # its partitions must be known before a message of it is produced
             try:
@@ -426,6 +432,14 @@ class Transactions:
         self._check_fatal()
         if not self._in_txn:
             raise txn_error(KafkaError._STATE, "no transaction is open: call begin_transaction first")
+
+    def _check_joinable(self) -> None:
+        """A message or offsets may join the open transaction (not once its end was asked for)."""
+        self._check_open()
+        if self._ending:
+            raise txn_error(
+                KafkaError._STATE, "the transaction is ending: retry commit_transaction or abort_transaction"
+            )
 
     def close(self) -> None:
         self._report()

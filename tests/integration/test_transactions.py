@@ -120,6 +120,42 @@ def test_a_message_that_fails_before_the_commit_aborts_the_whole_transaction(fed
     assert not seen & lost, f"a message of the aborted transaction was read: {sorted(seen & lost)}"
 
 
+def test_after_a_commit_whose_outcome_is_unknown_nothing_joins_the_transaction_and_the_retry_commits_it(
+    fed, monkeypatch
+) -> None:
+    """The decision's reply is lost (the commit is in the log): until the application retries the commit, a
+    message or offsets joining the transaction are refused (``_STATE``, as librdkafka refuses them while it
+    commits), since they could be committed without having been flushed."""
+    with txn_producer(fed, "tx-unknown-outcome") as p:
+        p.init_transactions(60)
+        p.begin_transaction()
+        committed = write(p, "decided")
+        txns = p._txn
+        assert txns is not None
+        post = txns._post
+
+        def lose_the_reply(action: str, body: dict[str, Any], what: str, key: str | None = None) -> dict[str, Any]:
+            reply = post(action, body, what, key)
+            if action == "end":
+                monkeypatch.setattr(txns, "_post", post)
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "the reply was lost", retriable=True))
+            return reply
+
+        monkeypatch.setattr(txns, "_post", lose_the_reply)
+        with pytest.raises(KafkaException) as unknown:
+            p.commit_transaction(60)
+        assert unknown.value.args[0].retriable()
+        with pytest.raises(KafkaException) as refused:
+            p.produce(TOPIC, value=b"after-the-decision", partition=0)
+        assert refused.value.args[0].code() == KafkaError._STATE, refused.value
+        p.commit_transaction(60)  # the same decision again: the transaction ends as the log decided it
+        p.begin_transaction()
+        committed |= write(p, "next")
+        p.commit_transaction(60)
+    seen = read_committed(fed, committed)
+    assert committed <= seen and "after-the-decision" not in seen
+
+
 def test_a_new_instance_fences_the_old_one_whose_open_transaction_is_aborted(fed) -> None:
     zombie = txn_producer(fed, "tx-zombie")
     zombie.init_transactions(60)

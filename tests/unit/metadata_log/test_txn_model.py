@@ -17,7 +17,7 @@ transaction commit, and every commit decision came from the then-current epoch; 
 cluster up, the clock past every timeout, the driver run dry), every transaction is complete and either
 entirely visible or entirely invisible (every message the application gave it, failed ones included), and
 the state equals its own replay from the log. The model can fail: a planted bug each in the producer's
-rule, the coordinator's timeouts and the replay of completions must be found (the end of this file).
+rule, the coordinator's timeouts and the participant driver's tasks must be found (the end of this file).
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from metadata_log.image import transactions as T
 from metadata_log.records import (
     ClusterRegistered,
     TxnDecided,
-    TxnParticipantCompleted,
     TxnProducerInitialized,
     TxnRecord,
 )
@@ -156,6 +155,7 @@ class Instance:
     state: str = "idle"  # idle | open | decided
     commit: bool = False
     failed: bool = False  # a write failed: the transaction can only abort
+    ending: bool = False  # its end was asked for (the decision may be in the log): nothing joins it now
     dead: bool = False  # fenced (fatal) or crashed
     registered: set[tuple[str, int]] = field(default_factory=set)
     kafka: dict[str, tuple[int, int]] = field(default_factory=dict)  # cluster -> Kafka producer id, epoch
@@ -269,7 +269,7 @@ class TxnMachine(RuleBasedStateMachine):
     def produce(self, index: int, cluster: str, partition: int, refused: bool = False) -> None:
         """A message of the instance's transaction; ``refused``: the broker refuses it (too large, say)."""
         inst = self._live(index)
-        if inst is None or inst.state == "decided" or inst.failed:
+        if inst is None or inst.state == "decided" or inst.failed or inst.ending:
             return
         if (cluster, partition) not in inst.registered:
             result = self.command(
@@ -313,6 +313,7 @@ class TxnMachine(RuleBasedStateMachine):
         if inst is None:
             return
         commit = commit and self.may_commit(inst)
+        inst.ending = True
         result = self.command(
             commands.end_transaction, inst.tid, inst.pid, inst.epoch, inst.sequence, commit, self.now_ms, stale=stale
         )
@@ -343,7 +344,7 @@ class TxnMachine(RuleBasedStateMachine):
         inst.completed.add(cluster)
         if inst.completed == inst.clusters:
             inst.sequence += 1
-            inst.state, inst.failed, inst.registered, inst.in_kafka_txn = "idle", False, set(), {}
+            inst.state, inst.failed, inst.ending, inst.registered, inst.in_kafka_txn = "idle", False, False, set(), {}
 
     @rule(index=st.integers(0, 7))
     def crash_producer(self, index: int) -> None:
@@ -511,17 +512,14 @@ def test_the_model_finds_a_coordinator_that_never_times_out(monkeypatch: pytest.
     _finds_a_bug(TxnMachine, "incomplete after quiescing")
 
 
-def test_the_model_finds_a_transaction_completed_by_its_first_participant(monkeypatch: pytest.MonkeyPatch) -> None:
-    replay_completed = T._replay_completed
+def test_the_model_finds_a_driver_that_commits_an_aborted_transaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    tasks = T.completion_tasks
 
-    def first_ends_all(producer: T.TxnProducer, r: TxnParticipantCompleted) -> T.Transaction:
-        txn = replay_completed(producer, r)  # the bug: one participant's completion counts for every one
-        return dataclasses.replace(
-            txn, pending=frozenset(), state="complete_commit" if txn.commit else "complete_abort"
-        )
+    def committing(txns: T.Transactions) -> tuple[T.CompletionTask, ...]:  # the bug: every part is committed
+        return tuple(dataclasses.replace(task, commit=True) for task in tasks(txns))
 
-    monkeypatch.setattr(T, "_replay_completed", first_ends_all)
-    _finds_a_bug(TxnMachine, "torn|incomplete")
+    monkeypatch.setattr(T, "completion_tasks", committing)
+    _finds_a_bug(TxnMachine, "is visible, decision False|torn|decided False")
 
 
 def test_the_driver_leaves_a_live_owner_alone_since_ending_its_transaction_could_end_its_next_one() -> None:
