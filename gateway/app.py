@@ -20,7 +20,7 @@ from kafka_wire.upstream import Upstream
 from metadata_client.access import NO_ACCESS, Access
 from metadata_client.client import AsyncControllerClient
 from metadata_client.follower import LogFollower
-from metadata_log.errors import Conflict, KfedError
+from metadata_log.errors import Conflict, Forbidden, KfedError, Unauthorized
 
 from . import admin, fetch, groups, produce
 from .context import AdminContext, FetchContext, GroupContext, ProduceContext, bind
@@ -45,6 +45,11 @@ QUORUM_DEADLINE_S: Final = 5.0
 its own, shorter one. Shorter than a command's: a Kafka client is waiting on the answer."""
 QUORUM_TIMEOUT_S: Final = 5.0
 QUORUM_CONNECT_TIMEOUT_S: Final = 1.0
+
+
+class RegistrationRefused(Exception):
+    """The controllers refuse this gateway's token (none, or one without the admin's rights): retrying
+    cannot help, the gateway stops with the flag to fix."""
 
 
 @dataclass(frozen=True)
@@ -208,6 +213,11 @@ class Gateway:
         }
         try:
             reply = await self.quorum.post("/v1/gateways/heartbeat", body)
+        except (Unauthorized, Forbidden) as e:
+            raise RegistrationRefused(
+                f"the controllers refuse to register this gateway ({e.detail}): give the admin token with "
+                "--token-file FILE"
+            ) from None
         except KfedError as e:
             if isinstance(e, Conflict) and self.config.gateway_id is None:
                 self.gateway_id = None  # the id this gateway had went to another: take a free one

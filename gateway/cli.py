@@ -21,7 +21,7 @@ from metadata_client.access import Access, read_secret
 from metadata_client.arguments import positive_float, positive_int
 from metadata_log.errors import InvalidSetting
 
-from .app import Gateway, GatewayConfig
+from .app import Gateway, GatewayConfig, RegistrationRefused
 from .followed import FORGET_AFTER_S
 from .server import Limits
 
@@ -202,6 +202,9 @@ def run(args: argparse.Namespace) -> int:
         uvloop.run(serve(config))
     except KeyboardInterrupt:
         return 130
+    except RegistrationRefused as e:
+        print(f"kfed gateway: {e}", file=sys.stderr)
+        return 2
     except OSError as e:
         print(f"kfed gateway: {e}", file=sys.stderr)
         return 1

@@ -1,5 +1,6 @@
 """``kfed controller`` is secure by default, through the real command in its own process: without the Raft
-secret or the admin token it refuses to start (naming the flag) unless told ``--insecure``."""
+secret or the admin token it refuses to start (naming the flag) unless told ``--insecure``; a gateway
+without the admin token exits, naming the flag."""
 
 from __future__ import annotations
 
@@ -25,6 +26,27 @@ def one_voter(tmp_path: Path) -> tuple[list[str], str]:
     command = [sys.executable, "-m", "kfed", "controller", "--config", str(config), "--node-id", "1",
                "--data-dir", str(tmp_path / "node")]  # fmt: skip
     return command, url
+
+
+def started(command: list[str], url: str, log_path: Path) -> subprocess.Popen[bytes]:
+    """The node ``command`` starts, once it answers /readyz (its output in ``log_path``)."""
+    with open(log_path, "wb") as log_file:
+        node = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        with httpx.Client(timeout=1) as client:
+
+            def ready() -> bool:
+                assert node.poll() is None, log_path.read_text()
+                try:
+                    return client.get(url + "/readyz").status_code == 200
+                except httpx.HTTPError:
+                    return False
+
+            wait_until(ready, 60, "the node answers /readyz")
+    except BaseException:
+        stop_processes([node])
+        raise
+    return node
 
 
 @pytest.mark.parametrize(
@@ -53,21 +75,26 @@ def test_a_controller_without_a_secret_refuses_to_start_and_names_it(
 def test_a_controller_given_insecure_starts_and_warns(tmp_path: Path) -> None:
     command, url = one_voter(tmp_path)
     log_path = tmp_path / "node.log"
-    with open(log_path, "wb") as log_file:
-        node = subprocess.Popen([*command, "--insecure"], stdout=log_file, stderr=subprocess.STDOUT)
-    try:
-        with httpx.Client(timeout=1) as client:
-
-            def ready() -> bool:
-                assert node.poll() is None, log_path.read_text()
-                try:
-                    return client.get(url + "/readyz").status_code == 200
-                except httpx.HTTPError:
-                    return False
-
-            wait_until(ready, 60, "the --insecure node answers /readyz")
-    finally:
-        stop_processes([node])
+    stop_processes([started([*command, "--insecure"], url, log_path)])
     log = log_path.read_text()
     for flag in ("--raft-secret-file", "--admin-token-file"):
         assert f"INSECURE (--insecure): started without {flag}" in log
+
+
+def test_a_gateway_without_the_admin_token_exits_and_names_the_flag(tmp_path: Path) -> None:
+    """Against a secure quorum, a gateway started without ``--token-file`` cannot register: it exits at once
+    (code 2) with the flag to give, instead of retrying forever without listening."""
+    command, url = one_voter(tmp_path)
+    for flag in ("--admin-token-file", "--raft-secret-file"):
+        command += [flag, str(tmp_path / flag.removeprefix("--"))]
+        write_secret(tmp_path / flag.removeprefix("--"))
+    node = started(command, url, tmp_path / "node.log")
+    try:
+        listen = f"127.0.0.1:{free_ports(1)[0]}"
+        gateway = [sys.executable, "-m", "kfed", "gateway", "--controller", url, "--listen", listen]
+        result = subprocess.run(gateway, capture_output=True, text=True, timeout=60)
+    finally:
+        stop_processes([node])
+    assert result.returncode == 2, result.stderr
+    assert "kfed gateway: the controllers refuse to register this gateway" in result.stderr
+    assert "--token-file" in result.stderr and "Traceback" not in result.stderr
