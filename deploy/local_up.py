@@ -267,16 +267,15 @@ def run_federation(fed: LocalFederation, progress: Progress) -> None:
 GATEWAY_START_TIMEOUT_S = 60.0
 
 
-def start_gateway(quorum: LocalQuorum, port: int, progress: Progress) -> subprocess.Popen[bytes]:
-    """One ``kfed gateway`` on 127.0.0.1:``port``, serving Kafka clients once this returns."""
+def start_gateway(quorum: LocalQuorum, port: int, progress: Progress, started: list[subprocess.Popen[bytes]]) -> None:
+    """One ``kfed gateway`` on 127.0.0.1:``port``, serving Kafka clients once this returns. Its process joins
+    ``started`` as soon as it exists: a Ctrl-C while it starts up stops it with the rest."""
     token = ["--token-file", str(quorum.token_file)] if quorum.token_file else []
     log = quorum.data_dir / "gateway.log"
-    proc = spawn(
-        kfed_command("gateway", "--controller", ",".join(quorum.urls), "--listen", f"127.0.0.1:{port}", *token), log
-    )
+    command = kfed_command("gateway", "--controller", ",".join(quorum.urls), "--listen", f"127.0.0.1:{port}", *token)
+    started.append(proc := spawn(command, log))
     progress.wait("starting the Kafka gateway", lambda: wait_port(port, GATEWAY_START_TIMEOUT_S, proc, log))
     progress.say(f"Kafka gateway serves on 127.0.0.1:{port}")
-    return proc
 
 
 def _banner(fed: LocalFederation, topic: dict[str, Any], gateway_port: int, spark: SparkCluster | None) -> str:
@@ -327,11 +326,11 @@ def local_up(layout: LocalLayout, once: bool = False, out: TextIO | None = None)
     state = layout.data_dir / STATE_FILE
     progress.say(f"starting in {layout.data_dir}/ (logs there)")
     spark: SparkCluster | None = None
-    gateway: subprocess.Popen[bytes] | None = None
+    gateways: list[subprocess.Popen[bytes]] = []
     try:
         run_federation(fed, progress)
         topic = create_demo_topic(fed)
-        gateway = start_gateway(fed.quorum, layout.gateway_port, progress)
+        start_gateway(fed.quorum, layout.gateway_port, progress, gateways)
         if layout.spark_workers:
             progress.say(f"starting a Spark master and {layout.spark_workers} worker(s)")
             spark = start_spark_cluster(
@@ -362,7 +361,7 @@ def local_up(layout: LocalLayout, once: bool = False, out: TextIO | None = None)
             state.unlink(missing_ok=True)
             if spark is not None:
                 spark.stop()
-            stop_processes([gateway] if gateway is not None else [])
+            stop_processes(gateways)
             fed.stop()
         finally:
             signal.signal(signal.SIGINT, handlers[0])

@@ -13,11 +13,13 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from deploy import local_up as local_up_module
 from deploy.launcher import BrokerKind
 from deploy.local_up import LocalLayout, free_layout, local_up
 from deploy.processes import port_in_use
@@ -99,6 +101,32 @@ def test_a_busy_port_is_one_line_naming_it_and_the_flag_that_moves_it_and_nothin
     assert len(err.splitlines()) == 1, err
     assert f"port {port}" in err and flag in err and "Traceback" not in err
     assert not (layout.data_dir / "quorum").exists(), "nothing was started"
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_gateway_starts_stops_the_gateway_with_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C just after the agents are up, while the gateway starts, stops the gateway too: left running,
+    it held port 9092 and the next ``make run`` stopped at "port 9092 is in use"."""
+    layout = free_layout(tmp_path / "local", "tansu")
+    spawned: list[subprocess.Popen[bytes]] = []
+    spawn = local_up_module.spawn
+
+    def recorded(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        spawned.append(proc := spawn(*args, **kwargs))
+        return proc
+
+    def ctrl_c(*args: Any, **kwargs: Any) -> None:  # while waiting for the gateway's port
+        assert spawned, "the gateway was started"
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(local_up_module, "spawn", recorded)
+    monkeypatch.setattr(local_up_module, "wait_port", ctrl_c)
+    assert local_up(layout, out=io.StringIO()) == 0
+    assert [proc.poll() is not None for proc in spawned] == [True], "the gateway process was stopped"
+    ports = [port for port, _, _ in layout.needed_ports()]
+    wait_until(lambda: not any(port_in_use(p) for p in ports), 30, "every port released: nothing left running")
 
 
 @pytest.mark.slow
