@@ -95,8 +95,10 @@ class LogFollower:
         self.caught_up = False
         """Whether the last page reached the log's end (the high watermark it was answered at)."""
         self.confirmed_at = float("-inf")
-        """When (``time.monotonic()``) the last answered ``GET /v1/log`` was sent: the image held everything
-        committed up to then. A producer's key-order lease is measured from it."""
+        """When (``time.monotonic()``) the image last held everything committed: the send time of the last
+        ``GET /v1/log`` that reached the answering node's end, less how long before that node had last known
+        its log current (``current_ms_ago``: a node cut off from the quorum ages). A producer's key-order lease
+        is measured from it."""
 
     # -- state -------------------------------------------------------------------------------------
     @property
@@ -172,8 +174,15 @@ class LogFollower:
             self._advance(records)
         self.caught_up = len(records) < self.limit  # a full page may have left records behind it
         if self.caught_up:
-            self.confirmed_at = sent
+            self._confirm(body, sent)
         return len(records)
+
+    def _confirm(self, body: Any, sent: float) -> None:
+        """The page reached the node's end: the image is as current as the node (a node that does not say
+        how current it is, from before ``current_ms_ago``, counts as current)."""
+        age_ms = body.get("current_ms_ago", 0)
+        if isinstance(age_ms, int) and not isinstance(age_ms, bool) and age_ms >= 0:
+            self.confirmed_at = max(self.confirmed_at, sent - age_ms / 1000)
 
     def _advance_selected(self, body: Any, sent: float) -> int:
         """A page of the selected topics' records: each run of consecutive offsets applied at its own offsets,
@@ -211,7 +220,7 @@ class LogFollower:
             self.load_snapshot()  # leaders reported before a placement was this follower's were left out
         self.caught_up = end >= int(body.get("high_watermark", 0))
         if self.caught_up:
-            self.confirmed_at = sent
+            self._confirm(body, sent)
         return sum(len(records) for _first, records in runs)
 
     def follows(self, topic: str) -> bool:

@@ -177,6 +177,11 @@ class RaftNode:
         """The role pysyncobj last reported (onStateChanged): cheap enough for every request."""
         return self._role == "leader"
 
+    def current_age_s(self) -> float:
+        """How long ago this node last knew its log current (inf: it does not know): a follower heard its
+        leader, the leader a majority. What a reader's lease is measured from (``GET /v1/log``)."""
+        return float(self._syncobj.current_age_s())
+
     def force_compaction(self) -> None:
         self._syncobj.forceLogCompaction()
 

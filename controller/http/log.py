@@ -32,6 +32,8 @@ MIN_OFFSET_WAIT_S: Final = 5.0
 SSE_KEEPALIVE_S: Final = 15.0
 SSE_MAX_SUBSCRIBERS: Final = 2000
 SSE_MAX_PER_CLIENT: Final = 64  # open streams per client address; a dashboard or a tailer needs one
+CURRENT_AGE_MAX_S: Final = 3600.0
+"""Past this, a node's ``current_ms_ago`` is null: it has not known its log current for too long to say."""
 READER_VERSION_DEFAULT: Final = 3
 """The metadata version a reader that does not say which it reads is taken to read: the contract before range
 records (metadata version 4), which such a reader does not know."""
@@ -157,10 +159,13 @@ async def read_log(
     entries = _readable(page.entries, metadata_version)
     next_offset = entries[-1].offset + 1 if len(entries) < len(page.entries) else page.next_offset
     entries = _sent(entries, chosen, rm.image)
+    age_s = service.raft.current_age_s()
     positions = {
         "next_offset": next_offset,
         "high_watermark": page.high_watermark,
         "log_start_offset": page.log_start_offset,
+        # how long before answering this node last knew its log current (null: it does not know)
+        "current_ms_ago": int(age_s * 1000) if age_s < CURRENT_AGE_MAX_S else None,
     }
     if wants_msgpack(request):
         return Response(pack({"records": [e.as_dict() for e in entries], **positions}), media_type=MSGPACK)

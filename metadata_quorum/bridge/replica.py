@@ -234,6 +234,21 @@ class Replica(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         leader = self._getLeader()
         return None if leader is None else str(leader.address)
 
+    def current_age_s(self) -> float:
+        """How long ago this node last knew its log current (inf: it does not know): a follower, when its
+        leader's last ``append_entries`` came; the leader, when the voters that make a majority with it had
+        all answered it (CheckQuorum's clocks). A node cut off from the others ages; read off the Raft thread
+        (``otherNodes`` is replaced, never mutated; a reply time is one float)."""
+        now = pysyncobj_clock()
+        if self._SyncObj__raftState == _pso._RAFT_STATE.LEADER:
+            others = self.otherNodes
+            heard = sorted((self._SyncObj__lastResponseTime.get(n, float("-inf")) for n in others), reverse=True)
+            needed = (len(others) + 1) // 2  # besides itself
+            return 0.0 if needed == 0 else now - heard[needed - 1]
+        if self._getLeader() is None:
+            return float("inf")
+        return float(now - self._kfed_leader_heard)
+
     def peer_addresses(self) -> set[str]:
         """The other voters' Raft addresses (``otherNodes`` is a set pysyncobj replaces, never mutates)."""
         return {n.address for n in self.otherNodes}

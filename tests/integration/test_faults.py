@@ -6,6 +6,7 @@ hold each acknowledged write exactly once, with gap-free offsets, identical on e
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
@@ -238,6 +239,38 @@ def test_no_leader_is_503_with_retry_after(make_quorum) -> None:
     assert int(r.headers["retry-after"]) >= 1
     ready = q.client.get(survivor + "/readyz")
     assert ready.status_code == 503
+
+
+def test_a_follower_cut_off_from_the_quorum_answers_reads_but_confirms_nothing(make_quorum) -> None:
+    """A reader of a follower whose leader and other peer are paused still gets pages, but not confirmation that
+    its image is current (``current_ms_ago`` grows or is null): a strict producer's key-order lease, and the
+    gateway's, lapse instead of routing by a map the quorum may have replaced. Confirmed again once it hears its
+    leader."""
+    q = make_quorum()
+    leader = q.leader()
+    follower, other = [v.id for v in q.voters if v.id != leader]
+    reader = LogFollower(q.url(follower), wait_ms=200)
+
+    def confirmed_within(seconds: float) -> bool:
+        reader.poll()
+        return time.monotonic() - reader.confirmed_at < seconds
+
+    wait_until(lambda: confirmed_within(1.0), 10, "the follower's pages confirm the reader's image")
+    for node in (leader, other):
+        q.kill(node, signal.SIGSTOP)
+    try:
+        cut_at = time.monotonic()
+        pages = 0
+        while time.monotonic() < cut_at + 4.0:
+            reader.poll()  # answered: the follower itself runs
+            pages += 1
+        assert pages > 5
+        assert reader.confirmed_at < cut_at, "a cut-off follower confirmed the reader's image"
+    finally:
+        for node in (leader, other):
+            q.kill(node, signal.SIGCONT)
+    wait_until(lambda: confirmed_within(1.0), 20, "confirmed again once the follower hears its leader")
+    reader.stop()
 
 
 def test_replacing_a_controller_under_write_load_loses_nothing(make_quorum) -> None:

@@ -61,6 +61,9 @@ class _Raft:
     def status(self) -> _Status:
         return _Status("leader" if self.service.leading else "follower")
 
+    def current_age_s(self) -> float:
+        return 0.0
+
 
 def committed(rm: ReadModel, records: Sequence[Record]) -> None:
     """``records`` committed: the read model gets them as a node's publisher hands them over."""
