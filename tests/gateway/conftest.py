@@ -49,6 +49,7 @@ class Gateways:
         self.fed = fed
         self.data_dir = data_dir
         self.procs: dict[int, subprocess.Popen[bytes]] = {}  # port -> process
+        self.ended: set[int] = set()  # ports of the gateways a test killed or stopped, or reported crashed
 
     def start(self, *extra: str, port: int | None = None) -> str:
         """Start one gateway; returns its HOST:PORT once the quorum lists it live."""
@@ -93,14 +94,31 @@ class Gateways:
                 return address if address in among else among[0]
         raise AssertionError("no controller answered /v1/gateways")
 
+    def running(self, address: str) -> bool:
+        """Whether the gateway at ``address`` runs (a crashed child is not running, even before it is reaped)."""
+        return self.procs[int(address.rsplit(":", 1)[1])].poll() is None
+
+    def crashed(self) -> list[str]:
+        """The gateways that exited on their own since the last call (not killed or stopped by a test), each
+        with its exit code and the end of its log."""
+        out = []
+        for port, proc in self.procs.items():
+            if port not in self.ended and proc.poll() is not None:
+                self.ended.add(port)
+                log = (self.data_dir / f"gateway-{port}.log").read_text(errors="replace")[-2000:]
+                out.append(f"the gateway on port {port} exited with {proc.returncode}; its log ends:\n{log}")
+        return out
+
     def kill(self, address: str, sig: int = signal.SIGKILL) -> None:
         port = int(address.rsplit(":", 1)[1])
         proc = self.procs[port]
+        self.ended.add(port)
         if proc.poll() is None:
             os.kill(proc.pid, sig)
             proc.wait(10)
 
     def stop(self) -> None:
+        self.ended |= set(self.procs)
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -127,6 +145,15 @@ def gateways(fed: LocalFederation, tmp_path_factory: pytest.TempPathFactory) -> 
         yield g
     finally:
         g.stop()
+
+
+@pytest.fixture(autouse=True)
+def no_gateway_crashed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A gateway that exits during a test, without the test killing or stopping it, fails that test."""
+    yield
+    if "gateways" in request.fixturenames:
+        crashed = request.getfixturevalue("gateways").crashed()
+        assert not crashed, "\n".join(crashed)
 
 
 @pytest.fixture(scope="module")

@@ -121,9 +121,9 @@ def test_an_api_versions_request_of_an_unknown_version_gets_the_versions_served(
     body=st.binary(max_size=300),
 )
 def test_random_bodies_of_every_served_request_never_crash_the_gateway(
-    target: tuple[str, int], api: tuple[int, tuple[int, int]], version_offset: int, body: bytes
+    target: tuple[str, int], gateways: Gateways, api: tuple[int, tuple[int, int]], version_offset: int, body: bytes
 ) -> None:
-    address, pid = target
+    address, _ = target
     key, (low, high) = api
     version = low + version_offset % (high - low + 1)
     frame = struct.pack(">hhi", key, version, 3) + b"\xff\xff" + body  # null client id, then the fuzz
@@ -136,7 +136,7 @@ def test_random_bodies_of_every_served_request_never_crash_the_gateway(
             answer = None
         if answer is not None:
             assert kp.response_correlation_id(answer) == 3
-    assert Path(f"/proc/{pid}").exists(), "the gateway died"
+    assert gateways.running(address), "the gateway died"
 
 
 def test_a_client_that_never_reads_gets_backpressure_and_memory_stays_bounded(target: tuple[str, int]) -> None:
@@ -180,8 +180,8 @@ def test_a_client_that_never_reads_gets_backpressure_and_memory_stays_bounded(ta
     assert serves(address)
 
 
-def test_many_half_open_connections_do_not_stop_others(target: tuple[str, int]) -> None:
-    address, pid = target
+def test_many_half_open_connections_do_not_stop_others(target: tuple[str, int], gateways: Gateways) -> None:
+    address, _ = target
     idle = []
     for _ in range(200):  # each starts a frame and stalls
         s = connect(address)
@@ -190,4 +190,4 @@ def test_many_half_open_connections_do_not_stop_others(target: tuple[str, int]) 
     assert serves(address)
     for s in idle:
         s.close()
-    assert Path(f"/proc/{pid}").exists()
+    assert gateways.running(address)
