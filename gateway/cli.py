@@ -114,6 +114,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"unanswered requests per client (default {DEFAULT_LIMITS.max_in_flight})",
     )
     parser.add_argument(
+        "--frame-timeout-s",
+        type=positive_float,
+        default=DEFAULT_LIMITS.frame_s,
+        help="close a connection whose request frame does not arrive whole within this long, in seconds "
+        f"(default {DEFAULT_LIMITS.frame_s:.0f})",
+    )
+    parser.add_argument(
         "--forget-topics-after-s",
         type=positive_float,
         default=FORGET_AFTER_S,
@@ -151,6 +158,7 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
             max_frame_bytes=args.max_frame_bytes,
             max_connections=args.max_connections,
             max_in_flight=args.max_in_flight,
+            frame_s=args.frame_timeout_s,
         ),
     )
 

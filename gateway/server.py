@@ -4,8 +4,9 @@ Per connection:
 
 - a frame is a 4-byte size then the request; a size below a request header or above ``max_frame_bytes``
   closes the connection, as does a frame that does not parse, an API key or version the gateway does not
-  translate (ApiVersions excepted: it is answered with the versions served, KIP-511), or a request before
-  SASL authentication when SASL is on. Kafka brokers do the same; nothing a client sends raises further;
+  translate (ApiVersions excepted: it is answered with the versions served, KIP-511), a request before
+  SASL authentication when SASL is on, or a frame whose body does not arrive within ``frame_s``. Kafka
+  brokers do the same; nothing a client sends raises further;
 - requests are read while fewer than ``max_in_flight`` and ``max_buffered_bytes`` of them await their
   answers; past that the connection is not read, and the client's TCP window closes (backpressure). A slow
   reader of answers stalls the same way, since answers leave in request order (the protocol's rule) and each
@@ -68,6 +69,9 @@ class Limits:
     """Most record bytes one Fetch answer carries per broker asked (a client's max_bytes above is lowered)."""
     idle_s: float = 600.0
     """A connection with no request for this long is closed (Kafka's connections.max.idle.ms)."""
+    frame_s: float = 60.0
+    """A frame whose size came but whose body does not arrive whole within this long closes the connection
+    (what a slow-loris client holds is then bounded in time as well as in bytes)."""
 
 
 @dataclass(slots=True)
@@ -295,7 +299,12 @@ class KafkaServer:
                     buffered += size
                 if answering.done():
                     return
-                frame = await reader.readexactly(size)
+                try:
+                    frame = await asyncio.wait_for(reader.readexactly(size), limits.frame_s)
+                except TimeoutError:
+                    log.info("%s: closing: a frame of %d bytes not received within %.0f s", conn.peer_host, size,
+                             limits.frame_s)  # fmt: skip
+                    return
                 item = await self._request(conn, frame, size)
                 if item is None:
                     return

@@ -21,6 +21,8 @@ from .conftest import TOPIC, Gateways
 
 pytestmark = pytest.mark.slow
 
+FRAME_TIMEOUT_S = 2.0
+
 METADATA_V12 = bytes(
     kp.encode_request(kp.METADATA, 12, 1, "fuzz", {"topics": None, "allow_auto_topic_creation": False})
 )
@@ -51,7 +53,8 @@ def read_frame(s: socket.socket) -> bytes | None:
     return body
 
 
-def closed_by_gateway(s: socket.socket) -> bool:
+def closed_by_gateway(s: socket.socket, timeout_s: float = 5.0) -> bool:
+    s.settimeout(timeout_s)
     try:
         return s.recv(1) == b""
     except ConnectionResetError:
@@ -75,8 +78,10 @@ def rss_kib(pid: int) -> int:
 
 @pytest.fixture(scope="module")
 def target(gateways: Gateways) -> tuple[str, int]:
-    """A gateway with a small frame limit: (address, pid)."""
-    address = gateways.start("--max-frame-bytes", str(1024 * 1024), "--max-in-flight", "16")
+    """A gateway with a small frame limit and a short frame timeout: (address, pid)."""
+    address = gateways.start(
+        "--max-frame-bytes", str(1024 * 1024), "--max-in-flight", "16", "--frame-timeout-s", str(FRAME_TIMEOUT_S)
+    )
     return address, gateways.procs[int(address.rsplit(":", 1)[1])].pid
 
 
@@ -177,6 +182,16 @@ def test_a_client_that_never_reads_gets_backpressure_and_memory_stays_bounded(ta
     assert 2 * STREAM_LIMIT + 256 * 1024 <= 2**19, "the budget below assumes this read-ahead"
     budget_mib = len(sockets) * 0.5 + 4
     assert grown_mib < budget_mib, f"the gateway grew by {grown_mib:.1f} MiB for {sent_mib:.0f} MiB it was sent"
+    assert serves(address)
+
+
+def test_a_frame_whose_body_never_comes_closes_its_connection_after_the_frame_timeout(target: tuple[str, int]) -> None:
+    address, _ = target
+    with connect(address) as s:
+        s.sendall(struct.pack(">i", 1000) + b"\0\3")  # a size, then a stall
+        started = time.monotonic()
+        assert closed_by_gateway(s, timeout_s=FRAME_TIMEOUT_S + 10), "the half-sent frame's connection stays open"
+        assert time.monotonic() - started >= FRAME_TIMEOUT_S * 0.9, "closed before the frame timeout"
     assert serves(address)
 
 
