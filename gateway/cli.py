@@ -114,6 +114,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"unanswered requests per client (default {DEFAULT_LIMITS.max_in_flight})",
     )
     parser.add_argument(
+        "--max-buffered-bytes",
+        type=positive_int,
+        default=DEFAULT_LIMITS.max_buffered_bytes,
+        help="bytes of requests and fetched records one connection may hold before it is read no further "
+        f"(default {DEFAULT_LIMITS.max_buffered_bytes})",
+    )
+    parser.add_argument(
+        "--max-total-buffered-bytes",
+        type=positive_int,
+        default=DEFAULT_LIMITS.max_total_buffered_bytes,
+        help="the same across every connection: with --max-buffered-bytes, what bounds the gateway's memory "
+        f"(gateway/README.md; default {DEFAULT_LIMITS.max_total_buffered_bytes})",
+    )
+    parser.add_argument(
         "--frame-timeout-s",
         type=positive_float,
         default=DEFAULT_LIMITS.frame_s,
@@ -158,6 +172,8 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
             max_frame_bytes=args.max_frame_bytes,
             max_connections=args.max_connections,
             max_in_flight=args.max_in_flight,
+            max_buffered_bytes=args.max_buffered_bytes,
+            max_total_buffered_bytes=args.max_total_buffered_bytes,
             frame_s=args.frame_timeout_s,
         ),
     )

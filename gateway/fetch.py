@@ -20,7 +20,7 @@ from metadata_log.image.key_orders import strict_history
 
 from .context import FetchContext, JobHandler
 from .routing import REQUEST_MARGIN_S, STALE, cluster_of, leader_of
-from .server import ClientConnection
+from .server import ClientConnection, Held
 from .view import ClusterView, PartitionRoute
 
 FetchKey = tuple[tuple[str, int, int, int], ...]
@@ -36,50 +36,99 @@ EARLIEST: Final = -2
 
 
 async def fetch(ctx: FetchContext, conn: ClientConnection, request: kp.Request) -> Any:
+    """Admit a fetch (ordered: before the connection's next request is read): room for its answer's records,
+    ``max_bytes`` or what is left of the connection's budgets, taken in request order. A fetch that holds
+    nothing yet while others' answers wait is never what they wait for, so full budgets stall reading, never
+    the answers. With no room within ``max_wait``, the fetch goes on with none: its answer carries no
+    records (a client is answered, not hung, while clients that do not read hold the budget)."""
+    body = request.body
+    max_bytes = min(int(getattr(body, "max_bytes", ctx.limits.max_fetch_bytes)), ctx.limits.max_fetch_bytes)
+    max_wait_s = max(0, kp.milliseconds(body.max_wait)) / 1000
+    granted = await conn.reserve(max_bytes, max_wait_s)
+    return asyncio.ensure_future(_fetch(ctx, conn, request, granted))
+
+
+async def _fetch(ctx: FetchContext, conn: ClientConnection, request: kp.Request, granted: int) -> Any:
     """Scatter to each broker holding a requested partition, gather, and answer once ``min_bytes`` arrived,
     every broker answered, or ``max_wait`` passed.
 
     A broker's part still under way when the answer goes out is *parked* on the connection, not dropped: the
     client asks again for what it did not get, at the same offsets, and the parked part answers that (a
     consumer of partitions on two sub-clusters would otherwise get one broker's data per fetch and throw the
-    other's away). A part asking anything else is fetched anew; at most one is parked per broker."""
+    other's away). A part asking anything else is fetched anew; at most one is parked per broker.
+
+    The ``granted`` bytes are shared among the brokers asked (Kafka's ``max_bytes`` bounds the whole
+    answer); each part's records stay held in the connection's budgets until the answer that carries them is
+    written (``Held``), or until the part is dropped."""
     conn.saw("consumer")
     body = request.body
     if int(getattr(body, "session_id", 0)) != 0:  # this gateway never opens fetch sessions
+        conn.release(granted)
         return {"error_code": ErrorCode.fetch_session_id_not_found, "session_id": 0, "responses": ()}
-    await ctx.resolve([topic.topic for topic in body.topics])
-    view = ctx.view()
+    if granted == 0:  # no room came within max_wait: no broker is asked (each would send a batch anyway)
+        return Held(_answer(body, {}), 0)
+    try:
+        await ctx.resolve([topic.topic for topic in body.topics])
+        view = ctx.view()
+        answers: Answers = {}
+        brokers = await _brokers(ctx, view, body, answers)
+    except BaseException:
+        conn.release(granted)
+        raise
     max_wait_s = max(0, kp.milliseconds(body.max_wait)) / 1000
     min_bytes = max(0, int(body.min_bytes))
-    answers: Answers = {}
-    brokers = await _brokers(ctx, view, body, answers)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + max_wait_s
+    deadline = asyncio.get_running_loop().time() + max_wait_s
+    isolation = int(getattr(body, "isolation_level", 0))
+    asked = _ask(conn, brokers, max_wait_s, min_bytes, granted, isolation)  # from here the parts hold it
     if not brokers and not answers:  # nothing asked: a broker waits out max_wait, so that clients do not spin
         await asyncio.sleep(min(max_wait_s, NOTHING_ASKED_WAIT_S_MAX))
-    max_bytes = min(int(getattr(body, "max_bytes", ctx.limits.max_fetch_bytes)), ctx.limits.max_fetch_bytes)
-    isolation = int(getattr(body, "isolation_level", 0))
-    asked = _ask(conn, brokers, max_wait_s, min_bytes, max_bytes, isolation)
+    return await _gather(ctx, conn, body, view, asked, answers, deadline, min_bytes)
+
+
+async def _gather(
+    ctx: FetchContext,
+    conn: ClientConnection,
+    body: Any,
+    view: ClusterView,
+    asked: dict[asyncio.Future[Any], tuple[Broker, FetchKey]],
+    answers: Answers,
+    deadline: float,
+    min_bytes: int,
+) -> Held:
+    """The answer, from the parts done by the deadline; the rest parked."""
+    loop = asyncio.get_running_loop()
     tasks = set(asked)
-    gathered = 0
-    while tasks:
-        timeout_s = max(0.0, deadline - loop.time()) + REQUEST_MARGIN_S
-        done, tasks = await asyncio.wait(tasks, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-        if not done:
-            break
-        for task in done:
-            got, size = task.result()
-            answers.update(got)
-            gathered += size
-        # Only data ends the wait early: a broker that fails at once must not cut short a wait on the others
-        # (their data would be dropped, fetch after fetch). Its errors go out with their answers.
-        if gathered > 0 and gathered >= min_bytes:
-            break
-    for part in tasks:  # still waiting on a broker: parked for the client's next fetch
-        where, key = asked[part]
-        conn.parked_fetches[where] = (key, part)
-    if _hold_back(ctx, conn, view, body, answers) and not any(a["records"] for a in answers.values()):
-        await asyncio.sleep(max(0.0, deadline - loop.time()))  # all of it waits: as a broker with nothing new
+    gathered = 0  # record bytes of the parts taken: held until this answer is written
+    try:
+        while tasks:
+            timeout_s = max(0.0, deadline - loop.time()) + REQUEST_MARGIN_S
+            done, tasks = await asyncio.wait(tasks, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                break
+            for task in done:
+                got, size = task.result()
+                answers.update(got)
+                gathered += size
+            # Only data ends the wait early: a broker that fails at once must not cut short a wait on the others
+            # (their data would be dropped, fetch after fetch). Its errors go out with their answers.
+            if gathered > 0 and gathered >= min_bytes:
+                break
+        for part in tasks:  # still waiting on a broker: parked for the client's next fetch
+            where, key = asked[part]
+            conn.parked_fetches[where] = (key, part)
+        tasks = set()
+        if _hold_back(ctx, conn, view, body, answers) and not any(a["records"] for a in answers.values()):
+            await asyncio.sleep(max(0.0, deadline - loop.time()))  # all of it waits: as a broker with nothing new
+    except BaseException:
+        conn.release(gathered)
+        for part in tasks:
+            conn.drop_part(part)
+        raise
+    return Held(_answer(body, answers), gathered)
+
+
+def _answer(body: Any, answers: Answers) -> dict[str, Any]:
+    """The Fetch answer: each partition asked, with its part of ``answers`` or nothing yet."""
     responses = []
     for topic in body.topics:
         partitions = [int(p.partition) for p in topic.partitions]
@@ -119,25 +168,35 @@ def _ask(
     brokers: dict[Broker, list[tuple[str, int, PartitionRoute, Any]]],
     max_wait_s: float,
     min_bytes: int,
-    max_bytes: int,
+    granted: int,
     isolation: int,
 ) -> dict[asyncio.Future[Any], tuple[Broker, FetchKey]]:
     """Each broker's part of the fetch: the one parked on the connection when it asks the same, else a new
-    fetch. What this fetch does not take of the parked parts is dropped."""
+    fetch, which holds its share of ``granted``. What this fetch does not take of the parked parts is
+    dropped."""
     parked, conn.parked_fetches = conn.parked_fetches, {}
     asked: dict[asyncio.Future[Any], tuple[Broker, FetchKey]] = {}
-    for where, wanted in brokers.items():
+    if not brokers:
+        conn.release(granted)
+    share, extra = divmod(granted, max(1, len(brokers)))
+    for i, (where, wanted) in enumerate(brokers.items()):
+        part_share = share + (extra if i == 0 else 0)
         key: FetchKey = tuple((t, n, int(p.fetch_offset), int(p.partition_max_bytes)) for t, n, _, p in wanted)
         earlier = parked.pop(where, None)
-        if earlier is not None and earlier[0] == key:
-            asked[earlier[1]] = (where, key)
-            continue
+        if earlier is not None:
+            if earlier[0] == key:  # it holds its own records already
+                asked[earlier[1]] = (where, key)
+                conn.release(part_share)
+                continue
+            conn.drop_part(earlier[1])
         cluster, address = where
         part: asyncio.Future[Any] = asyncio.ensure_future(
-            _fetch_from(cluster, address, wanted, max_wait_s, min_bytes, max_bytes, isolation)
+            _fetch_from(conn, cluster, address, wanted, max_wait_s, min_bytes, part_share, isolation)
         )
         part.add_done_callback(_ignore_result)  # it may end unread (parked, then not asked for again)
         asked[part] = (where, key)
+    for _key, dropped in parked.values():
+        conn.drop_part(dropped)
     return asked
 
 
@@ -188,6 +247,7 @@ def _ignore_result(task: asyncio.Future[Any]) -> None:
 
 
 async def _fetch_from(
+    conn: ClientConnection,
     cluster: ClusterClient,
     address: str,
     parts: list[tuple[str, int, PartitionRoute, Any]],
@@ -196,7 +256,8 @@ async def _fetch_from(
     max_bytes: int,
     isolation: int,
 ) -> tuple[Answers, int]:
-    """One broker's part of a fetch: (answers by logical partition, record bytes)."""
+    """One broker's part of a fetch, holding ``max_bytes`` in the connection's budgets while it asks:
+    (answers by logical partition, record bytes), which it then holds instead."""
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for _, _, placement, p in parts:
         by_topic[placement.physical_topic].append(
@@ -220,20 +281,30 @@ async def _fetch_from(
         "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
     }
     answers: Answers = {}
+    granted = max_bytes
     try:
         async with cluster.fetch_connection(address) as upstream:
             version = upstream.version(kp.FETCH)
             response = await upstream.call(kp.FETCH, version, physical, max_wait_s + REQUEST_MARGIN_S)
     except UpstreamError:
+        conn.release(granted)
         for topic_name, partition, _, _ in parts:
             answers[(topic_name, partition)] = _fetch_error(partition, ErrorCode.not_leader_or_follower)
         return answers, 0
+    except BaseException:
+        conn.release(granted)
+        raise
+    size = sum(len(p.records or b"") for t in response.responses for p in t.partitions)
+    if size < granted:
+        conn.release(granted - size)
+    else:
+        conn.hold(size - granted)  # a broker answers at least one batch, however large (KIP-74)
     if response.error_code != ErrorCode.none:
+        conn.release(size)
         for topic_name, partition, _, _ in parts:
             answers[(topic_name, partition)] = _fetch_error(partition, response.error_code)
         return answers, 0
     got = {(t.topic, int(p.partition_index)): p for t in response.responses for p in t.partitions}
-    size = 0
     for topic_name, partition, placement, _ in parts:
         p = got.get((placement.physical_topic, placement.physical_partition))
         if p is None:
@@ -241,7 +312,6 @@ async def _fetch_from(
             continue
         if p.error_code in STALE:
             cluster.forget_leaders(placement.physical_topic)
-        size += len(p.records or b"")
         # records null (Tansu sends it for none) is refused by librdkafka: empty, as Kafka sends
         answers[(topic_name, partition)] = kp.fields_of(
             p, partition_index=partition, preferred_read_replica=-1, records=p.records or b""
@@ -329,7 +399,8 @@ async def _list_from(
 
 
 HANDLERS: Final[Mapping[int, tuple[JobHandler[FetchContext], bool]]] = {
-    kp.FETCH: (fetch, False),
+    kp.FETCH: (fetch, True),
     kp.LIST_OFFSETS: (list_offsets, False),
 }
-"""What serves Fetch and ListOffsets (neither ordered, see ``KafkaServer``)."""
+"""What serves Fetch and ListOffsets. Fetch is ordered only for its admission (room for its answer, taken in
+request order); the rest runs beside the connection's other requests (see ``KafkaServer``)."""

@@ -7,12 +7,18 @@ Per connection:
   translate (ApiVersions excepted: it is answered with the versions served, KIP-511), a request before
   SASL authentication when SASL is on, or a frame whose body does not arrive within ``frame_s``. Kafka
   brokers do the same; nothing a client sends raises further;
-- requests are read while fewer than ``max_in_flight`` and ``max_buffered_bytes`` of them await their
-  answers; past that the connection is not read, and the client's TCP window closes (backpressure). A slow
-  reader of answers stalls the same way, since answers leave in request order (the protocol's rule) and each
-  write waits for the socket to drain;
-- requests are served concurrently, except Produce and SASL: those run their first part before the next
-  frame is read, so batches reach brokers in the order the client sent them.
+- requests are read while fewer than ``max_in_flight`` of them await their answers and their bytes fit the
+  connection's ``max_buffered_bytes`` and every connection's ``max_total_buffered_bytes``; past that the
+  connection is not read, and the client's TCP window closes (backpressure). The record bytes of Fetch
+  answers count in both budgets too, from the broker's answer until the client's answer is written: a fetch
+  is admitted with room for its answer, in request order, and asks its brokers for no more (``fetch.py``).
+  A slow reader of answers stalls the same way, since answers leave in request order (the protocol's rule)
+  and each write waits for the socket to drain. So a gateway holds at most
+  ``min(connections * max_buffered_bytes, max_total_buffered_bytes)`` of requests and records (the memory
+  bound ``gateway/README.md`` states);
+- requests are served concurrently, except Produce, SASL and a Fetch's admission: those run their first
+  part before the next frame is read, so batches reach brokers in the order the client sent them, and room
+  is given in request order (an answer never waits for room that answers behind it hold).
 
 Each connection also says whether its client produces or consumes (Tencent's pproxy/cproxy, without two
 proxies): a connection is a producer's from its first Produce or InitProducerId, a consumer's from its
@@ -63,7 +69,9 @@ class Limits:
     max_in_flight: int = 64
     """Requests of one connection read and not yet answered."""
     max_buffered_bytes: int = 64 * 1024 * 1024
-    """Bytes of request frames of one connection read and not yet answered."""
+    """Bytes of request frames of one connection read and not yet answered, with its Fetch answers' records."""
+    max_total_buffered_bytes: int = 512 * 1024 * 1024
+    """The same, across every connection."""
     max_connections: int = 10_000
     max_fetch_bytes: int = 64 * 1024 * 1024
     """Most record bytes one Fetch answer carries per broker asked (a client's max_bytes above is lowered)."""
@@ -72,6 +80,52 @@ class Limits:
     frame_s: float = 60.0
     """A frame whose size came but whose body does not arrive whole within this long closes the connection
     (what a slow-loris client holds is then bounded in time as well as in bytes)."""
+
+
+class ByteBudget:
+    """Bytes that may be held at once (a connection's, or every connection's: ``Limits``), taken before they
+    are held and given back after; the coroutines of one event loop wait in turn for room."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def room(self) -> int:
+        return max(0, self.limit - self.used)
+
+    async def wait_for_room(self, n: int) -> None:
+        """Until ``n`` bytes fit (or nothing is held: one item larger than the whole budget still goes)."""
+        while self.used and self.used + n > self.limit:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if not waiter.done():
+                    waiter.cancel()
+
+    def take(self, n: int) -> None:
+        self.used += n
+
+    def give(self, n: int) -> None:
+        """Give back ``n`` bytes (from any thread of the loop's: done-callbacks included)."""
+        if n:
+            self.used -= n
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+
+
+class Held:
+    """A handler's answer with the record bytes it holds in the connection's budgets until it is written."""
+
+    __slots__ = ("answer", "held")
+
+    def __init__(self, answer: Any, held: int) -> None:
+        self.answer = answer
+        self.held = held
 
 
 @dataclass(slots=True)
@@ -128,8 +182,14 @@ class ClientConnection:
 
     _keys = itertools.count()
 
-    def __init__(self, peer_host: str, memory: ClientMemory) -> None:
+    def __init__(
+        self, peer_host: str, memory: ClientMemory, budget: ByteBudget | None = None, shared: ByteBudget | None = None
+    ) -> None:
         self.key = next(self._keys)
+        self.budget = budget or ByteBudget(Limits().max_buffered_bytes)
+        """This connection's bytes held (``Limits.max_buffered_bytes``)."""
+        self.shared = shared or ByteBudget(Limits().max_total_buffered_bytes)
+        """Every connection's (``Limits.max_total_buffered_bytes``)."""
         self.peer_host = peer_host
         self.client_id: str | None = None
         self.role: Role | None = None
@@ -140,7 +200,8 @@ class ClientConnection:
         self.principal: str | None = None
         self.close_after_response = False
         self.parked_fetches: dict[Any, tuple[Any, asyncio.Future[Any]]] = {}
-        """Per upstream broker, the part of a fetch still under way when its answer went out (``fetch.fetch``)."""
+        """Per upstream broker, the part of a fetch still under way when its answer went out (``fetch.fetch``):
+        its result is (answers, record bytes held in this connection's budgets)."""
 
     def saw(self, role: Role) -> None:
         if self.role != role:
@@ -155,6 +216,66 @@ class ClientConnection:
     @property
     def client_key(self) -> tuple[str, str | None]:
         return (self.peer_host, self.client_id)
+
+    # -- bytes held -----------------------------------------------------------------------------------
+    async def reserve(self, want: int, timeout_s: float) -> int:
+        """Room for up to ``want`` bytes in both budgets, taken: what there is once there is some (at most
+        ``want``), or 0 when none came within ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            granted = min(want, self.budget.room(), self.shared.room())
+            if granted > 0 or want <= 0:
+                self.hold(max(0, granted))
+                return max(0, granted)
+            full = self.budget if not self.budget.room() else self.shared
+            try:
+                await asyncio.wait_for(full.wait_for_room(1), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                return 0
+
+    def fits(self, n: int) -> bool:
+        """Whether ``n`` more bytes fit both budgets (anything fits a budget that holds nothing)."""
+        budget, shared = self.budget, self.shared
+        return (not budget.used or budget.used + n <= budget.limit) and (
+            not shared.used or shared.used + n <= shared.limit
+        )
+
+    def hold(self, n: int) -> None:
+        """Count ``n`` more bytes held without waiting (a broker may answer one batch past what was asked)."""
+        self.budget.take(n)
+        self.shared.take(n)
+
+    def release(self, n: int) -> None:
+        self.budget.give(n)
+        self.shared.give(n)
+
+    def release_when_done(self, answer: Any) -> None:
+        """Give back what ``answer`` (a handler's, maybe not done yet) holds, once it is done: it will never be
+        written (the connection closed)."""
+        if isinstance(answer, Held):
+            self.release(answer.held)
+        elif isinstance(answer, asyncio.Future):
+            answer.add_done_callback(self._release_result)
+
+    def _release_result(self, future: asyncio.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is None and isinstance(future.result(), Held):
+            self.release(future.result().held)
+
+    def drop_part(self, part: asyncio.Future[Any]) -> None:
+        """A fetch part nobody will take (parked, then not asked for again): it gives back what it holds once
+        done (it is not cancelled: its broker connection is mid-request)."""
+        part.add_done_callback(self._release_part)
+
+    def _release_part(self, part: asyncio.Future[Any]) -> None:
+        if not part.cancelled() and part.exception() is None:
+            self.release(part.result()[1])
+
+    def close(self) -> None:
+        """The connection ended: the fetch parts parked on it are dropped."""
+        for _key, part in self.parked_fetches.values():
+            self.drop_part(part)
+        self.parked_fetches = {}
 
 
 @dataclass(slots=True)
@@ -190,6 +311,8 @@ class KafkaServer:
         self.ssl_context = ssl_context
         self.sasl = sasl
         self.clients = ClientMemory()
+        self.budget = ByteBudget(limits.max_total_buffered_bytes)
+        """Bytes every connection holds together (``Limits.max_total_buffered_bytes``)."""
         self.connections = 0
         self.requests = 0
         self._server: asyncio.Server | None = None
@@ -224,7 +347,9 @@ class KafkaServer:
         self._tasks.add(task)
         self.connections += 1
         peer = writer.get_extra_info("peername")
-        conn = ClientConnection(str(peer[0]) if peer else "?", self.clients)
+        conn = ClientConnection(
+            str(peer[0]) if peer else "?", self.clients, ByteBudget(self.limits.max_buffered_bytes), self.budget
+        )
         try:
             await self._serve(conn, reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
@@ -234,13 +359,13 @@ class KafkaServer:
         finally:
             self.connections -= 1
             self._tasks.discard(task)
+            conn.close()
             writer.close()
 
     async def _serve(self, conn: ClientConnection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         limits = self.limits
         pending: deque[_InFlight] = deque()
-        room = asyncio.Condition()
-        buffered = 0
+        room = asyncio.Condition()  # for a place among the max_in_flight
         ready = asyncio.Event()
         closing = False
 
@@ -252,7 +377,6 @@ class KafkaServer:
                 raise
 
         async def answer_in_order() -> None:
-            nonlocal buffered
             while True:
                 while not pending:
                     if closing:
@@ -261,21 +385,42 @@ class KafkaServer:
                     await ready.wait()
                 item = pending[0]
                 frame = item.frame
+                held = 0
                 if item.answer is not None:
                     result = await item.answer
+                    if isinstance(result, Held):
+                        result, held = result.answer, result.held
                     request = item.request
                     assert request is not None
                     if result is not NO_RESPONSE:
                         frame = kp.encode_response(request.api_key, request.api_version, request.correlation_id, result)
-                if frame is not None:
-                    writer.write(frame)
-                    await writer.drain()
+                    del result
+                # From here the answer is only its frame, then what the socket has not taken of it: nothing else
+                # keeps its records while a slow reader drains it (they stay counted until it has).
                 pending.popleft()
+                size = item.size + held
+                del item
+                try:
+                    if frame is not None:
+                        writer.write(frame)
+                        frame = None
+                        await writer.drain()
+                finally:
+                    conn.release(size)
                 async with room:
-                    buffered -= item.size
                     room.notify()
                 if conn.close_after_response:
                     raise ConnectionResetError("closing after a failed authentication")
+
+        async def room_for(size: int) -> None:
+            """Until a request of ``size`` bytes may be read: a place among ``max_in_flight``, its bytes in
+            both budgets."""
+            while len(pending) >= limits.max_in_flight or not conn.fits(size):
+                async with room:
+                    while len(pending) >= limits.max_in_flight:
+                        await room.wait()
+                await conn.budget.wait_for_room(size)
+                await conn.shared.wait_for_room(size)
 
         answering = asyncio.ensure_future(answer())
         try:
@@ -291,22 +436,27 @@ class KafkaServer:
                         limits.max_frame_bytes,
                     )
                     return
-                async with room:
-                    while pending and (
-                        len(pending) >= limits.max_in_flight or buffered + size > limits.max_buffered_bytes
-                    ):
-                        await room.wait()
-                    buffered += size
-                if answering.done():
-                    return
+                waits = len(pending) >= limits.max_in_flight or not conn.fits(size)
+                if waits and not await _unless_done(answering, room_for(size)):
+                    return  # it can answer no more: its writer is closed
+                conn.hold(size)
                 try:
                     frame = await asyncio.wait_for(reader.readexactly(size), limits.frame_s)
                 except TimeoutError:
                     log.info("%s: closing: a frame of %d bytes not received within %.0f s", conn.peer_host, size,
                              limits.frame_s)  # fmt: skip
+                    conn.release(size)
                     return
-                item = await self._request(conn, frame, size)
+                except BaseException:
+                    conn.release(size)
+                    raise
+                try:
+                    item = await self._request(conn, frame, size)
+                except BaseException:
+                    conn.release(size)
+                    raise
                 if item is None:
+                    conn.release(size)
                     return
                 pending.append(item)
                 ready.set()
@@ -315,6 +465,10 @@ class KafkaServer:
             closing = True
             ready.set()
             await _finish(conn, answering)
+            for left in pending:  # never written: what they hold goes back (an answer's once it is done)
+                conn.release(left.size)
+                if left.answer is not None:
+                    conn.release_when_done(left.answer)
 
     async def _request(self, conn: ClientConnection, frame: bytes, size: int) -> _InFlight | None:
         """Parse and start one request; None closes the connection."""
@@ -346,6 +500,20 @@ class KafkaServer:
         else:
             answer = asyncio.ensure_future(handler(conn, request))
         return _InFlight(request, answer, size)
+
+
+async def _unless_done(answering: asyncio.Future[None], waiting: Awaitable[None]) -> bool:
+    """Wait for ``waiting`` unless ``answering`` ends first (False: then the wait is dropped)."""
+    task = asyncio.ensure_future(waiting)
+    try:
+        await asyncio.wait({task, answering}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+    if task.cancelled():
+        return False
+    task.result()  # its exception, if any
+    return True
 
 
 async def _finish(conn: ClientConnection, answering: asyncio.Future[None]) -> None:

@@ -11,11 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.server import STREAM_LIMIT
+from deploy.launcher import LocalFederation
+from gateway.server import STREAM_LIMIT, Limits
 from kafka_wire import protocol as kp
+from tests.waiting import wait_until
 
 from .conftest import TOPIC, Gateways
 
@@ -193,6 +196,61 @@ def test_a_frame_whose_body_never_comes_closes_its_connection_after_the_frame_ti
         assert closed_by_gateway(s, timeout_s=FRAME_TIMEOUT_S + 10), "the half-sent frame's connection stays open"
         assert time.monotonic() - started >= FRAME_TIMEOUT_S * 0.9, "closed before the frame timeout"
     assert serves(address)
+
+
+def test_clients_that_fetch_real_data_and_never_read_keep_the_gateway_within_its_memory_bound(
+    fed: LocalFederation, gateways: Gateways
+) -> None:
+    """100 connections to a gateway with the default limits pipeline Fetches of every partition from offset 0
+    (40 MiB there, so hundreds of GiB asked) and never read an answer. The gateway holds fetched records only
+    while they fit each connection's budget and the budget of all of them, so it grows by at most the bound
+    ``gateway/README.md`` states: twice ``min(connections * max_buffered_bytes, max_total_buffered_bytes)``
+    plus 1 MiB per connection. Sampled as it floods, the test stops at the first sample past the bound."""
+    fill(fed, mib=40)
+    address = gateways.start()  # the default limits
+    pid = gateways.procs[int(address.rsplit(":", 1)[1])].pid
+    assert serves(address)
+    limits, connections = Limits(), 100
+    bound_mib = (2 * min(connections * limits.max_buffered_bytes, limits.max_total_buffered_bytes) / 2**20
+                 + connections * 1.0)  # fmt: skip
+    before = rss_kib(pid)
+    request = kp.encode_request(kp.FETCH, 12, 1, "never-reads", {
+        "replica_id": -1, "max_wait": 500, "min_bytes": 1, "max_bytes": limits.max_fetch_bytes, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": TOPIC, "partitions": [{"partition": p, "fetch_offset": 0, "partition_max_bytes": 16 << 20}
+                                                   for p in range(8)]}],
+    })  # fmt: skip
+    sockets = [connect(address) for _ in range(connections)]
+    for s in sockets:
+        s.setblocking(False)
+    peak_mib = 0.0
+    at = [0] * len(sockets)
+    deadline = time.monotonic() + 15
+    try:
+        while time.monotonic() < deadline:
+            for i, s in enumerate(sockets):
+                with contextlib.suppress(BlockingIOError):  # the gateway stopped reading this one: backpressure
+                    at[i] = (at[i] + s.send(memoryview(request)[at[i] :])) % len(request)
+            peak_mib = max(peak_mib, (rss_kib(pid) - before) / 1024)
+            assert peak_mib < bound_mib, f"the gateway grew by {peak_mib:.0f} MiB, past its bound {bound_mib:.0f} MiB"
+            time.sleep(0.05)
+    finally:
+        for s in sockets:
+            s.close()
+    assert peak_mib > 64, f"the gateway held little ({peak_mib:.0f} MiB): the clients did not get real data"
+    print(f"peak growth {peak_mib:.0f} MiB of a {bound_mib:.0f} MiB bound")
+    wait_until(lambda: serves(address), 30, "the gateway serves again once the clients are gone")
+
+
+def fill(fed: LocalFederation, mib: int) -> None:
+    """``mib`` MiB of 100 KiB messages over the demo topic's physical partitions (4 on each cluster)."""
+    value = b"x" * (100 << 10)
+    for cluster in fed.clusters.values():
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 20})
+        for i in range(mib * 10 // len(fed.clusters)):
+            producer.produce(TOPIC, value, partition=i % 4)
+            producer.poll(0)
+        assert producer.flush(60) == 0
 
 
 def test_many_half_open_connections_do_not_stop_others(target: tuple[str, int], gateways: Gateways) -> None:
