@@ -6,11 +6,18 @@ each branch of ``tests/faults/checker.py`` in turn, one mutant at a time:
 - an ``if`` (statement or expression): its test made ``False`` (the branch deleted) and ``not (test)``;
 - a filter of a comprehension: dropped, and negated;
 - an operand of ``and`` / ``or``: dropped;
-- a statement that records an anomaly (``out.append``, ``out +=``) and a ``return [Anomaly(...)]``: deleted.
+- a statement that records an anomaly (``out.append``, ``out +=``) and a ``return [Anomaly(...)]``: deleted;
+- a comparison: its boundary moved (``<`` and ``<=``, ``>`` and ``>=`` swapped), its operands swapped, a
+  membership test flipped (``in`` and ``not in``);
+- arithmetic: ``+`` and ``-`` swapped, the operands of ``-`` swapped;
+- an index or a slice bound: shifted by one (``x[i]`` to ``x[i + 1]``).
 
 Each mutant is loaded as ``tests.faults.checker``; ``tests/faults/test_checker.py`` is imported again
-against it and every test in it is run. A mutant that no test fails *survives*; the run lists them and
-exits 1. ``EQUIVALENT`` names the few mutants that cannot change any answer, with the reason.
+against it and every test in it is run. A mutant is *caught* when a test fails on an assertion; one that
+only makes the checker raise (a crash: the ``IndexError`` of a shifted index) is not, since a checker that
+crashes on some histories and passes others proves nothing about those others. A mutant no test fails
+*survives*; the run lists the survivors and exits 1. ``EQUIVALENT`` names the few mutants that cannot
+change any answer, with the reason.
 """
 
 from __future__ import annotations
@@ -31,11 +38,19 @@ PACKAGE = "tests.faults"
 TARGET = Path(__file__).with_name("checker.py")
 TESTS = f"{PACKAGE}.test_checker"
 MUTANT_TIMEOUT_S = 20  # a mutant that loops forever counts as caught (its tests would hang)
+CRASHED = "<crashed>"
+"""What ``killer`` says of a mutant that tests make raise but none fails on an assertion."""
 
 EQUIVALENT: dict[str, str] = {
     # Site.name -> why no history can tell the mutant apart
     "check_metadata: drop filter `body.get(k) != expected.get(k)`": "it only names the fields in the message",
     "check_metadata: negate filter `body.get(k) != expected.get(k)`": "it only names the fields in the message",
+    "at: move boundary of Lt `o < offset`": "``offset`` is not among the images computed when it is reached",
+    "retried_after_unknown: shift slice lower bound `unknown[0]`": "the try at ``unknown[0]`` is itself unknown",
+    "_check_ack: move boundary of LtE `offset <= known`": (
+        "a write with effects was acknowledged at an effect's end, which ``could_make`` put beyond ``known``"
+    ),
+    "check_tails: move boundary of Lt `offset < expected`": "reached only when ``offset != expected``",
 }
 
 
@@ -101,6 +116,45 @@ class _Mutator(ast.NodeTransformer):
         self.generic_visit(node)
         return node
 
+    _BOUNDARY: dict[type[ast.cmpop], type[ast.cmpop]] = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE,
+                                                          ast.GtE: ast.Gt}  # fmt: skip
+    _MEMBERSHIP: dict[type[ast.cmpop], type[ast.cmpop]] = {ast.In: ast.NotIn, ast.NotIn: ast.In}
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        for i, op in enumerate(list(node.ops)):
+            moved = self._BOUNDARY.get(type(op)) or self._MEMBERSHIP.get(type(op))
+            what = "move boundary" if type(op) in self._BOUNDARY else "flip membership"
+            if moved is not None and self._site(node, f"{what} of {type(op).__name__}"):
+                node.ops = [*node.ops[:i], moved(), *node.ops[i + 1 :]]
+        if len(node.ops) == 1 and type(node.ops[0]) in self._BOUNDARY and self._site(node, "swap operands"):
+            node.left, node.comparators = node.comparators[0], [node.left]
+        self.generic_visit(node)
+        return node
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        if isinstance(node.op, (ast.Add, ast.Sub)) and not _is_text(node):
+            if self._site(node, "swap + and -"):
+                node.op = ast.Sub() if isinstance(node.op, ast.Add) else ast.Add()
+            elif isinstance(node.op, ast.Sub) and self._site(node, "swap operands of -"):
+                node.left, node.right = node.right, node.left
+        self.generic_visit(node)
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        index = node.slice
+        if isinstance(index, ast.Slice):
+            for bound in ("lower", "upper"):
+                value = getattr(index, bound)
+                if value is not None and self._site(value, f"shift slice {bound} bound"):
+                    setattr(index, bound, ast.BinOp(value, ast.Add(), ast.Constant(1)))
+        elif _is_position(index) and self._site(node, "shift index"):
+            node.slice = ast.BinOp(index, ast.Add(), ast.Constant(1))
+        self.generic_visit(node)
+        return node
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
+        return node  # a message: what it says is not a verdict
+
     def _records_anomaly(self, node: ast.stmt) -> bool:
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             func = node.value.func
@@ -120,6 +174,23 @@ class _Mutator(ast.NodeTransformer):
                             ast.Return(ast.List([], ast.Load())) if isinstance(statement, ast.Return) else ast.Pass()
                         )
         return super().generic_visit(node)
+
+
+def _is_text(node: ast.BinOp) -> bool:
+    """Joined strings or f-strings: messages, not arithmetic."""
+    return any(isinstance(side, (ast.JoinedStr, ast.Constant)) and isinstance(getattr(side, "value", ""), str)
+               for side in (node.left, node.right))  # fmt: skip
+
+
+def _is_position(index: ast.expr) -> bool:
+    """An index that is a position (an int, or arithmetic with one), not a key of a mapping."""
+    if isinstance(index, ast.Constant):
+        return isinstance(index.value, int) and not isinstance(index.value, bool)
+    if isinstance(index, ast.UnaryOp):
+        return _is_position(index.operand)
+    if isinstance(index, ast.BinOp):
+        return _is_position(index.left) or _is_position(index.right)
+    return False
 
 
 def sites(tree: ast.Module) -> list[Site]:
@@ -152,7 +223,8 @@ def _alarm(signum: int, frame: object) -> None:
 
 
 def killer(source: str) -> str | None:
-    """The first test that fails against the checker built from ``source``; None when every test passes."""
+    """The first test that fails on an assertion against the checker built from ``source``; ``CRASHED`` when
+    tests only make it raise; None when every test passes."""
     module = types.ModuleType(f"{PACKAGE}.checker")
     module.__file__ = str(TARGET)
     module.__package__ = PACKAGE
@@ -160,15 +232,18 @@ def killer(source: str) -> str | None:
     signal.alarm(MUTANT_TIMEOUT_S)
     try:
         exec(compile(source, str(TARGET), "exec"), module.__dict__)
+        crashed = False
         for name, test in _tests_against(module):
             try:
                 test()
-            except Exception:  # an assertion, or the mutant crashing on a history: either way caught
+            except AssertionError:
                 if name in _CAUGHT_LATELY:
                     _CAUGHT_LATELY.remove(name)
                 _CAUGHT_LATELY.insert(0, name)
                 return name
-        return None
+            except Exception:  # the mutant crashed on this test's history: not caught by it
+                crashed = True
+        return CRASHED if crashed else None
     except Exception as e:  # the mutant does not even load
         return f"<load: {type(e).__name__}>"
     finally:
@@ -186,20 +261,26 @@ def main(argv: list[str] | None = None) -> int:
     if (first := killer(ast.unparse(tree))) is not None:
         print(f"the unmutated checker fails {first}: fix that first")
         return 2
-    survivors, equivalent = [], []
+    survivors, equivalent, crashed = [], [], []
     all_sites = sites(tree)
     for site in all_sites:
         caught_by = killer(mutant_source(tree, site.index))
         if args.verbose:
             print(f"  line {site.line:4} {site.name} -> {caught_by or 'SURVIVED'}")
-        if caught_by is None:
+        if caught_by == CRASHED:
+            crashed.append(site)
+        elif caught_by is None:
             (equivalent if site.name in EQUIVALENT else survivors).append(site)
     _tests_against(original)  # leave the real checker in place for whoever imported this
     list(_tests_against(original))
-    print(f"{len(all_sites)} mutants of {TARGET.name}: {len(all_sites) - len(survivors) - len(equivalent)} caught, "
+    caught = len(all_sites) - len(survivors) - len(equivalent) - len(crashed)
+    print(f"{len(all_sites)} mutants of {TARGET.name}: {caught} caught, {len(crashed)} only crashed, "
           f"{len(equivalent)} equivalent, {len(survivors)} survived ({time.monotonic() - started:.1f} s)")  # fmt: skip
     for site in equivalent:
         print(f"  equivalent, line {site.line}: {site.name}: {EQUIVALENT[site.name]}")
+    if args.verbose:
+        for site in crashed:
+            print(f"  only crashed, line {site.line}: {site.name}")
     for site in survivors:
         print(f"  SURVIVED line {site.line}: {site.name}")
     return 1 if survivors else 0

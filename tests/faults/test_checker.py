@@ -2,8 +2,9 @@
 is worthless) and stay quiet on a correct history.
 
 Each branch of ``checker.py`` has a history here that only it catches: ``python -m tests.faults.mutants``
-(``make mutants``, part of ``make test``) deletes or negates every branch in turn and fails if no test
-here notices. Histories named after a mutant that once survived (issue 30) keep it dead."""
+(``make mutants``, part of ``make test``) deletes or negates every branch, moves every comparison's
+boundary and shifts every index in turn, and fails if no test here notices. Histories named after a
+mutant that once survived (issue 30) keep it dead."""
 
 from __future__ import annotations
 
@@ -584,3 +585,49 @@ def test_a_topic_created_with_range_records_is_one_write() -> None:
     apart = [*log, rec(6, "PartitionRangeAdded", topic="w0-t2", first_partition=2, count=3, cluster_id="w0-c0",
                        physical_topic="w0-t2", first_physical_partition=1)]  # fmt: skip
     assert run_check(good_history(log), {1: apart}, metadata={}) == ["phantom-record"]
+
+
+# -- boundaries: each history sits exactly on a comparison the checker makes (``make mutants`` moves them) --------
+def test_a_state_change_acknowledged_at_the_offset_just_past_the_log_is_lost() -> None:
+    # the log ends at 5: an acknowledgement at 6 names a record nobody holds, though P1 is read-only at 5
+    ops = [*good_history(good_log()),
+           write("k6", "partition_state", "ok", 8.0, 6, topic="w0-t2", partition=1, state="read_only")]  # fmt: skip
+    assert run_check(ops=ops) == ["lost-write"]
+
+
+def test_a_state_change_of_a_partition_just_past_the_topics_end_is_lost() -> None:
+    ops = [*good_history(good_log()),
+           write("k6", "partition_state", "ok", 8.0, 5, topic="w0-t2", partition=2, state="read_only")]  # fmt: skip
+    assert run_check(ops=ops) == ["lost-write"]
+
+
+def test_a_write_sent_just_after_its_offset_was_acknowledged_cannot_have_made_it() -> None:
+    log = [*good_log(), rec(6, "ClusterRegistered", cluster_id="w0-c9", **CLUSTER)]
+    ops = good_history(good_log())
+    ops.append(write("k8", "partition_state", "ok", 5.0, 6, topic="w0-t2", partition=1, state="read_only"))
+    ops[-1]["ret"] = 5.5  # a no-op answered at offset 6 at 5.5: k4 (w0-c9, unknown) was sent at 6.0, too late
+    assert run_check(ops=ops, logs={1: log}) == ["phantom-record"]
+
+
+def test_a_410_without_the_nodes_window_start_is_no_false_410() -> None:
+    ops = with_snapshot_tailer(good_history(good_log()))
+    for op in ops:
+        if op.get("status") == 410:
+            del op["log_start_offset"]
+    assert run_check(ops=ops) == []
+
+
+def test_a_snapshot_where_the_tailer_stands_and_one_a_record_ahead() -> None:
+    ops = good_history(good_log())
+    at_its_place = {"client": "t0", "op": "snapshot", "node": 2, "call": 7.5, "ret": 7.6, "outcome": "ok",
+                    "offset": 5, "metadata": metadata_at(5)}  # fmt: skip
+    assert run_check(ops=[*ops, at_its_place]) == [], "t0 read up to 5: a snapshot at 5 skips nothing"
+    reads = [op for op in ops if op.get("client") != "t0" or op["offset"] == 0]  # t0 read 0..2 only
+    ahead = {**at_its_place, "offset": 3, "metadata": metadata_at(3)}
+    assert run_check(ops=[*reads, ahead]) == ["tail-jump"], "a snapshot at 3 skips reading 3, without a 410"
+
+
+def test_a_tailer_of_one_topic_sent_the_record_at_its_pages_end() -> None:
+    first = selected_page(0, 4, [0, 1, 2, 3], 2.0)
+    past_its_end = selected_page(4, 6, [4, 5, 6], 9.0)  # 6 is the next page's
+    assert "tail-order" in check_selected(first, past_its_end, selected_page(6, 8, [], 10.0))
