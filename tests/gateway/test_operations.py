@@ -29,7 +29,7 @@ def partition_states(fed: LocalFederation) -> dict[int, tuple[str, str]]:
     return {p["partition"]: (p["cluster_id"], p["state"]) for p in topic["partitions"]}
 
 
-def test_scale_up_shrink_decommission_and_a_sub_cluster_kill_lose_nothing_acknowledged(
+def test_scale_up_shrink_and_decommission_lose_nothing_acknowledged_and_a_sub_cluster_kill_only_what_it_held(
     fed: LocalFederation, gateways: Gateways
 ) -> None:
     classpath = java_classpath()

@@ -258,7 +258,7 @@ def assert_every_key_in_order(strict: dict[str, Any], label: str) -> None:
 
 
 @pytest.mark.brokers("tansu")
-def test_strict_key_order_survives_expand_shrink_and_decommission_and_none_reorders(
+def test_strict_key_order_survives_expand_shrink_and_decommission_while_none_spreads_keys_over_partitions(
     fed: LocalFederation, tmp_path: Path
 ) -> None:
     fed.add_cluster("c3", "r1")

