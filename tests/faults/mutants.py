@@ -1,7 +1,8 @@
-"""Mutation check of the history checker: ``python -m tests.faults.mutants`` (``make mutants``).
+"""Mutation check of the history checkers: ``python -m tests.faults.mutants`` (``make mutants``).
 
-A checker whose branches can be deleted without a test noticing proves nothing. This deletes or negates
-each branch of ``tests/faults/checker.py`` in turn, one mutant at a time:
+A checker whose branches can be deleted without a test noticing proves nothing. For each of ``TARGETS``
+(the control plane's ``tests/faults/checker.py``, the data plane's ``tests/dataplane/checker.py``), this
+makes one mutant at a time:
 
 - an ``if`` (statement or expression): its test made ``False`` (the branch deleted) and ``not (test)``;
 - a filter of a comprehension: dropped, and negated;
@@ -12,12 +13,13 @@ each branch of ``tests/faults/checker.py`` in turn, one mutant at a time:
 - arithmetic: ``+`` and ``-`` swapped, the operands of ``-`` swapped;
 - an index or a slice bound: shifted by one (``x[i]`` to ``x[i + 1]``).
 
-Each mutant is loaded as ``tests.faults.checker``; ``tests/faults/test_checker.py`` is imported again
-against it and every test in it is run. A mutant is *caught* when a test fails on an assertion; one that
-only makes the checker raise (a crash: the ``IndexError`` of a shifted index) is not, since a checker that
-crashes on some histories and passes others proves nothing about those others. A mutant no test fails
-*survives*; the run lists the survivors and exits 1. ``EQUIVALENT`` names the few mutants that cannot
-change any answer, with the reason.
+Messages (f-strings) are not mutated. Each mutant is loaded in place of its module; the target's test
+module is imported again against it and every test in it is run. A mutant is *caught* when a test fails on
+an assertion (or a ``pytest.raises`` that did not raise); one that only makes the checker raise (a crash:
+the ``IndexError`` of a shifted index) is not, since a checker that crashes on some histories and passes
+others proves nothing about those others: such mutants are counted apart (``-v`` lists them). A mutant no
+test fails *survives*; the run lists the survivors and exits 1. Each target's ``equivalent`` names the few
+mutants that cannot change any answer, with the reason.
 """
 
 from __future__ import annotations
@@ -30,18 +32,18 @@ import signal
 import sys
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGE = "tests.faults"
-TARGET = Path(__file__).with_name("checker.py")
-TESTS = f"{PACKAGE}.test_checker"
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[2]
 MUTANT_TIMEOUT_S = 20  # a mutant that loops forever counts as caught (its tests would hang)
 CRASHED = "<crashed>"
 """What ``killer`` says of a mutant that tests make raise but none fails on an assertion."""
 
-EQUIVALENT: dict[str, str] = {
+FAULTS_EQUIVALENT: dict[str, str] = {
     # Site.name -> why no history can tell the mutant apart
     "check_metadata: drop filter `body.get(k) != expected.get(k)`": "it only names the fields in the message",
     "check_metadata: negate filter `body.get(k) != expected.get(k)`": "it only names the fields in the message",
@@ -52,6 +54,40 @@ EQUIVALENT: dict[str, str] = {
     ),
     "check_tails: move boundary of Lt `offset < expected`": "reached only when ``offset != expected``",
 }
+
+
+@dataclass(frozen=True)
+class Target:
+    """A module mutated, and the test module whose tests must catch its mutants."""
+
+    module: str  # dotted, e.g. "tests.faults.checker"
+    tests: str
+    equivalent: Mapping[str, str]  # Site.name -> why no input can tell the mutant apart
+
+    @property
+    def path(self) -> Path:
+        return PROJECT / (self.module.replace(".", "/") + ".py")
+
+    @property
+    def package(self) -> str:
+        return self.module.rpartition(".")[0]
+
+
+TARGETS: tuple[Target, ...] = (
+    Target("tests.faults.checker", "tests.faults.test_checker", FAULTS_EQUIVALENT),
+    Target(
+        "tests.dataplane.checker",
+        "tests.dataplane.test_checker",
+        {
+            "_duplicates: shift slice upper bound `i`": "a read cannot excuse itself: its member ends after it",
+            "_key_order: move boundary of Lt `later < earlier`": "a key's messages have distinct sequence numbers",
+            "_lost_aborted_torn: drop operand of and `txn is not None`": "``txns`` has no None key: the last operand "
+            "leaves out the same messages",
+            "_lost_aborted_torn: negate filter `m.reads.get(group)`": "a transaction read in part is read in part "
+            "either way round",
+        },
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -204,12 +240,12 @@ def mutant_source(tree: ast.Module, index: int) -> str:
     return ast.unparse(ast.fix_missing_locations(mutated))
 
 
-def _tests_against(module: types.ModuleType) -> Iterator[tuple[str, Callable[[], None]]]:
-    """The test functions of ``test_checker`` imported anew with ``module`` as the checker, the ones that
+def _tests_against(target: Target, module: types.ModuleType) -> Iterator[tuple[str, Callable[[], None]]]:
+    """The test functions of ``target.tests`` imported anew with ``module`` as the target, the ones that
     caught recent mutants first (a mutant is mostly caught by the test that caught its neighbour)."""
-    sys.modules[f"{PACKAGE}.checker"] = module
-    sys.modules[PACKAGE].checker = module  # type: ignore[attr-defined]
-    tests = importlib.reload(importlib.import_module(TESTS))
+    sys.modules[target.module] = module
+    setattr(sys.modules[target.package], target.module.rpartition(".")[2], module)
+    tests = importlib.reload(importlib.import_module(target.tests))
     names = sorted(name for name in dir(tests) if name.startswith("test_"))
     for name in sorted(names, key=lambda n: _CAUGHT_LATELY.index(n) if n in _CAUGHT_LATELY else len(names)):
         yield name, getattr(tests, name)
@@ -222,21 +258,21 @@ def _alarm(signum: int, frame: object) -> None:
     raise TimeoutError("mutant ran too long")
 
 
-def killer(source: str) -> str | None:
-    """The first test that fails on an assertion against the checker built from ``source``; ``CRASHED`` when
+def killer(target: Target, source: str) -> str | None:
+    """The first test that fails on an assertion against the target built from ``source``; ``CRASHED`` when
     tests only make it raise; None when every test passes."""
-    module = types.ModuleType(f"{PACKAGE}.checker")
-    module.__file__ = str(TARGET)
-    module.__package__ = PACKAGE
+    module = types.ModuleType(target.module)
+    module.__file__ = str(target.path)
+    module.__package__ = target.package
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(MUTANT_TIMEOUT_S)
     try:
-        exec(compile(source, str(TARGET), "exec"), module.__dict__)
+        exec(compile(source, str(target.path), "exec"), module.__dict__)
         crashed = False
-        for name, test in _tests_against(module):
+        for name, test in _tests_against(target, module):
             try:
                 test()
-            except AssertionError:
+            except (AssertionError, pytest.fail.Exception):  # an assert, or pytest.raises that did not raise
                 if name in _CAUGHT_LATELY:
                     _CAUGHT_LATELY.remove(name)
                 _CAUGHT_LATELY.insert(0, name)
@@ -255,30 +291,38 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("-v", "--verbose", action="store_true", help="print every mutant and the test that caught it")
     args = parser.parse_args(argv)
+    worst = 0
+    for target in TARGETS:
+        worst = max(worst, mutate(target, args.verbose))
+    return worst
+
+
+def mutate(target: Target, verbose: bool) -> int:
+    """Every mutant of ``target`` against its tests: 0 when none survives, 1 when one does, 2 when the
+    unmutated module already fails them."""
     started = time.monotonic()
-    tree = ast.parse(TARGET.read_text(), str(TARGET))
-    original = importlib.import_module(f"{PACKAGE}.checker")
-    if (first := killer(ast.unparse(tree))) is not None:
-        print(f"the unmutated checker fails {first}: fix that first")
+    tree = ast.parse(target.path.read_text(), str(target.path))
+    original = importlib.import_module(target.module)
+    if (first := killer(target, ast.unparse(tree))) is not None:
+        print(f"{target.module} unmutated fails {first}: fix that first")
         return 2
     survivors, equivalent, crashed = [], [], []
     all_sites = sites(tree)
     for site in all_sites:
-        caught_by = killer(mutant_source(tree, site.index))
-        if args.verbose:
+        caught_by = killer(target, mutant_source(tree, site.index))
+        if verbose:
             print(f"  line {site.line:4} {site.name} -> {caught_by or 'SURVIVED'}")
         if caught_by == CRASHED:
             crashed.append(site)
         elif caught_by is None:
-            (equivalent if site.name in EQUIVALENT else survivors).append(site)
-    _tests_against(original)  # leave the real checker in place for whoever imported this
-    list(_tests_against(original))
+            (equivalent if site.name in target.equivalent else survivors).append(site)
+    list(_tests_against(target, original))  # leave the real module in place for whoever imported it
     caught = len(all_sites) - len(survivors) - len(equivalent) - len(crashed)
-    print(f"{len(all_sites)} mutants of {TARGET.name}: {caught} caught, {len(crashed)} only crashed, "
+    print(f"{len(all_sites)} mutants of {target.module}: {caught} caught, {len(crashed)} only crashed, "
           f"{len(equivalent)} equivalent, {len(survivors)} survived ({time.monotonic() - started:.1f} s)")  # fmt: skip
     for site in equivalent:
-        print(f"  equivalent, line {site.line}: {site.name}: {EQUIVALENT[site.name]}")
-    if args.verbose:
+        print(f"  equivalent, line {site.line}: {site.name}: {target.equivalent[site.name]}")
+    if verbose:
         for site in crashed:
             print(f"  only crashed, line {site.line}: {site.name}")
     for site in survivors:

@@ -1,0 +1,251 @@
+"""The data plane's history checker, in the manner of Jepsen's Kafka workloads (Bufstream's analysis is the
+anchor): what every producer, consumer and transaction recorded, checked against what Kafka's contract and
+kfed's promises allow.
+
+``check(ops)`` takes the recorded operations, in any order, each a dict with ``op`` and its fields:
+
+- ``topic``: ``topic``, ``key_order`` (``strict`` or ``none``);
+- ``send``: ``client``, ``id`` (unique per message), ``topic``, ``key`` (or None), ``seq`` (the producer's
+  sequence number of the message within its key, or None), ``txn`` (or None);
+- ``ack``: ``id``, ``outcome`` (``ok``, ``failed`` or ``unknown``), and when ``ok`` ``partition`` and
+  ``offset`` (logical);
+- ``txn``: ``txn``, ``outcome`` (``commit``, ``abort`` or ``unknown``), as its producer was told;
+- ``subscribe``: ``group``, ``topic``, ``isolation`` (``read_committed`` or ``read_uncommitted``);
+- ``assign`` / ``revoke``: ``group``, ``member``, ``topic``, ``partition``, ``at``;
+- ``read``: ``group``, ``member``, ``id``, ``topic``, ``partition``, ``offset``, ``at`` (one per record a
+  member's application was handed);
+- ``commit``: ``group``, ``member``, ``topic``, ``partition``, ``offset`` (the next one to read),
+  ``outcome`` (``ok`` or not), ``at``;
+- ``member_end``: ``group``, ``member``, ``how`` (``left``, ``killed`` or ``expired``), ``at``.
+
+It returns the anomalies found (an empty list when all holds) and a summary of what it counted:
+
+- ``lost``: a message a group should read (acknowledged, or of a transaction told committed; on a topic the
+  group subscribed to) that the group never read;
+- ``duplicate``: a message one group read twice, unless an earlier reader ended by a kill or an expired
+  session before committing past it (graceful joins and leaves, which commit what they read, give none);
+- ``aborted-read``: a read_committed group read a message of a transaction told aborted;
+- ``torn-commit``: a read_committed group read some of a committed transaction's messages and not others;
+- ``phantom-read``: a read of a message nobody sent, or at a partition or offset other than its
+  acknowledgement's;
+- ``key-order``: on a strict topic, a group first read a key's messages out of their sequence;
+- ``offset-backwards``: one member read offsets of a partition out of order while it held it.
+
+Transactions' visibility: ``visibility="participant"`` (kfed today) allows a read_committed reader to see a
+committed transaction's part on one sub-cluster before another's; the check of ``"together"`` (all parts at
+once, once the gateway serves transactions) needs the readers' empty polls in the history, and is refused
+until they are recorded.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Visibility = Literal["participant", "together"]
+GRACEFUL = "left"
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail}"
+
+
+@dataclass(slots=True)
+class Summary:
+    """What the checker counted: the figures a run prints beside its anomalies."""
+
+    sent: int = 0
+    acknowledged: int = 0
+    failed: int = 0
+    unknown: int = 0
+    committed_txns: int = 0
+    aborted_txns: int = 0
+    reads: int = 0
+    commits: int = 0
+    excused_duplicates: int = 0
+
+
+@dataclass(slots=True)
+class _Message:
+    send: dict[str, Any]
+    ack: dict[str, Any] | None = None
+    reads: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))  # by group
+
+    @property
+    def outcome(self) -> str:
+        return self.ack["outcome"] if self.ack is not None else "unknown"
+
+
+def check(ops: Iterable[dict[str, Any]], visibility: Visibility = "participant") -> tuple[list[Anomaly], Summary]:
+    if visibility != "participant":
+        raise ValueError("visibility 'together' needs the readers' empty polls in the history: not recorded yet")
+    ops = sorted(ops, key=lambda op: op.get("at", op.get("ret", op.get("call", 0.0))))
+    summary = Summary()
+    messages: dict[str, _Message] = {}
+    txns: dict[str, str] = {}
+    strict: set[str] = set()
+    groups: dict[str, dict[str, str]] = defaultdict(dict)  # group -> topic -> isolation
+    out: list[Anomaly] = []
+    for op in ops:
+        kind = op["op"]
+        if kind == "topic" and op["key_order"] == "strict":
+            strict.add(op["topic"])
+        elif kind == "send":
+            messages[op["id"]] = _Message(op)
+        elif kind == "subscribe":
+            groups[op["group"]][op["topic"]] = op["isolation"]
+        elif kind == "txn":
+            txns[op["txn"]] = op["outcome"]
+    for op in ops:
+        if op["op"] == "ack":
+            messages[op["id"]].ack = op  # the harness records a message's send before its acknowledgement
+    for op in ops:
+        if op["op"] != "read":
+            continue
+        summary.reads += 1
+        m = messages.get(op["id"])
+        if m is None or m.send["topic"] != op["topic"]:
+            out.append(Anomaly("phantom-read", f"{_member(op)} read {op['id']!r}, which nobody sent to {op['topic']}"))
+            continue
+        if m.outcome == "ok" and (m.ack["partition"], m.ack["offset"]) != (op["partition"], op["offset"]):  # type: ignore[index]
+            out.append(Anomaly("phantom-read", f"{_member(op)} read {op['id']!r} at {op['partition']}/{op['offset']}, "
+                               f"acknowledged at {m.ack['partition']}/{m.ack['offset']}"))  # type: ignore[index]  # fmt: skip
+        m.reads[op["group"]].append(op)
+    _count(messages, txns, ops, summary)
+    out += _lost_aborted_torn(messages, txns, groups)
+    out += _duplicates(messages, ops, summary)
+    out += _key_order(messages, strict, groups)
+    out += _offsets(ops)
+    return out, summary
+
+
+def _member(op: dict[str, Any]) -> str:
+    return f"{op['group']}/{op['member']}"
+
+
+def _count(messages: dict[str, _Message], txns: dict[str, str], ops: Sequence[dict[str, Any]], s: Summary) -> None:
+    s.sent = len(messages)
+    outcomes = [m.outcome for m in messages.values()]
+    s.acknowledged, s.failed, s.unknown = outcomes.count("ok"), outcomes.count("failed"), outcomes.count("unknown")
+    s.committed_txns = sum(1 for o in txns.values() if o == "commit")
+    s.aborted_txns = sum(1 for o in txns.values() if o == "abort")
+    s.commits = sum(1 for op in ops if op["op"] == "commit" and op.get("outcome") == "ok")
+
+
+def _should_read(m: _Message, txns: dict[str, str], isolation: str) -> bool | None:
+    """Whether a group of ``isolation`` must read ``m`` (True), must not (False), or may (None)."""
+    txn = m.send.get("txn")
+    if txn is None:
+        return True if m.outcome == "ok" else None
+    outcome = txns.get(txn, "unknown")
+    if outcome == "commit":  # a transaction commits only with every message delivered
+        return True
+    if outcome == "abort" and isolation == "read_committed":
+        return False
+    return None
+
+
+def _lost_aborted_torn(messages: dict[str, _Message], txns: dict[str, str],
+                       groups: dict[str, dict[str, str]]) -> list[Anomaly]:  # fmt: skip
+    out = []
+    by_txn: dict[tuple[str, str], list[_Message]] = defaultdict(list)  # (group, txn) -> its messages the group reads
+    for m in messages.values():
+        topic = m.send["topic"]
+        for group, topics in groups.items():
+            isolation = topics.get(topic)
+            if isolation is None:
+                continue
+            must = _should_read(m, txns, isolation)
+            read = bool(m.reads.get(group))
+            if must and not read:
+                out.append(Anomaly("lost", f"group {group} never read {m.send['id']!r} of {topic}"))
+            elif must is False and read:
+                out.append(Anomaly("aborted-read", f"group {group} read {m.send['id']!r} of aborted "
+                                   f"transaction {m.send['txn']!r}"))  # fmt: skip
+            txn = m.send.get("txn")
+            if txn is not None and isolation == "read_committed" and txns.get(txn) == "commit":
+                by_txn[(group, txn)].append(m)
+    for (group, txn), parts in by_txn.items():
+        read = [m for m in parts if m.reads.get(group)]
+        if read and len(read) < len(parts):
+            out.append(Anomaly("torn-commit", f"group {group} read {len(read)} of the {len(parts)} messages of "
+                               f"committed transaction {txn!r}"))  # fmt: skip
+    return out
+
+
+def _duplicates(messages: dict[str, _Message], ops: Sequence[dict[str, Any]], summary: Summary) -> list[Anomaly]:
+    """A second read by one group is a duplicate unless a member that read it before ended ungracefully
+    without an acknowledged commit past it."""
+    ends = {(op["group"], op["member"]): op for op in ops if op["op"] == "member_end"}
+    commits: dict[tuple[str, str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    for op in ops:
+        if op["op"] == "commit" and op.get("outcome") == "ok":
+            commits[(op["group"], op["member"], op["topic"], op["partition"])].append(op)
+    out = []
+    for m in messages.values():
+        for group, reads in m.reads.items():
+            for i, again in enumerate(reads[1:], start=1):
+                if any(_excused(first, again, ends, commits) for first in reads[:i]):
+                    summary.excused_duplicates += 1
+                    continue
+                out.append(Anomaly("duplicate", f"group {group} read {m.send['id']!r} again ({_member(again)} "
+                                   f"after {_member(reads[0])})"))  # fmt: skip
+    return out
+
+
+def _excused(first: dict[str, Any], again: dict[str, Any], ends: dict[tuple[str, str], dict[str, Any]],
+             commits: dict[tuple[str, str, str, int], list[dict[str, Any]]]) -> bool:  # fmt: skip
+    """Whether ``first``'s reader ended by a kill or an expired session, before ``again``, without an
+    acknowledged commit past the record (all its commits came before its end)."""
+    end = ends.get((first["group"], first["member"]))
+    if end is None or end["how"] == GRACEFUL or end["at"] > again["at"]:
+        return False
+    committed = [c["offset"] for c in commits[(first["group"], first["member"], first["topic"], first["partition"])]]
+    return not committed or max(committed) <= first["offset"]
+
+
+def _key_order(messages: dict[str, _Message], strict: set[str], groups: dict[str, dict[str, str]]) -> list[Anomaly]:
+    """Per group and key of a strict topic, the first reads follow the producer's sequence."""
+    out = []
+    firsts: dict[tuple[str, str, Any], list[tuple[float, int, str]]] = defaultdict(list)
+    for m in messages.values():
+        topic, key, seq = m.send["topic"], m.send.get("key"), m.send.get("seq")
+        if topic not in strict or seq is None:  # a keyed message's sequence within its key
+            continue
+        for group, reads in m.reads.items():
+            if topic in groups.get(group, {}):
+                firsts[(group, topic, key)].append((reads[0]["at"], seq, m.send["id"]))
+    for (group, topic, key), seen in firsts.items():
+        seen.sort()
+        for (_, earlier, _), (_, later, mid) in itertools.pairwise(seen):
+            if later < earlier:
+                out.append(Anomaly("key-order", f"group {group} read {mid!r} (seq {later}) of key {key!r} on "
+                                   f"{topic} after seq {earlier}"))  # fmt: skip
+                break
+    return out
+
+
+def _offsets(ops: Sequence[dict[str, Any]]) -> list[Anomaly]:
+    """Per member and partition, while it holds it (from ``assign`` to ``revoke`` or its end), offsets read
+    only increase."""
+    out = []
+    last: dict[tuple[str, str, str, int], int] = {}
+    for op in ops:
+        key = (op.get("group"), op.get("member"), op.get("topic"), op.get("partition"))
+        if op["op"] in ("assign", "revoke"):
+            last.pop(key, None)  # type: ignore[arg-type]
+        elif op["op"] == "read":
+            before = last.get(key)  # type: ignore[arg-type]
+            if before is not None and op["offset"] <= before:
+                out.append(Anomaly("offset-backwards", f"{_member(op)} read {op['topic']}/{op['partition']} at "
+                                   f"{op['offset']} after {before}"))  # fmt: skip
+            last[key] = op["offset"]  # type: ignore[index]
+    return out
