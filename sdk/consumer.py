@@ -412,7 +412,7 @@ class FederatedConsumer:
         paused = self._key_order.paused() & set(self._owned)
         if paused != self._paused:
             self._pause_fetching(paused)
-        parents = self._key_order.parents_to_check(image, list(self._owned))
+        parents = self._key_order.parents_to_check(image, list(self._owned), time.monotonic())
         if parents:
             committed = []
             for tp in parents:

@@ -154,10 +154,12 @@ class KeyOrderMember:
             hold.drop(tp[1], _now_ms())
             self._ready = deque(m for m in self._ready if m.topic() != tp[0] or m.partition() != tp[1])
 
-    def parents_to_check(self, image: MetadataImage, owned: Iterable[LogicalPartition]) -> list[LogicalPartition]:
+    def parents_to_check(
+        self, image: MetadataImage, owned: Iterable[LogicalPartition], now: float
+    ) -> list[LogicalPartition]:
         """Owned partitions that are open parents of the group with their seal recorded, once per
-        ``COMMITTED_CHECK_S``: the member reads the group's committed offsets there for the coordinator."""
-        now = time.monotonic()
+        ``COMMITTED_CHECK_S`` (``now``: ``time.monotonic()``): the member reads the group's committed offsets
+        there for the coordinator."""
         if now - self._committed_checked < COMMITTED_CHECK_S or not image.key_orders:
             return []
         self._committed_checked = now

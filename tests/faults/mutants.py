@@ -1,8 +1,9 @@
-"""Mutation check of the history checkers: ``python -m tests.faults.mutants`` (``make mutants``).
+"""Mutation check of the checkers and the SDK's decisions: ``make mutants`` (``python -m tests.faults.mutants``).
 
-A checker whose branches can be deleted without a test noticing proves nothing. For each of ``TARGETS``
-(the control plane's ``tests/faults/checker.py``, the data plane's ``tests/dataplane/checker.py``), this
-makes one mutant at a time:
+A checker whose branches can be deleted without a test noticing proves nothing, nor does code whose decisions
+can be. For each of ``TARGETS`` (the control plane's ``tests/faults/checker.py``, the data plane's
+``tests/dataplane/checker.py``, and the SDK's hold-back decisions, ``sdk/key_order.py``, against their fast
+tests), this makes one mutant at a time:
 
 - an ``if`` (statement or expression): its test made ``False`` (the branch deleted) and ``not (test)``;
 - a filter of a comprehension: dropped, and negated;
@@ -74,6 +75,20 @@ class Target:
 
 
 TARGETS: tuple[Target, ...] = (
+    Target(
+        "sdk.key_order",
+        "tests.unit.sdk.test_key_order_member",
+        {
+            "strict: drop operand of and `topic in image.key_orders`": "a fast path: strict_history is None then",
+            "offer: delete branch (if False) `not image.key_orders and (not self._holds)`": "a fast path: no topic is "
+            "strict then, and a hold's records pass",
+            "offer: drop operand of and `not self._holds`": "a fast path: without key orders every record passes",
+            "offer: drop operand of or `topic is None`": "strict(image, None) is False",
+            "observe: delete branch (if False) `not self._holds`": "a fast path: with no hold the rest does the same",
+            "observe: shift index `self._observed[0]`": "a cache: never hitting it observes the same again",
+            "commit_position: drop operand of and `offset is not None`": "a record placed in a partition has an offset",
+        },
+    ),
     Target("tests.faults.checker", "tests.faults.test_checker", FAULTS_EQUIVALENT),
     Target(
         "tests.dataplane.checker",

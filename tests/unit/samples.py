@@ -143,24 +143,25 @@ def register_gateway(
     return apply(image, result.records), result.reply
 
 
-def shrunk() -> MetadataImage:
-    """S strict over P0-P3, then P3 shrunk: epoch 2 moved P3's slots to P0-P2."""
-    image = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1"), ClusterRegistered("c2", "r1", "h:2")])
-    image = apply(image, commands.create_topic(image, "S", "r1", 2, "id", key_order="strict").records)
-    return apply(image, commands.with_epochs(image, commands.shrink_partitions(image, "S", [3]),
+def shrunk(topic: str = "S", image: MetadataImage | None = None) -> MetadataImage:
+    """``topic`` strict over P0-P3, then P3 shrunk: epoch 2 moved P3's slots to P0-P2 (over ``image``, else over
+    clusters c1 and c2 in r1)."""
+    if image is None:
+        image = apply(EMPTY_IMAGE, [ClusterRegistered("c1", "r1", "h:1"), ClusterRegistered("c2", "r1", "h:2")])
+    image = apply(image, commands.create_topic(image, topic, "r1", 2, f"id-{topic}", key_order="strict").records)
+    return apply(image, commands.with_epochs(image, commands.shrink_partitions(image, topic, [3]),
                                               "shrink").records)  # fmt: skip
 
 
-def strict(image: MetadataImage) -> KeyOrderTopic:
-    history = strict_history(image.key_orders, "S")
+def strict(image: MetadataImage, topic: str = "S") -> KeyOrderTopic:
+    history = strict_history(image.key_orders, topic)
     assert history is not None
     return history
 
 
-def keys(image: MetadataImage) -> tuple[bytes, bytes]:
+def keys(image: MetadataImage, topic: str = "S") -> tuple[bytes, bytes]:
     """A key that moved from P3 to P0 in epoch 2, and one P0 always had."""
-    history = strict_history(image.key_orders, "S")
-    assert history is not None
+    history = strict(image, topic)
     moved_slots = {
         s for m in history.changes[-1].moves if m.from_partition == 3 for s in range(m.first_slot, m.end_slot)
     }
