@@ -53,8 +53,8 @@ test: lint browser kcat kafka mutants
 	KFED_TEST_BROKER=tansu $(BIN)/pytest -q $(XDIST) tests/gateway/test_kcat.py tests/gateway/test_kafka_python.py \
 		tests/gateway/test_hostile.py
 
-# Every branch of the two history checkers (tests/faults, tests/dataplane) and of the SDK's hold-back decisions
-# (sdk/key_order.py) deleted or negated, every boundary moved and index shifted in turn, must fail one of its
+# Every branch of the two history checkers (tests/faults, tests/dataplane) and of the SDK's routing and hold-back
+# decisions (sdk/routes.py, sdk/key_order.py) deleted or negated, every boundary moved and index shifted in turn, must fail one of its
 # tests on an assertion (about 40 s of CPU).
 mutants: $(STAMP)
 	$(BIN)/python -m tests.faults.mutants

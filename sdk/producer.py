@@ -67,6 +67,7 @@ from .routes import (
     Keyless,
     Route,
     Target,
+    after_failure,
     keyless_router,
     strict_table,
     why_not_writable,
@@ -83,21 +84,6 @@ DEFAULT_KEY_ORDER_LEASE_MS: Final = 1_500
 """``kfed.key.order.lease.ms``: keyed messages of a strict topic wait while the routing this producer holds was
 last confirmed by a controller longer ago than this. Below the controllers' 2 s grace before a seal is
 measured (docs/KEY_ORDER.md, decision 3); 0 turns the lease off."""
-# Errors that say "this cluster is not taking writes", as opposed to a problem with one message.
-CLUSTER_ERRORS: Final = frozenset(
-    {
-        KafkaError._TRANSPORT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._MSG_TIMED_OUT,
-        KafkaError._TIMED_OUT,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError.NOT_ENOUGH_REPLICAS,
-        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-    }
-)
 DeliveryCallback = Callable[[KafkaError | None, Message], None]  # the message labelled logically
 
 
@@ -453,14 +439,13 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
             if callback is not None:
                 callback(None, label(msg, target.origin))
             return
-        code = err.code()
         if self._txn is not None:
             self._txn.delivery_failed(err)
-        if rerouted and code == KafkaError._PURGE_QUEUE and self._txn is None:  # a transaction's stay in it
-            # never sent: safe to produce again, elsewhere
+        then = after_failure(err.code(), rerouted, self._txn is not None)
+        if then.reroute:
             self._reroute.append((target.origin.topic, msg.value(), msg.headers(), msg.timestamp()[1], callback))
             return
-        if code in CLUSTER_ERRORS:
+        if then.mute:
             self._mute(target.origin.cluster_id, err.str())
         callback = callback or self._default_callback
         if callback is not None:

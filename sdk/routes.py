@@ -9,7 +9,9 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import cycle
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
+
+from confluent_kafka import KafkaError
 
 from metadata_log.image import ClusterImage
 from metadata_log.image.key_order_history import KeyOrderTopic, first_moves
@@ -18,6 +20,41 @@ from metadata_log.keymap import SLOT_MASK, epoch_header
 from .messages import Origin, Report
 
 Send = Callable[..., None]  # a physical producer's produce(topic, value, key, partition, callback, None, ts, headers)
+
+# Errors that say "this cluster is not taking writes", as opposed to a problem with one message.
+CLUSTER_ERRORS: Final = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+
+
+class AfterFailure(NamedTuple):
+    """What becomes of a message whose delivery failed."""
+
+    reroute: bool
+    """Produce it again, elsewhere: it was never sent, and the producer chose its partition."""
+    mute: bool
+    """Route around its cluster for a while: the error says the cluster takes no writes."""
+
+
+def after_failure(code: int, rerouted: bool, transactional: bool) -> AfterFailure:
+    """A failed delivery of ``code``: a key-less message this producer routed (``rerouted``) and purged from a
+    queue before it was sent is produced again elsewhere, unless it belongs to a transaction (which stays on
+    its participants: it aborts instead); anything else is reported failed, and a cluster error also mutes its
+    cluster."""
+    if rerouted and code == KafkaError._PURGE_QUEUE and not transactional:
+        return AfterFailure(reroute=True, mute=False)
+    return AfterFailure(reroute=False, mute=code in CLUSTER_ERRORS)
 
 
 class Target:

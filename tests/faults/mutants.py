@@ -2,8 +2,8 @@
 
 A checker whose branches can be deleted without a test noticing proves nothing, nor does code whose decisions
 can be. For each of ``TARGETS`` (the control plane's ``tests/faults/checker.py``, the data plane's
-``tests/dataplane/checker.py``, and the SDK's hold-back decisions, ``sdk/key_order.py``, against their fast
-tests), this makes one mutant at a time:
+``tests/dataplane/checker.py``, and the SDK's routing and hold-back decisions, ``sdk/routes.py`` and
+``sdk/key_order.py``, against their fast tests), this makes one mutant at a time:
 
 - an ``if`` (statement or expression): its test made ``False`` (the branch deleted) and ``not (test)``;
 - a filter of a comprehension: dropped, and negated;
@@ -75,6 +75,7 @@ class Target:
 
 
 TARGETS: tuple[Target, ...] = (
+    Target("sdk.routes", "tests.unit.sdk.test_routes", {}),
     Target(
         "sdk.key_order",
         "tests.unit.sdk.test_key_order_member",
