@@ -11,6 +11,11 @@ partition's cluster (its InitProducerId), and a shift that makes the client's fi
 Batch headers are rewritten (``protocol.rewrite_producer``); a retried batch is rewritten the same way, so
 the broker still deduplicates it.
 
+A batch whose producer id no gateway of the federation minted (not of the form above, of an incarnation not
+registered yet, or of this process's above the last it handed out) is refused with UNKNOWN_PRODUCER_ID, which
+idempotent clients answer by asking for an id again: a client cannot have a physical producer allocated per
+invented id. (A client that copies another client's minted id still shares that client's deduplication.)
+
 Physical producers are disposable, one per partition: a partition moves between instances (one dies, one
 joins) while the client's sequences go on. A batch that does not follow its physical producer (a gap, or an
 old sequence that is not a resend of one of the last batches) starts a new one, at that batch: the broker
@@ -43,6 +48,7 @@ from metadata_log.errors import KfedError
 
 CLIENT_ID_BASE: Final = 1 << 62
 COUNTER_BITS: Final = 24
+COUNTER_MASK: Final = (1 << COUNTER_BITS) - 1
 MAX_INCARNATION: Final = (1 << (62 - COUNTER_BITS)) - 1
 MAX_EPOCH: Final = 32_767
 MAX_PHYSICAL: Final = 100_000
@@ -156,10 +162,22 @@ class ProducerIds:
         self._physical: OrderedDict[PhysicalKey, asyncio.Future[PhysicalProducer]] = OrderedDict()
         self._strict: OrderedDict[StrictKey, StrictSequence] = OrderedDict()
 
+    def minted(self, producer_id: int, next_incarnation: int) -> bool:
+        """Whether a gateway of the federation could have minted ``producer_id``: this process up to the last id
+        it handed out, another registration (below ``next_incarnation``, the log's next) any of its counter."""
+        if producer_id >> 62 != 1:
+            return False
+        incarnation, counter = producer_id >> COUNTER_BITS & MAX_INCARNATION, producer_id & COUNTER_MASK
+        if counter == 0:
+            return False
+        if self.incarnation is not None and incarnation == self.incarnation & MAX_INCARNATION:
+            return counter <= self._counter
+        return 0 < incarnation < next_incarnation
+
     def mint(self) -> int:
         if self.incarnation is None:
             raise ProducerIdsExhausted("this gateway has not registered yet")
-        if self._counter >= 1 << COUNTER_BITS:
+        if self._counter >= COUNTER_MASK:
             raise ProducerIdsExhausted(f"this gateway process minted {1 << COUNTER_BITS} producer ids")
         self._counter += 1
         return CLIENT_ID_BASE | (self.incarnation & MAX_INCARNATION) << COUNTER_BITS | self._counter
@@ -202,6 +220,10 @@ class ProducerIds:
     def forget(self, key: PhysicalKey) -> None:
         """The broker lost this producer's state: the next batch starts a new one."""
         self._physical.pop(key, None)
+
+
+def not_minted(producer_id: int) -> str:
+    return f"producer id {producer_id} was not minted by this federation's gateways: ask for one (InitProducerId)"
 
 
 async def _allocate(cluster: ClusterClient) -> PhysicalProducer:

@@ -21,10 +21,11 @@ from kafka_wire import batches
 from kafka_wire import protocol as kp
 from kafka_wire.protocol import ErrorCode
 from kafka_wire.upstream import ClusterClient, UpstreamError
+from metadata_log.image.gateways import next_incarnation
 from metadata_log.keymap import KEY_SLOTS
 
 from .context import ProduceContext
-from .producers import StrictBatch
+from .producers import StrictBatch, not_minted
 from .routing import Refused, Routed, cluster_of, leader_of
 from .view import ClusterView, StrictRoute
 
@@ -68,6 +69,9 @@ async def route_strict(
             plan.alone[tp] = Refused(ErrorCode.corrupt_message, str(e))
             continue
         if producer is not None and producer.producer_id >= 0:
+            if not ctx.producers.minted(producer.producer_id, next_incarnation(ctx.view().image.gateways)):
+                plan.alone[tp] = Refused(ErrorCode.unknown_producer_id, not_minted(producer.producer_id))
+                continue
             sequence = ctx.producers.strict((producer.producer_id, producer.producer_epoch, name, tp[1]))
             await sequence.previous_answered(wait_s)
             verdict = sequence.verdict(producer.base_sequence, producer.last_sequence)

@@ -110,9 +110,9 @@ def test_an_idempotent_clients_batches_to_a_strict_topic_are_written_once_and_in
     gateway: str, fed: LocalFederation
 ) -> None:
     """The gateway keeps the client's sequences on a strict topic (no broker sees them there): a resend is
-    answered without writing it again, a batch that skips one is refused so that the client sends in order."""
+    answered without writing it again, a batch that skips one is refused so that the client sends in order.
+    A producer id no gateway minted is refused (UNKNOWN_PRODUCER_ID: the client asks for one)."""
     name, _ = create_strict(fed)
-    producer_id = (1 << 62) | 12_345
 
     def produce(first: int, count: int) -> ErrorCode:
         builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
@@ -132,6 +132,14 @@ def test_an_idempotent_clients_batches_to_a_strict_topic_are_written_once_and_in
     s = connect(gateway)
     s.settimeout(40)
     try:
+        producer_id = (1 << 62) | 12_345  # invented: no gateway has incarnation 0
+        assert produce(0, 10) == ErrorCode.unknown_producer_id
+        s.sendall(kp.encode_request(kp.INIT_PRODUCER_ID, 1, 99, "test",
+                                    {"transactional_id": None, "transaction_timeout": -1}))  # fmt: skip
+        frame = read_frame(s)
+        assert frame is not None
+        _, minted = kp.decode_response(kp.INIT_PRODUCER_ID, 1, frame)
+        producer_id = int(minted.producer_id)
         assert produce(0, 10) == ErrorCode.none
         assert produce(0, 10) == ErrorCode.none, "a resend: answered as written"
         assert produce(20, 5) == ErrorCode.out_of_order_sequence_number, "10..19 were never written"
