@@ -6,9 +6,12 @@ carries the member's subscription). What it decides is logged by the group comma
 
 Exclusive ownership: every heartbeat reports the logical partitions the member is *consuming now*. A
 member may start a partition of its assignment only when no other live member still consumes it
-(``startable``). Members drop revoked partitions (after committing) before they report, and stop
-consuming everything when they cannot heartbeat for a session timeout, so a partition is never read by
-two members of the group at once. Pure: the caller passes the clock in.
+(``startable``), nor was told it may start it: a member told so counts as consuming it until its assignment
+no longer has it, since it may start it after the report the coordinator last heard (a group forming gave
+one partition to two members until the first one's next heartbeat). Members drop revoked partitions
+(after committing) before they report, and stop consuming everything when they cannot heartbeat for a
+session timeout, so a partition is never read by two members of the group at once. Pure: the caller passes
+the clock in.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class Member:
     last_seen_s: float
     owned: frozenset[TopicPartition] = field(default_factory=frozenset)
     metadata_offset: int = -1  # of the metadata it acts on (strict key order: releases it has seen)
+    granted: frozenset[TopicPartition] = field(default_factory=frozenset)
+    """What it was told it may start, while its assignment has it: consumed, as far as others go."""
 
 
 class GroupCoordinator:
@@ -73,9 +78,11 @@ class GroupCoordinator:
         if member_id not in members and len(members) >= MAX_MEMBERS_PER_GROUP:
             raise Conflict(f"group {group!r} has {MAX_MEMBERS_PER_GROUP} members already")
         self._heard.setdefault(group, set()).add(member_id)
+        before = members.get(member_id)
         members[member_id] = Member(
-            member_id, tuple(sorted(set(topics))), session_timeout_ms / 1000, now_s, frozenset(owned), metadata_offset
-        )
+            member_id, tuple(sorted(set(topics))), session_timeout_ms / 1000, now_s, frozenset(owned), metadata_offset,
+            before.granted if before is not None else frozenset(),
+        )  # fmt: skip
         return member_id
 
     def leave(self, group: str, member_id: str) -> bool:
@@ -118,14 +125,18 @@ class GroupCoordinator:
                 if m.member_id == member_id:
                     assignment = m.assignment
         members = self._groups.get(group, {})
-        others = {tp for m in members.values() if m.member_id != member_id for tp in m.owned}
-        subscribed = members[member_id].topics if member_id in members else ()
+        others = {tp for m in members.values() if m.member_id != member_id for tp in m.owned | m.granted}
+        startable = [tp for tp in assignment if tp not in others]
+        member = members.get(member_id)
+        if member is not None:
+            member.granted = (member.granted & set(assignment)) | set(startable)
+        subscribed = member.topics if member is not None else ()
         return {
             "member_id": member_id,
             "generation": g.generation if g else 0,
             "coordinator_id": g.coordinator_id if g else None,
             "assignment": [list(tp) for tp in assignment],
-            "startable": [list(tp) for tp in assignment if tp not in others],
+            "startable": [list(tp) for tp in startable],
             "heartbeat_ms": GROUP_HEARTBEAT_MS,
             "key_releases": self.key_releases(group, subscribed, image),
         }

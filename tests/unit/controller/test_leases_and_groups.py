@@ -113,6 +113,25 @@ def test_group_generations_follow_members_and_partitions() -> None:
     assert [(m.member_id, m.assignment) for m in gen4.members] == [("m1", (("A", 0), ("A", 1)))]
 
 
+def test_a_partition_a_member_was_told_it_may_start_is_not_given_to_another_before_it_reports() -> None:
+    """m2 alone is told it may start A/0-A/2; m1 joins and gets A/0 and A/2 before m2 heartbeats again (m2's
+    last report, from before it started them, says it consumes nothing): m1 must wait for m2's report."""
+    groups = GroupCoordinator()
+    groups.start_term(0.0)
+    groups.heartbeat("g", "m2", ["A"], [], 5000, 0.1)
+    gen1 = apply(BASE, groups.decide(BASE, node_id=1, now_s=0.2))
+    assert groups.reply("g", "m2", gen1)["startable"] == [["A", 0], ["A", 1], ["A", 2]]
+    groups.heartbeat("g", "m1", ["A"], [], 5000, 0.3)
+    image = apply(gen1, groups.decide(gen1, node_id=1, now_s=0.4))
+    assert groups.reply("g", "m1", image)["startable"] == [], "m2 may be consuming all three"
+    groups.heartbeat("g", "m2", ["A"], [("A", 0), ("A", 1), ("A", 2)], 5000, 0.5)  # it started them
+    assert groups.reply("g", "m2", image)["startable"] == [["A", 1]], "m2 learns A/0 and A/2 left it"
+    assert groups.reply("g", "m1", image)["startable"] == [], "m2 has not revoked them yet"
+    groups.heartbeat("g", "m2", ["A"], [("A", 1)], 5000, 0.6)  # revoked, committed, reported
+    assert groups.reply("g", "m1", image)["startable"] == [["A", 0], ["A", 2]]
+    assert groups.reply("g", "m2", image)["startable"] == [["A", 1]], "its own grant does not hold it back"
+
+
 def test_a_new_leader_waits_for_known_members_before_rebalancing() -> None:
     image = apply(BASE, [GroupCoordinatorAssigned("g", 1),
                          GroupGenerationStarted("g", 3, (GroupMember("m1", (("A", 0), ("A", 1), ("A", 2))),
