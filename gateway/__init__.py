@@ -9,5 +9,7 @@ the gateway process (``app``: the follower, registration, heartbeats). Handlers:
 Its errors (``metadata_log.errors``' tree; the wire layer's are drawn in ``kafka_wire``):
 
     KfedError
-    └── ProducerIdsExhausted       a gateway process minted all its producer ids: restart it
+    ├── ProducerIdsExhausted       a gateway process minted all its producer ids: restart it
+    └── InvalidSetting
+        └── RegistrationRefused    the controllers refuse the gateway's token: give --token-file
 """

@@ -20,7 +20,7 @@ from kafka_wire.upstream import Upstream
 from metadata_client.access import NO_ACCESS, Access
 from metadata_client.client import AsyncControllerClient
 from metadata_client.follower import LogFollower
-from metadata_log.errors import Conflict, Forbidden, KfedError, Unauthorized
+from metadata_log.errors import Conflict, Forbidden, InvalidSetting, KfedError, Unauthorized
 
 from . import admin, fetch, groups, produce
 from .context import AdminContext, FetchContext, GroupContext, ProduceContext, bind
@@ -47,7 +47,7 @@ QUORUM_TIMEOUT_S: Final = 5.0
 QUORUM_CONNECT_TIMEOUT_S: Final = 1.0
 
 
-class RegistrationRefused(Exception):
+class RegistrationRefused(InvalidSetting):
     """The controllers refuse this gateway's token (none, or one without the admin's rights): retrying
     cannot help, the gateway stops with the flag to fix."""
 

@@ -95,6 +95,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tls-cert", type=Path, help="PEM certificate: serve the listener over TLS")
     parser.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    add_limits(parser)
+    parser.add_argument(
+        "--forget-topics-after-s",
+        type=positive_float,
+        default=FORGET_AFTER_S,
+        help="stop following a topic no request named for this long, in seconds; the gateway follows only "
+        f"the topics its clients use (gateway/followed.py; default {FORGET_AFTER_S:.0f})",
+    )
+
+
+def add_limits(parser: argparse.ArgumentParser) -> None:
+    """The listener's bounds (``server.Limits``; the memory bound they make is in ``README.md``)."""
     parser.add_argument(
         "--max-frame-bytes",
         type=positive_int,
@@ -133,13 +145,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_LIMITS.frame_s,
         help="close a connection whose request frame does not arrive whole within this long, in seconds "
         f"(default {DEFAULT_LIMITS.frame_s:.0f})",
-    )
-    parser.add_argument(
-        "--forget-topics-after-s",
-        type=positive_float,
-        default=FORGET_AFTER_S,
-        help="stop following a topic no request named for this long, in seconds; the gateway follows only "
-        f"the topics its clients use (gateway/followed.py; default {FORGET_AFTER_S:.0f})",
     )
 
 

@@ -364,65 +364,8 @@ class KafkaServer:
 
     async def _serve(self, conn: ClientConnection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         limits = self.limits
-        pending: deque[_InFlight] = deque()
-        room = asyncio.Condition()  # for a place among the max_in_flight
-        ready = asyncio.Event()
-        closing = False
-
-        async def answer() -> None:
-            try:
-                await answer_in_order()
-            except BaseException:
-                writer.close()  # the reading side then ends too
-                raise
-
-        async def answer_in_order() -> None:
-            while True:
-                while not pending:
-                    if closing:
-                        return
-                    ready.clear()
-                    await ready.wait()
-                item = pending[0]
-                frame = item.frame
-                held = 0
-                if item.answer is not None:
-                    result = await item.answer
-                    if isinstance(result, Held):
-                        result, held = result.answer, result.held
-                    request = item.request
-                    assert request is not None
-                    if result is not NO_RESPONSE:
-                        frame = kp.encode_response(request.api_key, request.api_version, request.correlation_id, result)
-                    del result
-                # From here the answer is only its frame, then what the socket has not taken of it: nothing else
-                # keeps its records while a slow reader drains it (they stay counted until it has).
-                pending.popleft()
-                size = item.size + held
-                del item
-                try:
-                    if frame is not None:
-                        writer.write(frame)
-                        frame = None
-                        await writer.drain()
-                finally:
-                    conn.release(size)
-                async with room:
-                    room.notify()
-                if conn.close_after_response:
-                    raise ConnectionResetError("closing after a failed authentication")
-
-        async def room_for(size: int) -> None:
-            """Until a request of ``size`` bytes may be read: a place among ``max_in_flight``, its bytes in
-            both budgets."""
-            while len(pending) >= limits.max_in_flight or not conn.fits(size):
-                async with room:
-                    while len(pending) >= limits.max_in_flight:
-                        await room.wait()
-                await conn.budget.wait_for_room(size)
-                await conn.shared.wait_for_room(size)
-
-        answering = asyncio.ensure_future(answer())
+        answers = _Answers(conn, writer, limits.max_in_flight)
+        answering = asyncio.ensure_future(answers.run())
         try:
             while True:
                 head = await asyncio.wait_for(reader.readexactly(4), limits.idle_s)
@@ -436,8 +379,7 @@ class KafkaServer:
                         limits.max_frame_bytes,
                     )
                     return
-                waits = len(pending) >= limits.max_in_flight or not conn.fits(size)
-                if waits and not await _unless_done(answering, room_for(size)):
+                if not answers.room_now(size) and not await _unless_done(answering, answers.room_for(size)):
                     return  # it can answer no more: its writer is closed
                 conn.hold(size)
                 try:
@@ -458,17 +400,10 @@ class KafkaServer:
                 if item is None:
                     conn.release(size)
                     return
-                pending.append(item)
-                ready.set()
+                answers.add(item)
                 self.requests += 1
         finally:
-            closing = True
-            ready.set()
-            await _finish(conn, answering)
-            for left in pending:  # never written: what they hold goes back (an answer's once it is done)
-                conn.release(left.size)
-                if left.answer is not None:
-                    conn.release_when_done(left.answer)
+            await answers.close(answering)
 
     async def _request(self, conn: ClientConnection, frame: bytes, size: int) -> _InFlight | None:
         """Parse and start one request; None closes the connection."""
@@ -500,6 +435,92 @@ class KafkaServer:
         else:
             answer = asyncio.ensure_future(handler(conn, request))
         return _InFlight(request, answer, size)
+
+
+class _Answers:
+    """A connection's requests read and not answered yet, answered in request order (the protocol's rule):
+    each answer is awaited, encoded, written, and what it held given back once the socket took it."""
+
+    def __init__(self, conn: ClientConnection, writer: asyncio.StreamWriter, max_in_flight: int) -> None:
+        self.conn, self.writer, self.max_in_flight = conn, writer, max_in_flight
+        self.pending: deque[_InFlight] = deque()
+        self._room = asyncio.Condition()  # for a place among the max_in_flight
+        self._ready = asyncio.Event()
+        self._closing = False
+
+    def add(self, item: _InFlight) -> None:
+        self.pending.append(item)
+        self._ready.set()
+
+    def room_now(self, size: int) -> bool:
+        """Whether a request of ``size`` bytes may be read at once."""
+        return len(self.pending) < self.max_in_flight and self.conn.fits(size)
+
+    async def room_for(self, size: int) -> None:
+        """Until a request of ``size`` bytes may be read: a place among ``max_in_flight``, its bytes in both
+        budgets."""
+        conn = self.conn
+        while not self.room_now(size):
+            async with self._room:
+                while len(self.pending) >= self.max_in_flight:
+                    await self._room.wait()
+            await conn.budget.wait_for_room(size)
+            await conn.shared.wait_for_room(size)
+
+    async def run(self) -> None:
+        try:
+            await self._in_order()
+        except BaseException:
+            self.writer.close()  # the reading side then ends too
+            raise
+
+    async def _in_order(self) -> None:
+        pending, conn, writer = self.pending, self.conn, self.writer
+        while True:
+            while not pending:
+                if self._closing:
+                    return
+                self._ready.clear()
+                await self._ready.wait()
+            item = pending[0]
+            frame = item.frame
+            held = 0
+            if item.answer is not None:
+                result = await item.answer
+                if isinstance(result, Held):
+                    result, held = result.answer, result.held
+                request = item.request
+                assert request is not None
+                if result is not NO_RESPONSE:
+                    frame = kp.encode_response(request.api_key, request.api_version, request.correlation_id, result)
+                del result
+            # From here the answer is only its frame, then what the socket has not taken of it: nothing else
+            # keeps its records while a slow reader drains it (they stay counted until it has).
+            pending.popleft()
+            size = item.size + held
+            del item
+            try:
+                if frame is not None:
+                    writer.write(frame)
+                    frame = None
+                    await writer.drain()
+            finally:
+                conn.release(size)
+            async with self._room:
+                self._room.notify()
+            if conn.close_after_response:
+                raise ConnectionResetError("closing after a failed authentication")
+
+    async def close(self, answering: asyncio.Future[None]) -> None:
+        """The reading side ended: the answers due go out (``_finish``); what the others hold goes back (an
+        answer's once it is done)."""
+        self._closing = True
+        self._ready.set()
+        await _finish(self.conn, answering)
+        for left in self.pending:
+            self.conn.release(left.size)
+            if left.answer is not None:
+                self.conn.release_when_done(left.answer)
 
 
 async def _unless_done(answering: asyncio.Future[None], waiting: Awaitable[None]) -> bool:
