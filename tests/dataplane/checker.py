@@ -45,17 +45,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tests.faults.checker import Anomaly  # one anomaly type for both planes' checkers
+
 Visibility = Literal["participant", "together"]
 GRACEFUL = "left"
-
-
-@dataclass(frozen=True, slots=True)
-class Anomaly:
-    kind: str
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.detail}"
 
 
 @dataclass(slots=True)

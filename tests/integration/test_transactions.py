@@ -40,6 +40,16 @@ def write(p: FederatedProducer, label: str, n: int = PARTITIONS) -> set[str]:
     return values
 
 
+def committed_by_another(fed: LocalFederation, tid: str) -> set[str]:
+    """One committed transaction of a producer of its own (``write``'s ``kept`` messages): what a reader must get."""
+    with txn_producer(fed, tid) as p:
+        p.init_transactions(60)
+        p.begin_transaction()
+        kept = write(p, "kept")
+        p.commit_transaction(60)
+    return kept
+
+
 def read_committed(fed: LocalFederation, until: set[str], timeout_s: float = 60.0) -> set[str]:
     """Every value a read_committed group member reads, once it has read ``until`` (and a little more)."""
     consumer = FederatedConsumer({"kfed.controllers": controllers(fed), "group.id": f"check-{random.random()}",
@@ -110,11 +120,7 @@ def test_a_message_that_fails_before_the_commit_aborts_the_whole_transaction(fed
         admin.incremental_alter_configs([limit])[limit].result(30)
     # another producer: the failed one's next transaction fails too (its epoch is being bumped), as plain
     # librdkafka's does
-    with txn_producer(fed, "tx-after-the-failed-one") as p:
-        p.init_transactions(60)
-        p.begin_transaction()
-        kept = write(p, "kept")
-        p.commit_transaction(60)
+    kept = committed_by_another(fed, "tx-after-the-failed-one")
     seen = read_committed(fed, kept)
     assert kept <= seen
     assert not seen & lost, f"a message of the aborted transaction was read: {sorted(seen & lost)}"
@@ -339,10 +345,6 @@ def test_an_undecided_transaction_past_its_timeout_is_aborted_by_the_coordinator
     assert fenced.value.args[0].fatal(), fenced.value  # the timeout fenced this producer's epoch
     with contextlib.suppress(KafkaException):  # as confluent-kafka's, a fenced producer's flush raises
         p.close(1)
-    with txn_producer(fed, "tx-slow") as p:
-        p.init_transactions(60)
-        p.begin_transaction()
-        kept = write(p, "kept")
-        p.commit_transaction(60)
+    kept = committed_by_another(fed, "tx-slow")
     seen = read_committed(fed, kept)
     assert kept <= seen and not seen & late

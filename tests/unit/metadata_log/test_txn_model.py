@@ -34,7 +34,6 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from metadata_log import commands
@@ -48,6 +47,7 @@ from metadata_log.records import (
     TxnRecord,
 )
 from tests.unit.planted import FIND_BUG as PLANTED
+from tests.unit.planted import finds_a_bug
 
 CLUSTERS = ("c1", "c2")
 TIDS = ("a", "b")
@@ -495,8 +495,7 @@ FIND_BUG = settings(PLANTED, max_examples=600, stateful_step_count=60)
 
 
 def _finds_a_bug(machine: type[RuleBasedStateMachine], match: str) -> None:
-    with pytest.raises(AssertionError, match=match):
-        run_state_machine_as_test(machine, settings=FIND_BUG)
+    finds_a_bug(machine, match, FIND_BUG)
 
 
 def test_the_model_finds_a_commit_that_ignores_a_failed_write() -> None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from metadata_client import holdback
 from metadata_client.holdback import Delivery, HoldBack
@@ -55,6 +55,7 @@ from metadata_log.image.key_order_history import (
 )
 from metadata_log.keymap import KeyMap, slot_of
 from tests.unit.planted import FIND_BUG as PLANTED
+from tests.unit.planted import finds_a_bug
 
 MAX_SEQ = 16  # records per key
 GROUP = "g"
@@ -472,8 +473,7 @@ FIND_BUG = settings(PLANTED, max_examples=600, stateful_step_count=100)
 
 
 def _finds_a_bug(machine: type[RuleBasedStateMachine], match: str) -> None:
-    with pytest.raises(AssertionError, match=match):
-        run_state_machine_as_test(machine, settings=FIND_BUG)
+    finds_a_bug(machine, match, FIND_BUG)
 
 
 def test_the_model_finds_a_release_that_does_not_wait_for_the_commit() -> None:
