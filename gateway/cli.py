@@ -21,7 +21,7 @@ from metadata_client.access import Access, read_secret
 from metadata_client.arguments import positive_float, positive_int
 from metadata_log.errors import InvalidSetting
 
-from .app import Gateway, GatewayConfig, RegistrationRefused
+from .app import Gateway, GatewayConfig
 from .followed import FORGET_AFTER_S
 from .server import Limits
 
@@ -221,17 +221,12 @@ def run(args: argparse.Namespace) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
-        config = config_from(args)
-    except InvalidSetting as e:
-        print(f"kfed gateway: {e}", file=sys.stderr)
-        return 2
-    try:
         import uvloop
 
-        uvloop.run(serve(config))
+        uvloop.run(serve(config_from(args)))
     except KeyboardInterrupt:
         return 130
-    except RegistrationRefused as e:
+    except InvalidSetting as e:  # a flag, or a token the controllers refuse once running (RegistrationRefused)
         print(f"kfed gateway: {e}", file=sys.stderr)
         return 2
     except OSError as e:

@@ -16,7 +16,6 @@ from typing import Any, Final
 from kafka_wire import protocol as kp
 from kafka_wire.protocol import ErrorCode
 from kafka_wire.upstream import PRODUCE_CONNECTIONS, ClusterClient, UpstreamError
-from metadata_log.image.gateways import next_incarnation
 
 from .context import JobHandler, ProduceContext
 from .producers import STATE_LOST, ProducerIds, StrictBatch, not_minted
@@ -168,7 +167,7 @@ async def _route_batches(
         if batch is not None and batch.producer_id >= 0:
             if batch.transactional:
                 return Refused(ErrorCode.transactional_id_authorization_failed, NO_TRANSACTIONS)
-            if not ctx.producers.minted(batch.producer_id, next_incarnation(view.image.gateways)):
+            if not ctx.producers.minted(batch.producer_id, view.next_incarnation):
                 return Refused(ErrorCode.unknown_producer_id, not_minted(batch.producer_id))
             key = (
                 batch.producer_id,

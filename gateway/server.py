@@ -94,9 +94,14 @@ class ByteBudget:
     def room(self) -> int:
         return max(0, self.limit - self.used)
 
+    def fits(self, n: int) -> bool:
+        """Whether ``n`` more bytes fit (anything fits while nothing is held: one item larger than the whole
+        budget still goes)."""
+        return not self.used or self.used + n <= self.limit
+
     async def wait_for_room(self, n: int) -> None:
-        """Until ``n`` bytes fit (or nothing is held: one item larger than the whole budget still goes)."""
-        while self.used and self.used + n > self.limit:
+        """Until ``n`` bytes fit."""
+        while not self.fits(n):
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
             try:
@@ -235,11 +240,8 @@ class ClientConnection:
                 return 0
 
     def fits(self, n: int) -> bool:
-        """Whether ``n`` more bytes fit both budgets (anything fits a budget that holds nothing)."""
-        budget, shared = self.budget, self.shared
-        return (not budget.used or budget.used + n <= budget.limit) and (
-            not shared.used or shared.used + n <= shared.limit
-        )
+        """Whether ``n`` more bytes fit both budgets."""
+        return self.budget.fits(n) and self.shared.fits(n)
 
     def hold(self, n: int) -> None:
         """Count ``n`` more bytes held without waiting (a broker may answer one batch past what was asked)."""

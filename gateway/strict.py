@@ -21,7 +21,6 @@ from kafka_wire import batches
 from kafka_wire import protocol as kp
 from kafka_wire.protocol import ErrorCode
 from kafka_wire.upstream import ClusterClient, UpstreamError
-from metadata_log.image.gateways import next_incarnation
 from metadata_log.keymap import KEY_SLOTS
 
 from .context import ProduceContext
@@ -69,7 +68,7 @@ async def route_strict(
             plan.alone[tp] = Refused(ErrorCode.corrupt_message, str(e))
             continue
         if producer is not None and producer.producer_id >= 0:
-            if not ctx.producers.minted(producer.producer_id, next_incarnation(ctx.view().image.gateways)):
+            if not ctx.producers.minted(producer.producer_id, ctx.view().next_incarnation):
                 plan.alone[tp] = Refused(ErrorCode.unknown_producer_id, not_minted(producer.producer_id))
                 continue
             sequence = ctx.producers.strict((producer.producer_id, producer.producer_epoch, name, tp[1]))

@@ -35,7 +35,7 @@ from typing import Final, NamedTuple
 
 from kafka_wire.batches import encoded_header
 from metadata_log.image import MetadataImage, PartitionImage, TopicImage, is_writable
-from metadata_log.image.gateways import live_gateways
+from metadata_log.image.gateways import live_gateways, next_incarnation
 from metadata_log.image.key_order_history import first_moves
 from metadata_log.image.key_orders import strict_history
 from metadata_log.keymap import EPOCH_HEADER, epoch_header
@@ -103,6 +103,8 @@ class ClusterView:
     self_broker: Broker
     listener: str = "PLAINTEXT"  # the answering gateway's: clients are told only of gateways they can connect to
     brokers: tuple[Broker, ...] = field(init=False)
+    next_incarnation: int = field(init=False)
+    """The log's next gateway registration: client producer ids of incarnations below it may be minted."""
     _topics: dict[str, TopicView | None] = field(init=False, default_factory=dict)
     _by_uuid: dict[uuid.UUID, str] | None = field(init=False, default=None)
     _by_physical: dict[tuple[str, str, int], tuple[str, int]] | None = field(init=False, default=None)
@@ -117,6 +119,7 @@ class ClusterView:
             live.append(self.self_broker)
             live.sort()
         self.brokers = tuple(live)
+        self.next_incarnation = next_incarnation(self.image.gateways)
 
     @property
     def offset(self) -> int:
