@@ -44,13 +44,14 @@ async def fetch(ctx: FetchContext, conn: ClientConnection, request: kp.Request) 
     body = request.body
     max_bytes = min(int(getattr(body, "max_bytes", ctx.limits.max_fetch_bytes)), ctx.limits.max_fetch_bytes)
     max_wait_s = max(0, kp.milliseconds(body.max_wait)) / 1000
+    deadline = asyncio.get_running_loop().time() + max_wait_s  # the admission's wait counts in max_wait
     granted = await conn.reserve(max_bytes, max_wait_s)
-    return asyncio.ensure_future(_fetch(ctx, conn, request, granted))
+    return asyncio.ensure_future(_fetch(ctx, conn, request, granted, deadline))
 
 
-async def _fetch(ctx: FetchContext, conn: ClientConnection, request: kp.Request, granted: int) -> Any:
+async def _fetch(ctx: FetchContext, conn: ClientConnection, request: kp.Request, granted: int, deadline: float) -> Any:
     """Scatter to each broker holding a requested partition, gather, and answer once ``min_bytes`` arrived,
-    every broker answered, or ``max_wait`` passed.
+    every broker answered, or the ``deadline`` (the request's ``max_wait`` from its admission) passed.
 
     A broker's part still under way when the answer goes out is *parked* on the connection, not dropped: the
     client asks again for what it did not get, at the same offsets, and the parked part answers that (a
@@ -75,9 +76,8 @@ async def _fetch(ctx: FetchContext, conn: ClientConnection, request: kp.Request,
     except BaseException:
         conn.release(granted)
         raise
-    max_wait_s = max(0, kp.milliseconds(body.max_wait)) / 1000
+    max_wait_s = max(0.0, deadline - asyncio.get_running_loop().time())
     min_bytes = max(0, int(body.min_bytes))
-    deadline = asyncio.get_running_loop().time() + max_wait_s
     isolation = int(getattr(body, "isolation_level", 0))
     asked = _ask(conn, brokers, max_wait_s, min_bytes, granted, isolation)  # from here the parts hold it
     if not brokers and not answers:  # nothing asked: a broker waits out max_wait, so that clients do not spin
