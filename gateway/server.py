@@ -114,7 +114,7 @@ class ByteBudget:
         self.used += n
 
     def give(self, n: int) -> None:
-        """Give back ``n`` bytes (from any thread of the loop's: done-callbacks included)."""
+        """Give back ``n`` bytes (on the loop's thread, done-callbacks included: nothing here is locked)."""
         if n:
             self.used -= n
             while self._waiters:
