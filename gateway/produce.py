@@ -18,7 +18,7 @@ from kafka_wire.protocol import ErrorCode
 from kafka_wire.upstream import PRODUCE_CONNECTIONS, ClusterClient, UpstreamError
 
 from .context import JobHandler, ProduceContext
-from .producers import STATE_LOST, ProducerIds, StrictBatch, not_minted
+from .producers import STATE_LOST, ClientKey, ProducerIds, StrictBatch, not_minted
 from .routing import REQUEST_MARGIN_S, STALE, Refused, Routed, cluster_of, leader_of
 from .server import NO_RESPONSE, ClientConnection, done
 from .strict import route_strict
@@ -41,6 +41,8 @@ class _Routes:
     errors: Errors = field(default_factory=dict)
     spread: Spread = field(default_factory=dict)
     sequences: list[StrictBatch] = field(default_factory=list)  # idempotent batches of strict topics
+    written: dict[str, set[int]] = field(default_factory=dict)  # per strict topic, the target partitions written
+    idempotent: dict[tuple[str, int], tuple[ClientKey, int]] = field(default_factory=dict)  # tp -> (key, base seq)
 
     def add(self, conn: ClientConnection, cluster: ClusterClient, address: str, part: Routed) -> None:
         self.parts[(cluster, address, _lane(conn, part.placement))].append(part)
@@ -61,7 +63,7 @@ async def produce(ctx: ProduceContext, conn: ClientConnection, request: kp.Reque
         for sent in routes.sequences:
             sent.sent(None)
         return done(NO_RESPONSE)
-    answer = asyncio.ensure_future(_produce_answer(ctx.producers, body, routes.errors, routes.spread, sends, timeout_s))
+    answer = asyncio.ensure_future(_produce_answer(ctx.producers, body, routes, sends, timeout_s))
     for sent in routes.sequences:
         sent.sent(answer)
     return answer
@@ -78,6 +80,7 @@ async def _route(ctx: ProduceContext, conn: ClientConnection, body: Any, timeout
             refused = _refused_topic(topic.name, grown, body.transactional_id)
             plan = await route_strict(ctx, strict, topic.name, topic.partition_data, refused, timeout_s)
             routes.spread[topic.name] = plan.together
+            routes.written[topic.name] = plan.written
             routes.errors.update(plan.alone)
             routes.sequences += plan.sent
             for cluster, address, part in plan.placed:
@@ -85,6 +88,9 @@ async def _route(ctx: ProduceContext, conn: ClientConnection, body: Any, timeout
             continue
         for data in topic.partition_data:
             tp = (topic.name, int(data.index))
+            if _out_of_order(ctx.producers, routes, tp, data.records):
+                routes.errors[tp] = Refused(ErrorCode.out_of_order_sequence_number, "a batch before it was refused")
+                continue
             if grown:  # one partition refused, so that the client refreshes and sees the new ones
                 routes.errors[tp] = Refused(ErrorCode.not_leader_or_follower, f"{topic.name} has more partitions now")
                 grown = False
@@ -124,6 +130,20 @@ async def _send(routes: _Routes, acks: int, timeout_ms: int) -> list[Send]:
         }
         sends.append((cluster, upstream, parts, upstream.send(kp.PRODUCE, version, physical, acks != 0)))
     return sends
+
+
+def _out_of_order(producers: ProducerIds, routes: _Routes, tp: tuple[str, int], records: bytes | None) -> bool:
+    """Whether an idempotent client's batch comes after one of its partition this instance refused (noted in
+    ``routes`` for the answer, which notes a refusal in turn)."""
+    try:
+        batch = kp.batch_producer(records)
+    except kp.ProtocolError:
+        return False  # refused as corrupt where it is routed
+    if batch is None or batch.producer_id < 0 or batch.transactional:
+        return False
+    key = (batch.producer_id, batch.producer_epoch, tp[0], tp[1])
+    routes.idempotent[tp] = (key, batch.base_sequence)
+    return producers.out_of_order(key, batch.base_sequence)
 
 
 HANDLERS: Final[Mapping[int, tuple[JobHandler[ProduceContext], bool]]] = {kp.PRODUCE: (produce, True)}
@@ -195,8 +215,9 @@ def _refused_topic(name: str, grown: bool, transactional_id: str | None) -> Refu
 
 
 async def _produce_answer(
-    producers: ProducerIds, body: Any, errors: Errors, spread: Spread, sends: list[Send], timeout_s: float
+    producers: ProducerIds, body: Any, routes: _Routes, sends: list[Send], timeout_s: float
 ) -> dict[str, Any]:
+    errors, spread = routes.errors, routes.spread
     answers: dict[tuple[str, int], dict[str, Any]] = {}
     for cluster, upstream, parts, future in sends:
         try:
@@ -220,6 +241,11 @@ async def _produce_answer(
             elif p.error_code != ErrorCode.none:  # one part failed: so did every client partition placed with it
                 code = ErrorCode.not_leader_or_follower if p.error_code in STALE else p.error_code
                 _refuse(errors, spread, r, Refused(code, p.error_message))
+            else:  # written: a resend of its client batches leaves this part out (producers.Partial)
+                routes.written[r.topic].add(r.partition)
+    for tp, (key, base_sequence) in routes.idempotent.items():
+        if tp in errors or answers.get(tp, {}).get("error_code", ErrorCode.none) != ErrorCode.none:
+            producers.refused(key, base_sequence)  # the client sends it again: nothing after it goes first
     return _answer(body, answers, errors, spread)
 
 

@@ -20,8 +20,10 @@ Physical producers are disposable, one per partition: a partition moves between 
 joins) while the client's sequences go on. A batch that does not follow its physical producer (a gap, or an
 old sequence that is not a resend of one of the last batches) starts a new one, at that batch: the broker
 cannot deduplicate across the change (at least once), and no batch is ever mistaken for a duplicate of
-another. A broker that lost a producer's state (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER) has its
-physical producer dropped too.
+another. But a gap after a batch this instance answered with an error is the client's next batch in flight,
+not a move: it gets OUT_OF_ORDER_SEQUENCE_NUMBER until the refused one comes again (``out_of_order``), or
+the client would count the refused one written. A broker that lost a producer's state (UNKNOWN_PRODUCER_ID,
+OUT_OF_ORDER_SEQUENCE_NUMBER) has its physical producer dropped too.
 
 On a strict topic the gateway regroups records by key (``kafka_wire/batches.py``), so no broker sees the client's
 sequences: the gateway keeps them itself (``StrictSequence``), per client id, epoch and client partition. A
@@ -29,19 +31,24 @@ batch is written only after the previous one of that partition was answered, and
 written: a resend of a recent batch is answered as written without writing it again, anything else gets
 OUT_OF_ORDER_SEQUENCE_NUMBER, which idempotent clients answer by sending their batches again in order. That is
 what a broker does for an idempotent producer, so a stock client keeps a key's order and writes it once across
-retries, with up to 5 requests in flight. Per instance: a partition whose leader moves to another instance
-starts over there (at least once).
+retries, with up to 5 requests in flight. A request whose regrouped parts were written on some partitions and
+refused on others (a sub-cluster down) is answered with the error; the client sends it again, and the
+records already written are left out of it (``Partial``), as a broker would deduplicate them. (A part whose
+answer never came, a timeout, counts as not written: at least once.) Per instance: a partition whose leader
+moves to another instance starts over there (at least once).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from array import array
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from kafka_wire import protocol as kp
+from kafka_wire.batches import SlotTargets
 from kafka_wire.protocol import ErrorCode
 from kafka_wire.upstream import ClusterClient, UpstreamError
 from metadata_log.errors import KfedError
@@ -63,6 +70,7 @@ STATE_LOST: Final = frozenset(
 
 PhysicalKey = tuple[int, int, str, str, int]  # client id, client epoch, cluster, physical topic, partition
 StrictKey = tuple[int, int, str, int]  # client id, client epoch, logical topic, client partition
+ClientKey = StrictKey  # the same four: one client partition's sequence
 
 
 class ProducerIdsExhausted(KfedError):
@@ -91,6 +99,31 @@ class PhysicalProducer:
         return True
 
 
+DROP: Final = (1 << 31) - 1
+"""The target partition of records already written (``Partial``): regrouped apart, and not sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Partial:
+    """A batch written in part: its records regrouped by ``placed`` to a partition of ``written`` were written
+    (the request's other parts were refused, so the client was answered an error and will send it again)."""
+
+    base_sequence: int
+    last_sequence: int
+    placed: SlotTargets
+    written: frozenset[int]
+
+    def placement(self, now: SlotTargets) -> SlotTargets:
+        """``now``, but for the records already written: those go to ``DROP``."""
+        old, written = memoryview(self.placed.targets).cast("i"), self.written
+        targets = array("i", now.targets)
+        for slot, partition in enumerate(old):
+            if partition in written:
+                targets[slot] = DROP
+        keyless = DROP if self.placed.keyless in written else now.keyless
+        return SlotTargets(targets.tobytes(), now.stamped, keyless, now.header)
+
+
 @dataclass(slots=True)
 class StrictSequence:
     """What the gateway wrote of one idempotent client's partition of a strict topic (see the module doc)."""
@@ -98,6 +131,7 @@ class StrictSequence:
     next_sequence: int | None = None  # None: nothing written yet through this instance
     recent: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=RECENT_BATCHES))
     previous: asyncio.Future[Any] | None = None  # the answer of the last batch sent
+    partial: Partial | None = None  # the next batch, written in part
 
     def verdict(self, base_sequence: int, last_sequence: int) -> ErrorCode | None:
         """None: write the batch; ``none``: a resend of a written one (answer it, do not write it again);
@@ -111,12 +145,22 @@ class StrictSequence:
     def written(self, base_sequence: int, last_sequence: int) -> None:
         self.recent.append((base_sequence, last_sequence))
         self.next_sequence = last_sequence + 1
+        self.partial = None
 
-    def refused(self, base_sequence: int) -> None:
-        """The batch was not written: a first one still fixes where the next must start (so a batch sent
-        after it does not overtake it)."""
+    def refused(self, base_sequence: int, partial: Partial | None = None) -> None:
+        """The batch was not written, or only in part (``partial``): a first one still fixes where the next
+        must start (so a batch sent after it does not overtake it)."""
         if self.next_sequence is None:
             self.next_sequence = base_sequence
+        if partial is not None:
+            self.partial = partial
+
+    def placement(self, base_sequence: int, last_sequence: int, now: SlotTargets) -> SlotTargets:
+        """Where this batch's records go now: as ``now`` places them, but not again where it was written in part."""
+        partial = self.partial
+        if partial is None or (partial.base_sequence, partial.last_sequence) != (base_sequence, last_sequence):
+            return now
+        return partial.placement(now)
 
     async def previous_answered(self, wait_s: float) -> None:
         """Until the previous batch sent was answered (or ``wait_s`` passed)."""
@@ -135,6 +179,8 @@ class StrictBatch:
     base_sequence: int
     last_sequence: int
     tp: tuple[str, int]  # its client partition
+    placed: SlotTargets | None = None  # how its records were regrouped
+    written: set[int] = field(default_factory=set)  # the target partitions its request wrote (shared)
 
     def sent(self, answer: asyncio.Future[Any] | None) -> None:
         """The batch went out with a request whose answer is ``answer`` (None: acks=0, no answer comes, the
@@ -152,7 +198,11 @@ class StrictBatch:
                     if p["index"] == self.tp[1] and p["error_code"] == ErrorCode.none:
                         self.sequence.written(self.base_sequence, self.last_sequence)
                         return
-        self.sequence.refused(self.base_sequence)
+        partial = None
+        if self.written and self.placed is not None:  # another part failed: the client sends it all again
+            written = frozenset(self.written | {DROP})
+            partial = Partial(self.base_sequence, self.last_sequence, self.placed, written)
+        self.sequence.refused(self.base_sequence, partial)
 
 
 class ProducerIds:
@@ -161,6 +211,7 @@ class ProducerIds:
         self._counter = 0
         self._physical: OrderedDict[PhysicalKey, asyncio.Future[PhysicalProducer]] = OrderedDict()
         self._strict: OrderedDict[StrictKey, StrictSequence] = OrderedDict()
+        self._refused: OrderedDict[ClientKey, int] = OrderedDict()  # the first sequence answered with an error
 
     def minted(self, producer_id: int, next_incarnation: int) -> bool:
         """Whether a gateway of the federation could have minted ``producer_id``: this process up to the last id
@@ -220,6 +271,29 @@ class ProducerIds:
     def forget(self, key: PhysicalKey) -> None:
         """The broker lost this producer's state: the next batch starts a new one."""
         self._physical.pop(key, None)
+
+    def refused(self, key: ClientKey, base_sequence: int) -> None:
+        """This instance answered a batch of the client partition ``key`` with an error: the client sends it
+        again, and until then a later batch is not taken (``out_of_order``)."""
+        first = self._refused.get(key)
+        self._refused[key] = base_sequence if first is None else min(first, base_sequence)
+        self._refused.move_to_end(key)
+        while len(self._refused) > MAX_PHYSICAL:
+            self._refused.popitem(last=False)
+
+    def out_of_order(self, key: ClientKey, base_sequence: int) -> bool:
+        """Whether a batch must get OUT_OF_ORDER_SEQUENCE_NUMBER, as a broker answers a batch after one it did
+        not take: a client answered so sends that one again first (librdkafka and Java bump their epoch when a
+        later batch fails so). Taking it instead (a new physical producer at the gap) would tell the client
+        that the one before was written: librdkafka acknowledges it without an offset (lost). A batch at
+        the refused sequence is its resend: from it on, batches go on."""
+        first = self._refused.get(key)
+        if first is None or base_sequence < first:
+            return False
+        if base_sequence == first:
+            del self._refused[key]
+            return False
+        return True
 
 
 def not_minted(producer_id: int) -> str:

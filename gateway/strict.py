@@ -24,7 +24,7 @@ from kafka_wire.upstream import ClusterClient, UpstreamError
 from metadata_log.keymap import KEY_SLOTS
 
 from .context import ProduceContext
-from .producers import StrictBatch, not_minted
+from .producers import DROP, StrictBatch, not_minted
 from .routing import Refused, Routed, cluster_of, leader_of
 from .view import ClusterView, StrictRoute
 
@@ -43,6 +43,7 @@ class StrictPlan:
     together: list[tuple[str, int]] = field(default_factory=list)  # client partitions placed: answered together
     alone: dict[tuple[str, int], Refused] = field(default_factory=dict)  # answered on their own (a resend: none)
     sent: list[StrictBatch] = field(default_factory=list)
+    written: set[int] = field(default_factory=set)  # target partitions that took their part (filled by the answer)
 
 
 async def route_strict(
@@ -59,7 +60,7 @@ async def route_strict(
     if refused is not None:
         return StrictPlan(alone=dict.fromkeys(tps, refused))
     plan = StrictPlan()
-    pending: list[tuple[bytes, int]] = []
+    pending: list[tuple[bytes, int, StrictBatch | None]] = []
     for data, tp in zip(partition_data, tps, strict=True):
         records = data.records or b""
         try:
@@ -77,8 +78,11 @@ async def route_strict(
             if verdict is not None:
                 plan.alone[tp] = Refused(verdict, None)
                 continue
-            plan.sent.append(StrictBatch(sequence, producer.base_sequence, producer.last_sequence, tp))
-        pending.append((records, tp[1]))
+            sent = StrictBatch(sequence, producer.base_sequence, producer.last_sequence, tp, written=plan.written)
+            plan.sent.append(sent)
+            pending.append((records, tp[1], sent))
+        else:
+            pending.append((records, tp[1], None))
         plan.together.append(tp)
     placed = await _place_now(ctx, route, name, pending)
     if isinstance(placed, Refused):
@@ -90,11 +94,12 @@ async def route_strict(
 
 
 async def _place_now(
-    ctx: ProduceContext, route: StrictRoute, name: str, pending: list[tuple[bytes, int]]
+    ctx: ProduceContext, route: StrictRoute, name: str, pending: list[tuple[bytes, int, StrictBatch | None]]
 ) -> list[Placed] | Refused:
-    """``pending`` (batches and their client partitions) placed by the key map as it is now, not as the
-    request found it: waiting for earlier answers can take seconds, and a batch placed by an epoch that ended
-    meanwhile could land behind its seal."""
+    """``pending`` (batches, their client partitions, their sequences' notes) placed by the key map as it is
+    now, not as the request found it: waiting for earlier answers can take seconds, and a batch placed by an
+    epoch that ended meanwhile could land behind its seal. Records of a batch already written in part are
+    left out (``producers.Partial``)."""
     view = ctx.view()
     route = view.strict(name) or route  # a topic switched to none meanwhile: its last map, for this request
     held = ctx.key_order_lease_held()
@@ -106,7 +111,13 @@ async def _place_now(
             keyless = route.writable[partition % len(route.writable)] if route.writable else -1
         return batches.SlotTargets(table, route.stamped, keyless, route.header)
 
-    placed = await _place(ctx, view, name, [(records, placement(p)) for records, p in pending])
+    sources = []
+    for records, p, sent in pending:
+        where = placement(p)
+        if sent is not None:
+            where = sent.placed = sent.sequence.placement(sent.base_sequence, sent.last_sequence, where)
+        sources.append((records, where))
+    placed = await _place(ctx, view, name, sources)
     latest = ctx.view().strict(name)
     if not isinstance(placed, Refused) and latest is not None and latest.epoch != route.epoch:
         placed = Refused(ErrorCode.not_leader_or_follower, f"{name}: a new key map came while placing; retry")
@@ -128,6 +139,7 @@ async def _place(
         return Refused(ErrorCode.unsupported_compression_type, str(e))
     except batches.BadBatch as e:
         return Refused(ErrorCode.corrupt_message, str(e))
+    grouped.pop(DROP, None)  # written already
     placed = []
     for partition, records in grouped.items():
         placement = view.placement(name, partition)

@@ -4,19 +4,31 @@ batches."""
 
 from __future__ import annotations
 
+import struct
+import zlib
+from array import array
+from concurrent.futures import Future
+from typing import Any
+
 import pytest
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from gateway.producers import (
     CLIENT_ID_BASE,
     COUNTER_BITS,
     COUNTER_MASK,
+    DROP,
     MAX_INCARNATION,
     PhysicalProducer,
     ProducerIds,
     ProducerIdsExhausted,
+    StrictBatch,
     StrictSequence,
 )
+from kafka_wire import batches
+from kafka_wire.batches import SlotTargets
 from kafka_wire.protocol import ErrorCode
+from metadata_log.keymap import KEY_SLOTS, SLOT_MASK
 
 
 def test_a_physical_producer_takes_its_first_batch_the_next_one_or_a_recent_resend_and_nothing_else() -> None:
@@ -73,3 +85,64 @@ def test_a_process_mints_ids_of_its_incarnation_only_up_to_its_counter() -> None
     assert last >> COUNTER_BITS & MAX_INCARNATION == 3 and last & COUNTER_MASK == COUNTER_MASK
     with pytest.raises(ProducerIdsExhausted):
         ids.mint()
+
+
+def answer(topic: str, client_partition: int, code: ErrorCode) -> Any:
+    """A produce request's answer to the gateway's client, as ``produce._answer`` makes it (done)."""
+    future: Future[Any] = Future()
+    future.set_result({"responses": [{"name": topic, "partition_responses": [
+        {"index": client_partition, "error_code": code}]}]})  # fmt: skip
+    return future
+
+
+def values_by_target(sources: list[tuple[bytes, SlotTargets]]) -> dict[int, list[bytes]]:
+    grouped = batches.regroup(sources, 1 << 20)
+    out: dict[int, list[bytes]] = {}
+    for partition, raw in grouped.items():
+        (length,) = struct.unpack_from(">i", raw, 8)
+        out[partition] = [r.value for r in DefaultRecordBatch(raw[: 12 + length])]
+    return out
+
+
+def test_a_batch_written_in_part_is_sent_again_without_what_was_written_even_under_a_new_key_map() -> None:
+    """Records of one client batch regrouped to partitions 0 and 1; 0 took its part, 1 refused it, so the
+    client was answered an error. Its resend writes only what 1 did not take, wherever the key map puts it
+    now; a resend of a batch that was refused whole writes it all."""
+    keys = [f"k{i}".encode() for i in range(40)]
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=7,
+                                        producer_epoch=0, base_sequence=0, batch_size=1 << 20)  # fmt: skip
+    for i, key in enumerate(keys):
+        builder.append(i, timestamp=1000, key=key, value=key, headers=[])
+    builder.append(len(keys), timestamp=1000, key=None, value=b"keyless", headers=[])
+    records = bytes(builder.build())
+    two = SlotTargets(array("i", [s % 2 for s in range(KEY_SLOTS)]).tobytes(), bytes(KEY_SLOTS), 0, b"")
+    first = values_by_target([(records, two)])
+    sequence = StrictSequence()
+    sent = StrictBatch(sequence, 0, len(keys), ("T", 3), placed=two, written={0})  # the request wrote 0's part
+    sent._answered(answer("T", 3, ErrorCode.not_leader_or_follower))
+    assert sequence.verdict(0, len(keys)) is None, "the client sends it again: it goes"
+    three = SlotTargets(array("i", [s % 3 for s in range(KEY_SLOTS)]).tobytes(), bytes(KEY_SLOTS), 2, b"")
+    again = values_by_target([(records, sequence.placement(0, len(keys), three))])
+    assert set(again.pop(DROP)) == set(first[0]), "what partition 0 took is left out"
+    assert sorted(v for vs in again.values() for v in vs) == sorted(first[1]), "the rest, once"
+    assert all((zlib.crc32(v) & SLOT_MASK) % 3 == p for p, vs in again.items() for v in vs), "by the new map"
+    assert sequence.placement(1, len(keys), three) is three, "another batch is placed as the map says"
+    sequence.written(0, len(keys))
+    assert sequence.placement(0, len(keys), three) is three, "once written, nothing is left to leave out"
+    whole = StrictSequence()
+    StrictBatch(whole, 0, len(keys), ("T", 3), placed=two)._answered(answer("T", 3, ErrorCode.not_leader_or_follower))
+    assert whole.placement(0, len(keys), three) is three, "refused whole: sent whole again"
+
+
+def test_a_batch_after_one_this_instance_refused_is_out_of_order_until_the_refused_one_comes_again() -> None:
+    """A broker takes no batch after one it did not take; a gateway that did (a new physical producer at the
+    gap) would have librdkafka count the refused batch written: acknowledged, without an offset, lost."""
+    ids, key = ProducerIds(), (7, 0, "T", 3)
+    assert not ids.out_of_order(key, 10), "nothing refused: anything goes (a move from another instance too)"
+    ids.refused(key, 10)
+    ids.refused(key, 15)
+    assert ids.out_of_order(key, 15) and ids.out_of_order(key, 11), "the batches after the first refused one"
+    assert not ids.out_of_order(key, 5), "an older resend goes (the physical producer says how)"
+    assert not ids.out_of_order((7, 1, "T", 3), 15), "a new epoch starts afresh"
+    assert not ids.out_of_order(key, 10), "the refused one again"
+    assert not ids.out_of_order(key, 15), "and after it, in order"
