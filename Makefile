@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test test-fast test-ui-scale lint mutants bench faults browser kcat clean kafka
+.PHONY: run test test-fast test-ui-scale lint mutants bench faults chaos browser kcat clean kafka
 
 # The C modules (sdk/_speedups.c, metadata_log/_columns.c, kafka_wire/_records.c) are compiled by the
 # install (an editable install builds them in place): rebuild on change.
@@ -78,6 +78,11 @@ SEED     ?= 1
 DURATION ?= 60
 faults: $(STAMP)
 	$(BIN)/python -m tests.faults --seed $(SEED) --duration $(DURATION)
+
+# Seeded chaos against a real federation's data plane (tests/dataplane): make chaos SEED=7 FAULTS=20
+FAULTS ?= 13
+chaos: $(STAMP) kafka kcat
+	$(BIN)/python -m tests.dataplane --seed $(SEED) --faults $(FAULTS)
 
 # The dashboard's paging over 10,000 topics (make test runs it over 2,000: creating them is most of its time).
 test-ui-scale: lint browser

@@ -182,14 +182,16 @@ class HttpProxies:
     ``lose_replies(n)``: from now on every request through node n's proxy still reaches the node, but its
     reply never comes back: the client's connection is reset at the reply's first byte (live connections,
     long polls included, are reset at once). A write sent then may commit while its client sees only an
-    unknown outcome: the partition that makes clients retry with the same Idempotency-Key. ``heal(n)``
-    lets replies through again. Nodes talk to each other (forwarding to the leader) on their own ports.
+    unknown outcome: the partition that makes clients retry with the same Idempotency-Key. ``cut(n)``:
+    nothing gets through, live connections are reset and new ones at once. ``heal(n)`` lets everything
+    through again. Nodes talk to each other (forwarding to the leader) on their own ports.
     """
 
     def __init__(self, routes: dict[int, tuple[int, int]]) -> None:
         """``routes``: node id -> (proxy port, the node's real HTTP port)."""
         self._routes = routes
         self._lossy: set[int] = set()
+        self._cut: set[int] = set()
         self._links: dict[int, set[_Link]] = {n: set() for n in routes}
         self.replies_lost = 0
         self._loop = asyncio.new_event_loop()
@@ -224,9 +226,23 @@ class HttpProxies:
 
         self._call(do())
 
+    def cut(self, node_id: int | None = None) -> None:
+        """Nothing through ``node_id``'s proxy (every node's when None) until healed."""
+        nodes = set(self._routes) if node_id is None else {node_id}
+
+        async def do() -> None:
+            self._cut |= nodes
+            for n in nodes:
+                for link in list(self._links[n]):
+                    link.abort()
+
+        self._call(do())
+
     def heal(self, node_id: int | None = None) -> None:
         async def do() -> None:
-            self._lossy.difference_update(self._routes if node_id is None else {node_id})
+            nodes = self._routes if node_id is None else {node_id}
+            self._lossy.difference_update(nodes)
+            self._cut.difference_update(nodes)
 
         self._call(do())
 
@@ -235,6 +251,9 @@ class HttpProxies:
 
     async def _serve(self, node_id: int, proxy_port: int, real_port: int) -> asyncio.Server:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if node_id in self._cut:
+                writer.transport.abort()
+                return
             try:
                 up_reader, up_writer = await asyncio.open_connection("127.0.0.1", real_port)
             except OSError:

@@ -27,6 +27,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
 
 public final class GatewayClient {
     private static final PrintStream OUT = System.out;
+    /** Milliseconds between two messages produced (0: bursts of 100 every 50 ms). */
+    private static final long PACE_MS = Long.parseLong(System.getenv().getOrDefault("GATEWAY_CLIENT_PACE_MS", "0"));
 
     public static void main(String[] args) throws Exception {
         switch (args[0]) {
@@ -60,7 +62,8 @@ public final class GatewayClient {
                         OUT.flush();
                     }
                 });
-                if (i % 100 == 0) Thread.sleep(50);  // a stream over time, not one burst
+                if (PACE_MS > 0) Thread.sleep(PACE_MS);  // a steady stream (the chaos run's)
+                else if (i % 100 == 0) Thread.sleep(50);  // a stream over time, not one burst
             }
             producer.flush();
         }
