@@ -219,12 +219,14 @@ async def _produce_answer(
 ) -> dict[str, Any]:
     errors, spread = routes.errors, routes.spread
     answers: dict[tuple[str, int], dict[str, Any]] = {}
+    unknown: set[tuple[str, int]] = set()  # sent, and no answer came: the broker may have written them
     for cluster, upstream, parts, future in sends:
         try:
             response = await upstream.wait(future, timeout_s)
         except UpstreamError as e:
             for r in parts:
                 _refuse(errors, spread, r, Refused(ErrorCode.not_leader_or_follower, str(e)))
+                unknown.add((r.topic, r.partition))
             continue
         physical = {(t.name, int(p.index)): p for t in response.responses for p in t.partition_responses}
         for r in parts:
@@ -244,8 +246,9 @@ async def _produce_answer(
             else:  # written: a resend of its client batches leaves this part out (producers.Partial)
                 routes.written[r.topic].add(r.partition)
     for tp, (key, base_sequence) in routes.idempotent.items():
-        if tp in errors or answers.get(tp, {}).get("error_code", ErrorCode.none) != ErrorCode.none:
-            producers.refused(key, base_sequence)  # the client sends it again: nothing after it goes first
+        refused = tp in errors or answers.get(tp, {}).get("error_code", ErrorCode.none) != ErrorCode.none
+        if refused and tp not in unknown:  # not written: the client sends it again, nothing after it goes first
+            producers.refused(key, base_sequence)  # (one that may be written goes on: the broker deduplicates)
     return _answer(body, answers, errors, spread)
 
 

@@ -20,10 +20,12 @@ Physical producers are disposable, one per partition: a partition moves between 
 joins) while the client's sequences go on. A batch that does not follow its physical producer (a gap, or an
 old sequence that is not a resend of one of the last batches) starts a new one, at that batch: the broker
 cannot deduplicate across the change (at least once), and no batch is ever mistaken for a duplicate of
-another. But a gap after a batch this instance answered with an error is the client's next batch in flight,
-not a move: it gets OUT_OF_ORDER_SEQUENCE_NUMBER until the refused one comes again (``out_of_order``), or
-the client would count the refused one written. A broker that lost a producer's state (UNKNOWN_PRODUCER_ID,
-OUT_OF_ORDER_SEQUENCE_NUMBER) has its physical producer dropped too.
+another. But a gap after a batch this instance refused unwritten is the client's next batch in flight, not
+a move: it gets OUT_OF_ORDER_SEQUENCE_NUMBER until the refused one comes again (``out_of_order``), or the
+client would count the refused one written. (A batch whose answer never came may be written: the batches
+after it go on through the same physical producer, and the broker judges them and the resend.) A broker that
+lost a producer's state (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER) has its physical producer dropped
+too.
 
 On a strict topic the gateway regroups records by key (``kafka_wire/batches.py``), so no broker sees the client's
 sequences: the gateway keeps them itself (``StrictSequence``), per client id, epoch and client partition. A
