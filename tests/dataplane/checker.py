@@ -18,7 +18,8 @@ kfed's promises allow.
 - ``commit``: ``group``, ``member``, ``topic``, ``partition``, ``offset`` (the next one to read),
   ``outcome`` (``ok`` or not), ``at``;
 - ``member_end``: ``group``, ``member``, ``how`` (``left``, ``killed`` or ``expired``), ``at``;
-- ``fault``: ``kind`` and ``at``; ``kill_gateway`` and ``pause_gateway`` are read (``GATEWAY_FAULTS``);
+- ``fault``: ``kind`` and ``at``; gateways' and brokers' kills and pauses are read (``GATEWAY_FAULTS``,
+  ``BROKER_FAULTS``);
 - ``seal``: ``topic``, ``partition``, ``offset``: a ``KeyOrderSealed`` record of the log.
 
 It returns the anomalies found (an empty list when all holds) and a summary of what it counted:
@@ -31,7 +32,8 @@ It returns the anomalies found (an empty list when all holds) and a summary of w
   stays at its first held record, so the next owner reads again what followed it: ``docs/KEY_ORDER.md``,
   counted as ``redelivered``); a message read at two positions was written twice, which a client through the
   gateway may see when a gateway it used died or stalled between the send and its acknowledgement (its
-  idempotence state is per gateway instance, ``gateway/producers.py``: counted as ``rewritten``);
+  idempotence state is per gateway instance, ``gateway/producers.py``), or on a strict topic a broker did
+  (a part whose answer never came is placed again by the key map, which may have moved): ``rewritten``;
 - ``aborted-read``: a read_committed group read a message of a transaction told aborted;
 - ``torn-commit``: a read_committed group read some of a committed transaction's messages and not others;
 - ``phantom-read``: a read of a message nobody sent, or at a partition or offset other than its
@@ -59,6 +61,7 @@ from tests.faults.checker import Anomaly  # one anomaly type for both planes' ch
 Visibility = Literal["participant", "together"]
 GRACEFUL = "left"
 GATEWAY_FAULTS = frozenset({"kill_gateway", "pause_gateway"})
+BROKER_FAULTS = frozenset({"kill_broker", "pause_broker"})
 
 
 @dataclass(slots=True)
@@ -142,7 +145,7 @@ def check(ops: Iterable[dict[str, Any]], visibility: Visibility = "participant")
     messages, txns, ops = parsed.messages, parsed.txns, parsed.ops
     summary = Summary()
     out: list[Anomaly] = []
-    stalls = [op["at"] for op in ops if op["op"] == "fault" and op["kind"] in GATEWAY_FAULTS]
+    stalls = _stalls(ops, parsed.strict)
     for op in ops:
         if op["op"] != "read":
             continue
@@ -221,7 +224,7 @@ def _lost_aborted_torn(messages: dict[str, _Message], txns: dict[str, str],
 
 
 def _duplicates(messages: dict[str, _Message], ops: Sequence[dict[str, Any]], strict: set[str],
-                stalls: list[float], summary: Summary) -> list[Anomaly]:  # fmt: skip
+                stalls: dict[str, list[float]], summary: Summary) -> list[Anomaly]:  # fmt: skip
     """A second read by one group is a duplicate unless a member that read it before ended ungracefully
     without an acknowledged commit past it, or (strict topics) had the partition taken away before."""
     ends = {(op["group"], op["member"]): op for op in ops if op["op"] == "member_end"}
@@ -250,12 +253,20 @@ def _duplicates(messages: dict[str, _Message], ops: Sequence[dict[str, Any]], st
     return out
 
 
-def _gateway_stalled(m: _Message, stalls: list[float]) -> bool:
-    """Whether ``m`` went through a gateway that died or stalled before its acknowledgement came."""
+def _stalls(ops: Sequence[dict[str, Any]], strict: set[str]) -> dict[str, list[float]]:
+    """Per topic, when a fault happened after which a gateway may write a batch twice."""
+    gateways = [op["at"] for op in ops if op["op"] == "fault" and op["kind"] in GATEWAY_FAULTS]
+    brokers = [op["at"] for op in ops if op["op"] == "fault" and op["kind"] in BROKER_FAULTS]
+    topics = {op["topic"] for op in ops if op["op"] == "send"}
+    return {topic: gateways + brokers if topic in strict else gateways for topic in topics}
+
+
+def _gateway_stalled(m: _Message, stalls: dict[str, list[float]]) -> bool:
+    """Whether ``m`` went through a gateway and such a fault came before its acknowledgement did."""
     if m.send.get("via") != "gateway":
         return False
     acked = m.ack["ret"] if m.ack is not None else float("inf")
-    return any(m.send["call"] <= at <= acked for at in stalls)
+    return any(m.send["call"] <= at <= acked for at in stalls[m.send["topic"]])
 
 
 def _written_twice(first: dict[str, Any], again: dict[str, Any]) -> str:
@@ -315,7 +326,9 @@ def _key_order(messages: dict[str, _Message], strict: set[str], groups: dict[str
 
 
 def _late(m: _Message, seals: dict[tuple[str, int], int]) -> bool:
-    if m.outcome != "ok" or m.ack["offset"] is None:  # type: ignore[index]
+    """Whether ``m`` was acknowledged at or past a seal of its partition (an acknowledgement without a
+    position names no partition either)."""
+    if m.outcome != "ok":
         return False
     seal = seals.get((m.send["topic"], m.ack["partition"]))  # type: ignore[index]
     return seal is not None and m.ack["offset"] >= seal  # type: ignore[index]

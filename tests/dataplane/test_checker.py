@@ -160,6 +160,15 @@ def test_a_message_written_twice_after_its_gateway_died_before_the_acknowledgeme
     assert kinds(rewritten_through_a_gateway(1.61))[0] == "phantom-read", "the copy not acknowledged is a phantom"
 
 
+def test_a_message_written_twice_after_a_broker_stalled_is_excused_on_a_strict_topic_only() -> None:
+    for kind in ("kill_broker", "pause_broker"):
+        anomalies, summary = check(rewritten_through_a_gateway(1.5, kind=kind))
+        assert anomalies == [] and summary.rewritten == 1, "T is strict: the key map placed the resend anew"
+        assert "duplicate" in kinds(relaxed(rewritten_through_a_gateway(1.5, kind=kind))), (
+            "on a none topic the resend goes to the same partition, which deduplicates it"
+        )
+
+
 def test_on_a_strict_topic_a_read_again_after_the_partition_left_its_reader_is_a_redelivery() -> None:
     anomalies, summary = check([*correct(), read("a1", 0, 0, 2.8, member="m2")])
     assert anomalies == [] and summary.redelivered == 1, "m1 read a1, then T/0 was revoked: held-back redelivery"
@@ -270,6 +279,24 @@ def test_a_keys_message_read_late_is_excused_only_at_or_past_a_seal_of_its_parti
     assert kinds(other) == ["key-order"], "a seal of another partition, or of another topic, excuses nothing"
     lowest = [*ops, *({"op": "seal", "topic": "T", "partition": 0, "offset": o, "at": 1.0} for o in (5, 0, 3))]
     assert kinds(lowest) == [], "the partition's first seal counts"
+
+
+def test_only_a_late_write_acknowledged_at_a_position_is_excused() -> None:
+    ops = correct()
+    next(op for op in ops if op["op"] == "read" and op["id"] == "a2")["at"] = 2.05  # a1 read after a2
+    a1 = next(op for op in ops if op["op"] == "ack" and op["id"] == "a1")
+    sealed = [*ops, {"op": "seal", "topic": "T", "partition": 0, "offset": 0, "at": 1.0}]
+    for outcome in ("failed", "unknown"):
+        a1.clear()
+        a1.update(ack("a1", outcome=outcome))
+        assert kinds(sealed) == ["key-order"], outcome
+    a1.update(ack("a1"), partition=None, offset=None)  # the gateway's answer on a strict topic
+    assert kinds(sealed) == ["key-order"], "no position: not known to lie past the seal"
+
+
+def test_a_keyed_message_without_a_sequence_has_no_order_to_keep() -> None:
+    ops = [*correct(), send("j1", key="a", at=1.35), ack("j1", 0, 7), read("j1", 0, 7, 2.8, member="m2")]
+    assert kinds(ops) == [], "a client that numbers nothing (GatewayClient's keys) is not in the key's order"
 
 
 def test_key_order_is_checked_past_an_excused_late_write() -> None:

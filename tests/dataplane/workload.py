@@ -37,6 +37,7 @@ KEYS = 12  # keys per keyed producer
 COMMIT_EVERY_S = 1.0
 TXN_SIZE = 4
 ABORT_EVERY = 5  # every fifth transaction is aborted by its application
+COMMIT_TIMEOUT_S, COMMIT_TRIES = 15.0, 3
 FLUSH_S = 60.0
 DELIVERY_TIMEOUT_MS = 30_000  # unmodified clients: a failure after that (not a flush of minutes)
 JAVA_PACE_MS = 20  # 50 messages a second
@@ -293,16 +294,18 @@ class SdkTransactions(Client):
 
                 producer.produce(self.topic, value=mid.encode(), on_delivery=report)
             if self.count % ABORT_EVERY == 0:
-                producer.abort_transaction(60)
+                producer.abort_transaction(COMMIT_TIMEOUT_S)
                 return "abort"
             return self._commit(producer)
         except KafkaException as e:
             return self._abort_after(producer, e)
 
     def _commit(self, producer: FederatedProducer) -> str:
-        for _ in range(5):
+        """Commit, retrying what may be retried (``COMMIT_TRIES`` times, as an application gives up at some
+        point: the transaction's outcome is then unknown to it)."""
+        for _ in range(COMMIT_TRIES):
             try:
-                producer.commit_transaction(60)
+                producer.commit_transaction(COMMIT_TIMEOUT_S)
                 return "commit"
             except KafkaException as e:
                 if not e.args[0].retriable():
@@ -314,7 +317,7 @@ class SdkTransactions(Client):
         if not err.txn_requires_abort():
             return "unknown"
         try:
-            producer.abort_transaction(60)
+            producer.abort_transaction(COMMIT_TIMEOUT_S)
             return "abort"
         except KafkaException:
             return "unknown"
@@ -382,7 +385,9 @@ class SdkMember(_Member):
         consumer = FederatedConsumer(self.config)
 
         def commit(offsets: list[TopicPartition]) -> None:
-            consumer.commit(offsets=offsets, asynchronous=False)
+            # the positions of what was handed out, as auto commit does: past a transaction's trailing marker,
+            # which an explicit offset + 1 never passes (a drain would wait for it: RELIABILITY.md)
+            consumer.commit(asynchronous=False)
 
         def revoked(_c: Any, ps: list[Any]) -> None:
             self.record_commit(commit, [TopicPartition(t, p) for t, p in ps])
