@@ -25,6 +25,7 @@ from .strict import route_strict
 from .view import ClusterView, PartitionRoute
 
 NO_TRANSACTIONS: Final = "the kfed gateway serves no transactions"
+AFTER_REFUSED: Final = "a batch before it was refused: send the partition's batches again in order"
 
 Errors = dict[tuple[str, int], Refused]
 Spread = dict[str, list[tuple[str, int]]]
@@ -42,7 +43,7 @@ class _Routes:
     spread: Spread = field(default_factory=dict)
     sequences: list[StrictBatch] = field(default_factory=list)  # idempotent batches of strict topics
     written: dict[str, set[int]] = field(default_factory=dict)  # per strict topic, the target partitions written
-    idempotent: dict[tuple[str, int], tuple[ClientKey, int]] = field(default_factory=dict)  # tp -> (key, base seq)
+    idempotent: dict[tuple[str, int], tuple[ClientKey, int, int]] = field(default_factory=dict)  # tp -> key, sequences
 
     def add(self, conn: ClientConnection, cluster: ClusterClient, address: str, part: Routed) -> None:
         self.parts[(cluster, address, _lane(conn, part.placement))].append(part)
@@ -59,6 +60,11 @@ async def produce(ctx: ProduceContext, conn: ClientConnection, request: kp.Reque
     routes = await _route(ctx, conn, body, timeout_s)
     acks = int(body.acks)
     sends = await _send(routes, acks, timeout_ms)
+    for _, _, parts, _ in sends:  # on their way to a broker: from now on it judges their resends
+        for r in parts:
+            key, _, last_sequence = routes.idempotent.get((r.topic, r.partition), (None, 0, 0))
+            if key is not None and not r.spread:
+                ctx.producers.sent(key, last_sequence)
     if acks == 0:
         for sent in routes.sequences:
             sent.sent(None)
@@ -89,7 +95,7 @@ async def _route(ctx: ProduceContext, conn: ClientConnection, body: Any, timeout
         for data in topic.partition_data:
             tp = (topic.name, int(data.index))
             if _out_of_order(ctx.producers, routes, tp, data.records):
-                routes.errors[tp] = Refused(ErrorCode.out_of_order_sequence_number, "a batch before it was refused")
+                routes.errors[tp] = Refused(ErrorCode.not_leader_or_follower, AFTER_REFUSED)
                 continue
             if grown:  # one partition refused, so that the client refreshes and sees the new ones
                 routes.errors[tp] = Refused(ErrorCode.not_leader_or_follower, f"{topic.name} has more partitions now")
@@ -142,7 +148,7 @@ def _out_of_order(producers: ProducerIds, routes: _Routes, tp: tuple[str, int], 
     if batch is None or batch.producer_id < 0 or batch.transactional:
         return False
     key = (batch.producer_id, batch.producer_epoch, tp[0], tp[1])
-    routes.idempotent[tp] = (key, batch.base_sequence)
+    routes.idempotent[tp] = (key, batch.base_sequence, batch.last_sequence)
     return producers.out_of_order(key, batch.base_sequence)
 
 
@@ -245,7 +251,7 @@ async def _produce_answer(
                 _refuse(errors, spread, r, Refused(code, p.error_message))
             else:  # written: a resend of its client batches leaves this part out (producers.Partial)
                 routes.written[r.topic].add(r.partition)
-    for tp, (key, base_sequence) in routes.idempotent.items():
+    for tp, (key, base_sequence, _) in routes.idempotent.items():
         refused = tp in errors or answers.get(tp, {}).get("error_code", ErrorCode.none) != ErrorCode.none
         if refused and tp not in unknown:  # not written: the client sends it again, nothing after it goes first
             producers.refused(key, base_sequence)  # (one that may be written goes on: the broker deduplicates)

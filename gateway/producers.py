@@ -21,8 +21,8 @@ joins) while the client's sequences go on. A batch that does not follow its phys
 old sequence that is not a resend of one of the last batches) starts a new one, at that batch: the broker
 cannot deduplicate across the change (at least once), and no batch is ever mistaken for a duplicate of
 another. But a gap after a batch this instance refused unwritten is the client's next batch in flight, not
-a move: it gets OUT_OF_ORDER_SEQUENCE_NUMBER until the refused one comes again (``out_of_order``), or the
-client would count the refused one written. (A batch whose answer never came may be written: the batches
+a move: it is refused too until the refused one comes again (``out_of_order``), or the client would count
+the refused one written. (A batch whose answer never came may be written: the batches
 after it go on through the same physical producer, and the broker judges them and the resend.) A broker that
 lost a producer's state (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER) has its physical producer dropped
 too.
@@ -214,6 +214,7 @@ class ProducerIds:
         self._physical: OrderedDict[PhysicalKey, asyncio.Future[PhysicalProducer]] = OrderedDict()
         self._strict: OrderedDict[StrictKey, StrictSequence] = OrderedDict()
         self._refused: OrderedDict[ClientKey, int] = OrderedDict()  # the first sequence answered with an error
+        self._sent: OrderedDict[ClientKey, int] = OrderedDict()  # the last sequence sent to a broker
 
     def minted(self, producer_id: int, next_incarnation: int) -> bool:
         """Whether a gateway of the federation could have minted ``producer_id``: this process up to the last id
@@ -274,9 +275,19 @@ class ProducerIds:
         """The broker lost this producer's state: the next batch starts a new one."""
         self._physical.pop(key, None)
 
+    def sent(self, key: ClientKey, last_sequence: int) -> None:
+        """A batch of the client partition ``key`` up to ``last_sequence`` went to its broker."""
+        self._sent[key] = max(last_sequence, self._sent.get(key, last_sequence))
+        self._sent.move_to_end(key)
+        while len(self._sent) > MAX_PHYSICAL:
+            self._sent.popitem(last=False)
+
     def refused(self, key: ClientKey, base_sequence: int) -> None:
-        """This instance answered a batch of the client partition ``key`` with an error: the client sends it
-        again, and until then a later batch is not taken (``out_of_order``)."""
+        """This instance answered a batch of the client partition ``key`` with an error without writing it:
+        the client sends it again, and until then a later batch is not taken (``out_of_order``). A batch sent
+        to its broker before (this is a resend) may be written: its broker judges what follows it."""
+        if base_sequence <= self._sent.get(key, -1):
+            return
         first = self._refused.get(key)
         self._refused[key] = base_sequence if first is None else min(first, base_sequence)
         self._refused.move_to_end(key)
@@ -284,11 +295,13 @@ class ProducerIds:
             self._refused.popitem(last=False)
 
     def out_of_order(self, key: ClientKey, base_sequence: int) -> bool:
-        """Whether a batch must get OUT_OF_ORDER_SEQUENCE_NUMBER, as a broker answers a batch after one it did
-        not take: a client answered so sends that one again first (librdkafka and Java bump their epoch when a
-        later batch fails so). Taking it instead (a new physical producer at the gap) would tell the client
-        that the one before was written: librdkafka acknowledges it without an offset (lost). A batch at
-        the refused sequence is its resend: from it on, batches go on."""
+        """Whether a batch must be refused because one before it was: taking it (a new physical producer at
+        the gap) would tell the client that the one before was written, and librdkafka acknowledges it without
+        an offset (lost). It is refused with a retriable error (NOT_LEADER_OR_FOLLOWER), upon which the
+        client sends its batches again in order under the same epoch; a broker's OUT_OF_ORDER_SEQUENCE_NUMBER
+        would make librdkafka bump its epoch and resend, under a new producer no broker deduplicates, an
+        earlier batch that may be written. A batch at the refused sequence is its resend: from it on,
+        batches go on."""
         first = self._refused.get(key)
         if first is None or base_sequence < first:
             return False

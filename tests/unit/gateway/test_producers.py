@@ -134,7 +134,7 @@ def test_a_batch_written_in_part_is_sent_again_without_what_was_written_even_und
     assert whole.placement(0, len(keys), three) is three, "refused whole: sent whole again"
 
 
-def test_a_batch_after_one_this_instance_refused_is_out_of_order_until_the_refused_one_comes_again() -> None:
+def test_a_batch_after_one_this_instance_refused_unwritten_is_refused_until_that_one_comes_again() -> None:
     """A broker takes no batch after one it did not take; a gateway that did (a new physical producer at the
     gap) would have librdkafka count the refused batch written: acknowledged, without an offset, lost."""
     ids, key = ProducerIds(), (7, 0, "T", 3)
@@ -146,3 +146,8 @@ def test_a_batch_after_one_this_instance_refused_is_out_of_order_until_the_refus
     assert not ids.out_of_order((7, 1, "T", 3), 15), "a new epoch starts afresh"
     assert not ids.out_of_order(key, 10), "the refused one again"
     assert not ids.out_of_order(key, 15), "and after it, in order"
+    ids.sent(key, 19)
+    ids.refused(key, 15)
+    assert not ids.out_of_order(key, 20), "a resend of a batch sent before may be written: its broker judges"
+    ids.refused(key, 20)
+    assert ids.out_of_order(key, 25), "one never sent is refused unwritten"
