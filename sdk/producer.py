@@ -63,14 +63,12 @@ from .errors import PartitionNotWritable, UnknownTopic
 from .lease import RoutingLease
 from .messages import Origin, Report, label, placement_in, reporter, unsent
 from .routes import (
-    CONNECTION_WAS_UP,
     NOT_LOADED,
     Keyless,
     Route,
     Target,
     after_failure,
     keyless_router,
-    maybe_sent,
     strict_table,
     why_not_writable,
     with_epoch_header,
@@ -127,7 +125,6 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
         self._epoch = 0  # routes made before the last change of metadata or mutes are not kept
         self._muted: dict[str, float] = {}  # cluster id -> muted until (monotonic)
         self._fenced: set[str] = set()
-        self._dropped_at: dict[str, float] = {}  # cluster id -> when a connection to it last broke (monotonic)
         self._reroute: deque[tuple[str, Any, Any, Any, DeliveryCallback | None]] = deque()
         self._to_purge: set[str] = set()
         self._lock = threading.Lock()  # guards _to_purge, _fenced, the routes' epoch (the follower thread writes)
@@ -444,8 +441,7 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
             return
         if self._txn is not None:
             self._txn.delivery_failed(err)
-        sent = maybe_sent(msg.latency(), time.monotonic(), self._dropped_at.get(target.origin.cluster_id))
-        then = after_failure(err.code(), rerouted, self._txn is not None, sent)
+        then = after_failure(err.code(), rerouted, self._txn is not None)
         if then.reroute:
             self._reroute.append((target.origin.topic, msg.value(), msg.headers(), msg.timestamp()[1], callback))
             return
@@ -456,10 +452,6 @@ class FederatedProducer(TransactionalApi):  # the transactional methods: sdk/tra
             callback(err, label(msg, target.origin))
 
     def _cluster_error(self, cluster_id: str, err: KafkaError) -> None:
-        # A connection that broke may have taken requests with it whose messages the broker wrote: those
-        # produced before it are not re-routed (maybe_sent).
-        if err.code() == KafkaError._TRANSPORT and CONNECTION_WAS_UP in err.str():
-            self._dropped_at[cluster_id] = time.monotonic()
         # Every broker down is the cluster down. One connection's _TRANSPORT error is not: in a cluster of
         # several brokers the others take over its partitions' leadership (with one broker, _ALL_BROKERS_DOWN
         # follows at once).

@@ -47,29 +47,14 @@ class AfterFailure(NamedTuple):
     """Route around its cluster for a while: the error says the cluster takes no writes."""
 
 
-def after_failure(code: int, rerouted: bool, transactional: bool, maybe_sent: bool) -> AfterFailure:
+def after_failure(code: int, rerouted: bool, transactional: bool) -> AfterFailure:
     """A failed delivery of ``code``: a key-less message this producer routed (``rerouted``) and purged from a
     queue before it was sent is produced again elsewhere, unless it belongs to a transaction (which stays on
-    its participants: it aborts instead) or it may have been sent before (``maybe_sent``: librdkafka puts
-    the messages of a request that got no answer back in the queue, and the broker may have written them);
-    anything else is reported failed, and a cluster error also mutes its cluster."""
-    if rerouted and code == KafkaError._PURGE_QUEUE and not transactional and not maybe_sent:
+    its participants: it aborts instead); anything else is reported failed, and a cluster error also mutes its
+    cluster."""
+    if rerouted and code == KafkaError._PURGE_QUEUE and not transactional:
         return AfterFailure(reroute=True, mute=False)
     return AfterFailure(reroute=False, mute=code in CLUSTER_ERRORS)
-
-
-CONNECTION_WAS_UP: Final = "in state UP"
-"""In librdkafka's error for a connection that broke ("Disconnected (after 1234ms in state UP)"), as opposed
-to one that could not be made ("Connect to ... failed: ... (after 0ms in state CONNECT)")."""
-
-
-def maybe_sent(latency_s: float | None, now: float, dropped_at: float | None) -> bool:
-    """Whether a message handed to librdkafka ``latency_s`` before ``now`` may have gone out in a request
-    that got no answer: it was produced before a connection to its cluster last broke (``dropped_at``,
-    monotonic; None: never). Unknown latency: it may have."""
-    if latency_s is None:
-        return True
-    return dropped_at is not None and now - latency_s <= dropped_at
 
 
 class Target:

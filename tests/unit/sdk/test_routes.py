@@ -12,16 +12,7 @@ from confluent_kafka import KafkaError
 from metadata_log.image.cluster import ClusterImage
 from metadata_log.keymap import KEY_SLOTS, SLOT_MASK, epoch_header
 from sdk.messages import Origin
-from sdk.routes import (
-    AfterFailure,
-    Route,
-    Target,
-    after_failure,
-    maybe_sent,
-    strict_table,
-    why_not_writable,
-    with_epoch_header,
-)
+from sdk.routes import AfterFailure, Route, Target, after_failure, strict_table, why_not_writable, with_epoch_header
 
 from ..samples import shrunk, strict
 
@@ -32,32 +23,20 @@ def target(partition: int, cluster: str = "c1") -> Target:
 
 def test_a_key_less_message_purged_before_it_was_sent_is_produced_again_elsewhere_unless_in_a_transaction() -> None:
     purged = KafkaError._PURGE_QUEUE
-    fresh = {"rerouted": True, "transactional": False, "maybe_sent": False}
-    assert after_failure(purged, **fresh) == AfterFailure(reroute=True, mute=False)
-    assert after_failure(purged, **{**fresh, "transactional": True}) == AfterFailure(reroute=False, mute=False), (
+    assert after_failure(purged, rerouted=True, transactional=False) == AfterFailure(reroute=True, mute=False)
+    assert after_failure(purged, rerouted=True, transactional=True) == AfterFailure(reroute=False, mute=False), (
         "a transaction's message stays on its participant: the transaction aborts instead"
     )
-    assert after_failure(purged, **{**fresh, "rerouted": False}) == AfterFailure(reroute=False, mute=False), (
+    assert after_failure(purged, rerouted=False, transactional=False) == AfterFailure(reroute=False, mute=False), (
         "a keyed or pinned message is reported: its partition was the application's choice"
-    )
-    assert after_failure(purged, **{**fresh, "maybe_sent": True}) == AfterFailure(reroute=False, mute=False), (
-        "a message that may have been written already is reported, not written a second time elsewhere"
     )
 
 
 def test_a_cluster_error_mutes_the_cluster_and_a_message_error_does_not() -> None:
     for code in (KafkaError._ALL_BROKERS_DOWN, KafkaError._MSG_TIMED_OUT, KafkaError.NOT_LEADER_FOR_PARTITION):
-        assert after_failure(code, True, False, False) == AfterFailure(reroute=False, mute=True)
+        assert after_failure(code, rerouted=True, transactional=False) == AfterFailure(reroute=False, mute=True)
     for code in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD):
-        assert after_failure(code, True, False, False) == AfterFailure(reroute=False, mute=False)
-
-
-def test_a_message_produced_before_a_connection_to_its_cluster_broke_may_have_been_sent() -> None:
-    assert maybe_sent(2.0, now=10.0, dropped_at=9.0), "produced at 8, the connection broke at 9"
-    assert maybe_sent(2.0, now=10.0, dropped_at=8.0), "produced at the instant it broke"
-    assert not maybe_sent(2.0, now=10.0, dropped_at=7.5), "produced after it broke: queued, never sent"
-    assert not maybe_sent(2.0, now=10.0, dropped_at=None), "no connection ever broke"
-    assert maybe_sent(None, now=10.0, dropped_at=None), "no latency known: it may have been"
+        assert after_failure(code, rerouted=True, transactional=False) == AfterFailure(reroute=False, mute=False)
 
 
 def test_a_keyed_message_goes_by_its_keys_hash_over_the_writable_partitions_or_waits_when_there_is_none() -> None:
