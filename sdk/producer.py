@@ -33,8 +33,10 @@ Once handed to a cluster's producer, a message is bounded by that producer's own
 
 Client-side muting (the KIP-693 idea): a cluster-level delivery error, or the log fencing a cluster,
 mutes that cluster's partitions in this producer for ``kfed.mute.ms`` (default 10 s) and purges the
-messages still queued for it; key-less ones are produced again elsewhere, keyed ones and those already
-in flight are reported to ``on_delivery`` with their error. Nothing is dropped silently.
+messages still queued for it; key-less ones are produced again elsewhere, keyed ones and those in flight
+are reported to ``on_delivery`` with their error. Nothing is dropped silently. A request that got no answer
+(its broker died) puts its messages back in librdkafka's queue, and the broker may have written them: a
+key-less one is then produced elsewhere all the same (at least once; librdkafka does not tell which).
 """
 
 from __future__ import annotations

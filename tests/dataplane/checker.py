@@ -33,7 +33,8 @@ It returns the anomalies found (an empty list when all holds) and a summary of w
   counted as ``redelivered``); a message read at two positions was written twice, which a client through the
   gateway may see when a gateway it used died or stalled between the send and its acknowledgement (its
   idempotence state is per gateway instance, ``gateway/producers.py``), or on a strict topic a broker did
-  (a part whose answer never came is placed again by the key map, which may have moved): ``rewritten``;
+  (a part whose answer never came is placed again by the key map, which may have moved), or an SDK
+  key-less message when a broker died or stalled (re-routed, maybe written): ``rewritten``;
 - ``aborted-read``: a read_committed group read a message of a transaction told aborted;
 - ``torn-commit``: a read_committed group read some of a committed transaction's messages and not others;
 - ``phantom-read``: a read of a message nobody sent, or at a partition or offset other than its
@@ -224,7 +225,7 @@ def _lost_aborted_torn(messages: dict[str, _Message], txns: dict[str, str],
 
 
 def _duplicates(messages: dict[str, _Message], ops: Sequence[dict[str, Any]], strict: set[str],
-                stalls: dict[str, list[float]], summary: Summary) -> list[Anomaly]:  # fmt: skip
+                stalls: dict[tuple[str, str, bool], list[float]], summary: Summary) -> list[Anomaly]:  # fmt: skip
     """A second read by one group is a duplicate unless a member that read it before ended ungracefully
     without an acknowledged commit past it, or (strict topics) had the partition taken away before."""
     ends = {(op["group"], op["member"]): op for op in ops if op["op"] == "member_end"}
@@ -253,20 +254,29 @@ def _duplicates(messages: dict[str, _Message], ops: Sequence[dict[str, Any]], st
     return out
 
 
-def _stalls(ops: Sequence[dict[str, Any]], strict: set[str]) -> dict[str, list[float]]:
-    """Per topic, when a fault happened after which a gateway may write a batch twice."""
+def _stalls(ops: Sequence[dict[str, Any]], strict: set[str]) -> dict[tuple[str, str, bool], list[float]]:
+    """When faults happened after which a message may be written twice, per (``via``, topic, key-less): a
+    gateway's death or stall for its clients; a broker's for the gateway's on a strict topic (a part whose
+    answer never came is placed again by the key map) and for the SDK's key-less messages (re-routed to
+    another cluster, though the broker may have written them before it died: librdkafka does not say)."""
     gateways = [op["at"] for op in ops if op["op"] == "fault" and op["kind"] in GATEWAY_FAULTS]
     brokers = [op["at"] for op in ops if op["op"] == "fault" and op["kind"] in BROKER_FAULTS]
     topics = {op["topic"] for op in ops if op["op"] == "send"}
-    return {topic: gateways + brokers if topic in strict else gateways for topic in topics}
+    out: dict[tuple[str, str, bool], list[float]] = {}
+    for topic in topics:
+        for keyless in (False, True):
+            out[("gateway", topic, keyless)] = gateways + brokers if topic in strict else gateways
+            out[("sdk", topic, keyless)] = brokers if keyless else []
+    return out
 
 
-def _gateway_stalled(m: _Message, stalls: dict[str, list[float]]) -> bool:
-    """Whether ``m`` went through a gateway and such a fault came before its acknowledgement did."""
-    if m.send.get("via") != "gateway":
+def _gateway_stalled(m: _Message, stalls: dict[tuple[str, str, bool], list[float]]) -> bool:
+    """Whether such a fault came between ``m``'s send and its acknowledgement (of a transaction: never)."""
+    if m.send.get("txn") is not None:
         return False
     acked = m.ack["ret"] if m.ack is not None else float("inf")
-    return any(m.send["call"] <= at <= acked for at in stalls[m.send["topic"]])
+    faults = stalls.get((m.send.get("via", ""), m.send["topic"], m.send.get("key") is None), [])
+    return any(m.send["call"] <= at <= acked for at in faults)
 
 
 def _written_twice(first: dict[str, Any], again: dict[str, Any]) -> str:

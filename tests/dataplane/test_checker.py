@@ -160,6 +160,19 @@ def test_a_message_written_twice_after_its_gateway_died_before_the_acknowledgeme
     assert kinds(rewritten_through_a_gateway(1.61))[0] == "phantom-read", "the copy not acknowledged is a phantom"
 
 
+def test_an_sdk_key_less_message_written_twice_after_a_broker_stalled_was_re_routed() -> None:
+    for kind in ("kill_broker", "pause_broker"):
+        anomalies, summary = check(rewritten_through_a_gateway(1.5, via="sdk", kind=kind))
+        assert anomalies == [] and summary.rewritten == 1, kind
+    keyed = rewritten_through_a_gateway(1.5, via="sdk", kind="kill_broker")
+    next(op for op in keyed if op["op"] == "send" and op["id"] == "a9")["key"] = "z"
+    assert "duplicate" in kinds(keyed), "a keyed message is not re-routed: its partition deduplicates it"
+    in_txn = rewritten_through_a_gateway(1.5, via="sdk", kind="kill_broker")
+    next(op for op in in_txn if op["op"] == "send" and op["id"] == "a9")["txn"] = "tc"
+    assert "duplicate" in kinds(in_txn), "a transaction's message stays on its participant"
+    assert "duplicate" in kinds(rewritten_through_a_gateway(1.5, via="sdk", kind="kill_gateway"))
+
+
 def test_a_message_written_twice_after_a_broker_stalled_is_excused_on_a_strict_topic_only() -> None:
     for kind in ("kill_broker", "pause_broker"):
         anomalies, summary = check(rewritten_through_a_gateway(1.5, kind=kind))
