@@ -22,7 +22,9 @@ from .workload import (
     Client,
     GatewayMember,
     GatewayProducer,
+    JavaMember,
     JavaProducer,
+    KafkaPythonMember,
     SdkMember,
     SdkProducer,
     SdkTransactions,
@@ -216,8 +218,8 @@ class Nemesis:
 
 
 class Workload:
-    """Every client of the run: producers of each kind, transactions, two groups (one through the SDK, one of
-    librdkafka members through the gateways), and a member that joins and leaves the SDK's group mid-run."""
+    """Every client of the run: producers of each kind, transactions, a group of SDK members (one joins and
+    leaves mid-run), and groups of librdkafka, kafka-python and Java members through the gateways."""
 
     def __init__(self, fed: ChaosFederation, history: History, java_classpath: str | None) -> None:
         urls, gateways = fed.data_urls, fed.bootstrap
@@ -237,11 +239,16 @@ class Workload:
             SdkMember("sdk-m2", history, urls, "sdk-g", sdk_topics),
             GatewayMember("gw-m1", history, gateways, "gw-g", gateway_topics),
             GatewayMember("gw-m2", history, gateways, "gw-g", gateway_topics),
+            KafkaPythonMember("kp-m1", history, gateways, "kp-g", gateway_topics),
         ]
+        groups = {"sdk-g": sdk_topics, "gw-g": gateway_topics, "kp-g": gateway_topics}
+        if java_classpath is not None:
+            self.members.append(JavaMember("java-m1", history, gateways, "java-g", NONE_TOPIC, java_classpath))
+            groups["java-g"] = [NONE_TOPIC]
         self.visitor = SdkMember("sdk-m3", history, urls, "sdk-g", sdk_topics)
         for topic, order in TOPICS.items():
             history.add({"op": "topic", "topic": topic, "key_order": order, "at": 0.0})
-        for group, topics in (("sdk-g", sdk_topics), ("gw-g", gateway_topics)):
+        for group, topics in groups.items():
             for topic in topics:
                 history.add({"op": "subscribe", "group": group, "topic": topic, "isolation": "read_committed",
                              "at": 0.0})  # fmt: skip

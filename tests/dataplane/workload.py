@@ -39,7 +39,10 @@ TXN_SIZE = 4
 ABORT_EVERY = 5  # every fifth transaction is aborted by its application
 COMMIT_TIMEOUT_S, COMMIT_TRIES = 15.0, 3
 FLUSH_S = 60.0
-DELIVERY_TIMEOUT_MS = 30_000  # unmodified clients: a failure after that (not a flush of minutes)
+DELIVERY_TIMEOUT_MS = 90_000
+"""Unmodified clients' delivery timeout: longer than any outage of the schedule (a broker restarting under load
+takes up to a minute), as their defaults are; a timeout while a batch may be in flight makes librdkafka bump
+its epoch, and a batch resent so is written twice (no broker deduplicates across epochs)."""
 JAVA_PACE_MS = 20  # 50 messages a second
 
 
@@ -349,11 +352,13 @@ class _Member(Client):
         self.read_up_to.clear()
 
     def record_read(self, msg: Any) -> None:
-        mid = msg.value().decode()
+        self.record_read_at(msg.value().decode(), msg.topic(), msg.partition(), msg.offset())
+
+    def record_read_at(self, mid: str, topic: str, partition: int, offset: int) -> None:
         self.ids.add(mid)
-        self.add("read", group=self.group, member=self.member, id=mid, topic=msg.topic(),
-                 partition=msg.partition(), offset=msg.offset())  # fmt: skip
-        self.read_up_to[(msg.topic(), msg.partition())] = msg.offset() + 1
+        self.add("read", group=self.group, member=self.member, id=mid, topic=topic, partition=partition,
+                 offset=offset)  # fmt: skip
+        self.read_up_to[(topic, partition)] = offset + 1
 
     def record_commit(self, commit: Callable[[list[TopicPartition]], Any], partitions: list[Any] | None) -> None:
         """Commit what was read (of ``partitions`` only, when given) synchronously; record each outcome."""
@@ -365,8 +370,8 @@ class _Member(Client):
         try:
             commit(offsets)
             outcome = "ok"
-        except KafkaException as e:
-            outcome = f"failed: {e.args[0].str()}"
+        except Exception as e:  # each client's own commit error: recorded as a failed commit
+            outcome = f"failed: {type(e).__name__}: {e}"
         for tp in offsets:
             self.add("commit", group=self.group, member=self.member, topic=tp.topic, partition=tp.partition,
                      offset=tp.offset, outcome=outcome)  # fmt: skip
@@ -446,3 +451,84 @@ class GatewayMember(_Member):
         self.record_commit(commit, None)
         consumer.close()
         self.add("member_end", group=self.group, member=self.member, how="left")
+
+
+class KafkaPythonMember(_Member):
+    """kafka-python's consumer through the gateways."""
+
+    def __init__(self, name: str, history: History, bootstrap: str, group: str, topics: list[str]) -> None:
+        super().__init__(name, history, group, topics)
+        self.bootstrap = bootstrap
+
+    def loop(self) -> None:
+        from kafka import ConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata
+        from kafka import TopicPartition as KafkaTopicPartition
+
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap.split(","), group_id=self.group,
+                                 enable_auto_commit=False, auto_offset_reset="earliest",
+                                 isolation_level="read_committed", session_timeout_ms=10_000,
+                                 heartbeat_interval_ms=1000)  # fmt: skip
+
+        def commit(offsets: list[TopicPartition]) -> None:
+            consumer.commit({KafkaTopicPartition(tp.topic, tp.partition): OffsetAndMetadata(tp.offset, "", -1)
+                             for tp in offsets})  # fmt: skip
+
+        member = self
+
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # kafka-python is untyped
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                member.record_commit(commit, list(revoked))
+                member.record_assignment("revoke", list(revoked))
+
+            def on_partitions_assigned(self, assigned: Any) -> None:
+                member.record_assignment("assign", list(assigned))
+
+        consumer.subscribe(self.topics, listener=Listener())
+        last_commit = time.monotonic()
+        while not self.stopping.is_set():
+            for records in consumer.poll(timeout_ms=200).values():
+                for r in records:
+                    self.record_read_at(r.value.decode(), r.topic, r.partition, r.offset)
+            if time.monotonic() - last_commit >= COMMIT_EVERY_S:
+                self.record_commit(commit, None)
+                last_commit = time.monotonic()
+        self.record_commit(commit, None)
+        consumer.close()
+        self.add("member_end", group=self.group, member=self.member, how="left")
+
+
+class JavaMember(_Member):
+    """The Java client through the gateways (``GatewayClient consume``: one topic, auto commit, a synchronous
+    commit on revocation, which it reports when it fails). Its commits are not in the history: a re-read after
+    a failed one is excused as after a lost session."""
+
+    def __init__(self, name: str, history: History, bootstrap: str, group: str, topic: str, classpath: str) -> None:
+        super().__init__(name, history, group, [topic])
+        self.args = ["java", "-cp", classpath, "GatewayClient", "consume", bootstrap, topic, group, "",
+                     "session.timeout.ms=10000", "isolation.level=read_committed"]  # fmt: skip
+        self.proc: subprocess.Popen[str] | None = None
+
+    def loop(self) -> None:
+        self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
+        assert self.proc.stdout is not None
+        threading.Thread(target=self._close_on_stop, daemon=True).start()
+        topic = self.topics[0]
+        for line in self.proc.stdout:
+            kind, _, rest = line.strip().partition(" ")
+            if kind == "got":
+                mid, partition, offset = rest.split()
+                self.record_read_at(mid, topic, int(partition), int(offset))
+            elif kind in ("assigned", "revoked") and rest:
+                parts = [TopicPartition(topic, int(p)) for p in rest.split(",")]
+                self.record_assignment("assign" if kind == "assigned" else "revoke", parts)
+            elif kind == "uncommitted":
+                self.record_lost([])
+        if self.proc.wait(FLUSH_S) != 0:
+            raise RuntimeError(f"{self.name}: the Java consumer exited with {self.proc.returncode}")
+        self.add("member_end", group=self.group, member=self.member, how="left")
+
+    def _close_on_stop(self) -> None:
+        self.stopping.wait()
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.close()
