@@ -81,7 +81,7 @@ faults: $(STAMP)
 
 # Seeded chaos against a real federation's data plane (tests/dataplane): make chaos SEED=7 FAULTS=20
 FAULTS ?= 13
-chaos: $(STAMP) kafka kcat
+chaos: $(STAMP) kafka
 	$(BIN)/python -m tests.dataplane --seed $(SEED) --faults $(FAULTS)
 
 # The dashboard's paging over 10,000 topics (make test runs it over 2,000: creating them is most of its time).
