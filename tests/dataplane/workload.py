@@ -23,7 +23,7 @@ import threading
 import time
 import traceback
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -327,6 +327,14 @@ class SdkTransactions(Client):
 
 
 # -- group members ------------------------------------------------------------------------------------------
+Read = tuple[str, str, int, int]  # the message's id (its value), topic, partition, offset
+
+
+def _reads(messages: list[Any]) -> list[Read]:
+    """confluent-kafka's (or the SDK's) messages as reads; events (an error set) are not."""
+    return [(m.value().decode(), m.topic(), m.partition(), m.offset()) for m in messages if m.error() is None]
+
+
 class _Member(Client):
     """Reads, commits what it read every ``COMMIT_EVERY_S`` and before a revocation, leaves on ``finish``."""
 
@@ -351,8 +359,20 @@ class _Member(Client):
         self.member = f"{self.name}.{self.lives}"
         self.read_up_to.clear()
 
-    def record_read(self, msg: Any) -> None:
-        self.record_read_at(msg.value().decode(), msg.topic(), msg.partition(), msg.offset())
+    def read_until_stopped(self, reads: Callable[[], Iterable[Read]], commit: Callable[[list[TopicPartition]], Any],
+                           close: Callable[[], Any]) -> None:  # fmt: skip
+        """Record what ``reads`` hands out and commit it every ``COMMIT_EVERY_S``, until ``finish``; then commit,
+        ``close`` (leaving the group) and record the graceful end."""
+        last_commit = time.monotonic()
+        while not self.stopping.is_set():
+            for read in reads():
+                self.record_read_at(*read)
+            if time.monotonic() - last_commit >= COMMIT_EVERY_S:
+                self.record_commit(commit, None)
+                last_commit = time.monotonic()
+        self.record_commit(commit, None)
+        close()
+        self.add("member_end", group=self.group, member=self.member, how="left")
 
     def record_read_at(self, mid: str, topic: str, partition: int, offset: int) -> None:
         self.ids.add(mid)
@@ -403,17 +423,7 @@ class SdkMember(_Member):
             on_assign=lambda _c, ps: self.record_assignment("assign", [TopicPartition(t, p) for t, p in ps]),
             on_revoke=revoked,
         )
-        last_commit = time.monotonic()
-        while not self.stopping.is_set():
-            for msg in consumer.consume(200, 0.2):
-                if msg.error() is None:
-                    self.record_read(msg)
-            if time.monotonic() - last_commit >= COMMIT_EVERY_S:
-                self.record_commit(commit, None)
-                last_commit = time.monotonic()
-        self.record_commit(commit, None)
-        consumer.close()
-        self.add("member_end", group=self.group, member=self.member, how="left")
+        self.read_until_stopped(lambda: _reads(consumer.consume(200, 0.2)), commit, consumer.close)
 
 
 class GatewayMember(_Member):
@@ -440,17 +450,7 @@ class GatewayMember(_Member):
 
         consumer.subscribe(self.topics, on_assign=lambda _c, ps: self.record_assignment("assign", ps),
                            on_revoke=revoked, on_lost=lambda _c, ps: self.record_lost(ps))  # fmt: skip
-        last_commit = time.monotonic()
-        while not self.stopping.is_set():
-            for msg in consumer.consume(200, 0.2):
-                if msg.error() is None:
-                    self.record_read(msg)
-            if time.monotonic() - last_commit >= COMMIT_EVERY_S:
-                self.record_commit(commit, None)
-                last_commit = time.monotonic()
-        self.record_commit(commit, None)
-        consumer.close()
-        self.add("member_end", group=self.group, member=self.member, how="left")
+        self.read_until_stopped(lambda: _reads(consumer.consume(200, 0.2)), commit, consumer.close)
 
 
 class KafkaPythonMember(_Member):
@@ -484,17 +484,12 @@ class KafkaPythonMember(_Member):
                 member.record_assignment("assign", list(assigned))
 
         consumer.subscribe(self.topics, listener=Listener())
-        last_commit = time.monotonic()
-        while not self.stopping.is_set():
-            for records in consumer.poll(timeout_ms=200).values():
-                for r in records:
-                    self.record_read_at(r.value.decode(), r.topic, r.partition, r.offset)
-            if time.monotonic() - last_commit >= COMMIT_EVERY_S:
-                self.record_commit(commit, None)
-                last_commit = time.monotonic()
-        self.record_commit(commit, None)
-        consumer.close()
-        self.add("member_end", group=self.group, member=self.member, how="left")
+
+        def reads() -> list[Read]:
+            batches = consumer.poll(timeout_ms=200).values()
+            return [(r.value.decode(), r.topic, r.partition, r.offset) for records in batches for r in records]
+
+        self.read_until_stopped(reads, commit, consumer.close)
 
 
 class JavaMember(_Member):
