@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test test-fast test-ui-scale lint mutants bench faults chaos browser kcat clean kafka
+.PHONY: run test test-fast test-chaos test-ui-scale lint mutants bench faults chaos browser kcat clean kafka
 
 # The C modules (sdk/_speedups.c, metadata_log/_columns.c, kafka_wire/_records.c) are compiled by the
 # install (an editable install builds them in place): rebuild on change.
@@ -49,7 +49,7 @@ lint: $(STAMP)
 TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: lint browser kcat kafka mutants
-	$(BIN)/pytest -q $(XDIST) --durations=30
+	$(BIN)/pytest -q $(XDIST) --durations=30 -m 'not chaos'
 	KFED_TEST_BROKER=tansu $(BIN)/pytest -q $(XDIST) tests/gateway/test_kcat.py tests/gateway/test_kafka_python.py \
 		tests/gateway/test_hostile.py
 
@@ -78,6 +78,10 @@ SEED     ?= 1
 DURATION ?= 60
 faults: $(STAMP)
 	$(BIN)/python -m tests.faults --seed $(SEED) --duration $(DURATION)
+
+# The data plane's explicit chaos schedule, alone (every fault once, on pytest's Kafka pool: about 4 minutes).
+test-chaos: $(STAMP) kafka
+	$(BIN)/pytest -q -m chaos tests/dataplane
 
 # Seeded chaos against a real federation's data plane (tests/dataplane): make chaos SEED=7 FAULTS=20
 FAULTS ?= 13

@@ -29,6 +29,7 @@ UI_TESTS = Path(__file__).parent / "ui"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "brokers(*kinds): run the test once per kind of broker (kafka, tansu)")
+    config.addinivalue_line("markers", "chaos: the data plane's chaos schedule (make test-chaos), not in make test")
 
 
 # Split over pytest-xdist's workers (``make test``), a file's tests run on one worker, so its module fixtures
