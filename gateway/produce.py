@@ -225,14 +225,12 @@ async def _produce_answer(
 ) -> dict[str, Any]:
     errors, spread = routes.errors, routes.spread
     answers: dict[tuple[str, int], dict[str, Any]] = {}
-    unknown: set[tuple[str, int]] = set()  # sent, and no answer came: the broker may have written them
     for cluster, upstream, parts, future in sends:
         try:
             response = await upstream.wait(future, timeout_s)
         except UpstreamError as e:
             for r in parts:
                 _refuse(errors, spread, r, Refused(ErrorCode.not_leader_or_follower, str(e)))
-                unknown.add((r.topic, r.partition))
             continue
         physical = {(t.name, int(p.index)): p for t in response.responses for p in t.partition_responses}
         for r in parts:
@@ -253,8 +251,8 @@ async def _produce_answer(
                 routes.written[r.topic].add(r.partition)
     for tp, (key, base_sequence, _) in routes.idempotent.items():
         refused = tp in errors or answers.get(tp, {}).get("error_code", ErrorCode.none) != ErrorCode.none
-        if refused and tp not in unknown:  # not written: the client sends it again, nothing after it goes first
-            producers.refused(key, base_sequence)  # (one that may be written goes on: the broker deduplicates)
+        if refused:  # ProducerIds.refused ignores a batch that went to a broker: one that may be written
+            producers.refused(key, base_sequence)
     return _answer(body, answers, errors, spread)
 
 
