@@ -158,7 +158,7 @@ def check(ops: Iterable[dict[str, Any]], visibility: Visibility = "participant")
         # an acknowledgement says where the message is, unless its client was not told (offset None)
         where = (m.ack["partition"], m.ack["offset"]) if m.outcome == "ok" else None  # type: ignore[index]
         if where is not None and where[1] is not None and where != (op["partition"], op["offset"]) and \
-                not _gateway_stalled(m, stalls):  # fmt: skip  # the copy of a batch written twice: counted below
+                not _maybe_written_twice(m, stalls):  # fmt: skip  # the copy of a batch written twice: counted below
             out.append(Anomaly("phantom-read", f"{_member(op)} read {op['id']!r} at {op['partition']}/{op['offset']}, "
                                f"acknowledged at {where[0]}/{where[1]}"))  # fmt: skip
         m.reads[op["group"]].append(op)
@@ -225,7 +225,7 @@ def _lost_aborted_torn(messages: dict[str, _Message], txns: dict[str, str],
 
 
 def _duplicates(messages: dict[str, _Message], ops: Sequence[dict[str, Any]], strict: set[str],
-                stalls: dict[tuple[str, str, bool], list[float]], summary: Summary) -> list[Anomaly]:  # fmt: skip
+                stalls: _Stalls, summary: Summary) -> list[Anomaly]:  # fmt: skip
     """A second read by one group is a duplicate unless a member that read it before ended ungracefully
     without an acknowledged commit past it, or (strict topics) had the partition taken away before."""
     ends = {(op["group"], op["member"]): op for op in ops if op["op"] == "member_end"}
@@ -246,7 +246,7 @@ def _duplicates(messages: dict[str, _Message], ops: Sequence[dict[str, Any]], st
                 if again["topic"] in strict and any(_moved(first, again, ends, left) for first in reads[:i]):
                     summary.redelivered += 1
                     continue
-                if _written_twice(reads[0], again) and _gateway_stalled(m, stalls):
+                if _written_twice(reads[0], again) and _maybe_written_twice(m, stalls):
                     summary.rewritten += 1
                     continue
                 out.append(Anomaly("duplicate", f"group {group} read {m.send['id']!r} again ({_member(again)} "
@@ -254,29 +254,38 @@ def _duplicates(messages: dict[str, _Message], ops: Sequence[dict[str, Any]], st
     return out
 
 
-def _stalls(ops: Sequence[dict[str, Any]], strict: set[str]) -> dict[tuple[str, str, bool], list[float]]:
-    """When faults happened after which a message may be written twice, per (``via``, topic, key-less): a
+@dataclass(frozen=True, slots=True)
+class _Stalls:
+    """When the faults happened after which a message may be written twice (``_maybe_written_twice``)."""
+
+    gateways: list[float]
+    brokers: list[float]
+    strict: set[str]
+
+
+def _stalls(ops: Sequence[dict[str, Any]], strict: set[str]) -> _Stalls:
+    faults = [op for op in ops if op["op"] == "fault"]
+    return _Stalls([op["at"] for op in faults if op["kind"] in GATEWAY_FAULTS],
+                   [op["at"] for op in faults if op["kind"] in BROKER_FAULTS], strict)  # fmt: skip
+
+
+def _maybe_written_twice(m: _Message, stalls: _Stalls) -> bool:
+    """Whether a fault that may make ``m`` be written twice came between its send and its acknowledgement: a
     gateway's death or stall for its clients; a broker's for the gateway's on a strict topic (a part whose
     answer never came is placed again by the key map) and for the SDK's key-less messages (re-routed to
-    another cluster, though the broker may have written them before it died: librdkafka does not say)."""
-    gateways = [op["at"] for op in ops if op["op"] == "fault" and op["kind"] in GATEWAY_FAULTS]
-    brokers = [op["at"] for op in ops if op["op"] == "fault" and op["kind"] in BROKER_FAULTS]
-    topics = {op["topic"] for op in ops if op["op"] == "send"}
-    out: dict[tuple[str, str, bool], list[float]] = {}
-    for topic in topics:
-        for keyless in (False, True):
-            out[("gateway", topic, keyless)] = gateways + brokers if topic in strict else gateways
-            out[("sdk", topic, keyless)] = brokers if keyless else []
-    return out
-
-
-def _gateway_stalled(m: _Message, stalls: dict[tuple[str, str, bool], list[float]]) -> bool:
-    """Whether such a fault came between ``m``'s send and its acknowledgement (of a transaction: never)."""
-    if m.send.get("txn") is not None:
+    another cluster, though the broker may have written them before it died: librdkafka does not say). Never
+    for a transaction's message."""
+    via, send = m.send.get("via"), m.send
+    if send.get("txn") is not None:
+        return False
+    if via == "gateway":
+        faults = stalls.gateways + (stalls.brokers if send["topic"] in stalls.strict else [])
+    elif via == "sdk" and send.get("key") is None:
+        faults = stalls.brokers
+    else:
         return False
     acked = m.ack["ret"] if m.ack is not None else float("inf")
-    faults = stalls.get((m.send.get("via", ""), m.send["topic"], m.send.get("key") is None), [])
-    return any(m.send["call"] <= at <= acked for at in faults)
+    return any(send["call"] <= at <= acked for at in faults)
 
 
 def _written_twice(first: dict[str, Any], again: dict[str, Any]) -> str:

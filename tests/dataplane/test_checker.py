@@ -171,6 +171,9 @@ def test_an_sdk_key_less_message_written_twice_after_a_broker_stalled_was_re_rou
     next(op for op in in_txn if op["op"] == "send" and op["id"] == "a9")["txn"] = "tc"
     assert "duplicate" in kinds(in_txn), "a transaction's message stays on its participant"
     assert "duplicate" in kinds(rewritten_through_a_gateway(1.5, via="sdk", kind="kill_gateway"))
+    assert "duplicate" in kinds(rewritten_through_a_gateway(1.5, via="spark", kind="kill_broker")), (
+        "only the SDK re-routes"
+    )
 
 
 def test_a_message_written_twice_after_a_broker_stalled_is_excused_on_a_strict_topic_only() -> None:
