@@ -94,7 +94,8 @@ async def _route(ctx: ProduceContext, conn: ClientConnection, body: Any, timeout
             continue
         for data in topic.partition_data:
             tp = (topic.name, int(data.index))
-            if _out_of_order(ctx.producers, routes, tp, data.records):
+            batch = _batch_producer(data.records)
+            if _out_of_order(ctx.producers, routes, tp, batch):
                 routes.errors[tp] = Refused(ErrorCode.not_leader_or_follower, AFTER_REFUSED)
                 continue
             if grown:  # one partition refused, so that the client refreshes and sees the new ones
@@ -104,7 +105,7 @@ async def _route(ctx: ProduceContext, conn: ClientConnection, body: Any, timeout
             if body.transactional_id is not None:
                 routes.errors[tp] = Refused(ErrorCode.transactional_id_authorization_failed, NO_TRANSACTIONS)
                 continue
-            routed = await _route_batches(ctx, view, tp, data.records)
+            routed = await _route_batches(ctx, view, tp, data.records, batch)
             if isinstance(routed, Refused):
                 routes.errors[tp] = routed
             else:
@@ -138,14 +139,21 @@ async def _send(routes: _Routes, acks: int, timeout_ms: int) -> list[Send]:
     return sends
 
 
-def _out_of_order(producers: ProducerIds, routes: _Routes, tp: tuple[str, int], records: bytes | None) -> bool:
+def _batch_producer(records: bytes | None) -> kp.BatchProducer | kp.ProtocolError | None:
+    """The producer fields of a partition's batches, read once per request (``ProtocolError``: refused as
+    corrupt where the batches are routed)."""
+    try:
+        return kp.batch_producer(records)
+    except kp.ProtocolError as e:
+        return e
+
+
+def _out_of_order(
+    producers: ProducerIds, routes: _Routes, tp: tuple[str, int], batch: kp.BatchProducer | kp.ProtocolError | None
+) -> bool:
     """Whether an idempotent client's batch comes after one of its partition this instance refused (noted in
     ``routes`` for the answer, which notes a refusal in turn)."""
-    try:
-        batch = kp.batch_producer(records)
-    except kp.ProtocolError:
-        return False  # refused as corrupt where it is routed
-    if batch is None or batch.producer_id < 0 or batch.transactional:
+    if not isinstance(batch, kp.BatchProducer) or batch.producer_id < 0 or batch.transactional:
         return False
     key = (batch.producer_id, batch.producer_epoch, tp[0], tp[1])
     routes.idempotent[tp] = (key, batch.base_sequence, batch.last_sequence)
@@ -175,7 +183,11 @@ def _grown(view: ClusterView, conn: ClientConnection, name: str) -> bool:
 
 
 async def _route_batches(
-    ctx: ProduceContext, view: ClusterView, tp: tuple[str, int], records: bytes | None
+    ctx: ProduceContext,
+    view: ClusterView,
+    tp: tuple[str, int],
+    records: bytes | None,
+    batch: kp.BatchProducer | kp.ProtocolError | None,
 ) -> tuple[ClusterClient, str, Routed] | Refused:
     """Where one partition's batches go, with their producer rewritten for the cluster, or why not."""
     placement = view.placement(*tp)
@@ -189,7 +201,8 @@ async def _route_batches(
     key = None
     try:
         address = await leader_of(cluster, placement)
-        batch = kp.batch_producer(records)
+        if isinstance(batch, kp.ProtocolError):
+            raise batch
         if batch is not None and batch.producer_id >= 0:
             if batch.transactional:
                 return Refused(ErrorCode.transactional_id_authorization_failed, NO_TRANSACTIONS)
